@@ -1,0 +1,49 @@
+"""juliabridge: Lux.jl models exported from Julia, as ordinary JAX functions."""
+
+from ._version import __version__
+from .api_mlir import load_mlir
+from .errors import (
+    BackendUnavailableError,
+    BundleError,
+    BundleVersionError,
+    CallArgumentError,
+    ChecksumError,
+    JuliaBridgeError,
+    JuliaExportError,
+    JuliaUnavailable,
+    ManifestError,
+    MLIRParseError,
+    SignatureMismatchError,
+    TransformError,
+    UnsafeBundleError,
+    UnsupportedModuleError,
+    X64DisabledError,
+)
+from .function import ImportedFunction
+from .model import LuxModel, import_lux
+from .verify import VerifyReport, verify
+
+__all__ = [
+    "BackendUnavailableError",
+    "BundleError",
+    "BundleVersionError",
+    "CallArgumentError",
+    "ChecksumError",
+    "ImportedFunction",
+    "JuliaBridgeError",
+    "JuliaExportError",
+    "JuliaUnavailable",
+    "LuxModel",
+    "MLIRParseError",
+    "ManifestError",
+    "SignatureMismatchError",
+    "TransformError",
+    "UnsafeBundleError",
+    "UnsupportedModuleError",
+    "VerifyReport",
+    "X64DisabledError",
+    "__version__",
+    "import_lux",
+    "load_mlir",
+    "verify",
+]

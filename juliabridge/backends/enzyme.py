@@ -1,0 +1,128 @@
+"""The `enzyme` backend: enzyme_ad.jax.hlo_call, made to work eagerly and on every dtype.
+
+hlo_call inlines @main into the caller's XLA program (so XLA fuses across the boundary) and
+differentiates it with Enzyme. Three of its limits are handled here, at load time:
+- it refuses eager calls ("must be JIT'ed"), so calls go through a cached jax.jit;
+- its type table lacks f16, i16, ui8, ui16 and rejects i1, so @main is wrapped in a new @main
+  that widens those at the boundary (exactly: every value of the narrow type is representable);
+- its VJP indexes argument activities by result number and fails when @main has more results
+  than arguments, so the wrapper pads @main with unused scalar arguments.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import dtypes
+from ..errors import BackendUnavailableError, UnsupportedModuleError
+from ..stablehlo import StableHLOModule, TensorSpec
+
+#: Element types hlo_call cannot take, and the type each crosses the boundary as.
+BOUNDARY_TYPES = {"f16": "f32", "i16": "i32", "ui8": "ui32", "ui16": "ui32", "i1": "i8"}
+_PAD = TensorSpec((), "f32")
+_INNER = "__juliabridge_inner_main"
+_MAIN_DECL = re.compile(r"func\.func (?:public )?@main\(")
+
+
+def enzyme_available() -> bool:
+    """Whether enzyme_ad's JAX integration imports here (CPython 3.11 wheels only)."""
+    try:
+        import enzyme_ad.jax  # noqa: F401
+    except Exception:  # enzyme_ad can fail with ImportError or a jaxlib ABI error
+        return False
+    return True
+
+
+def _outer(spec: TensorSpec) -> TensorSpec:
+    return TensorSpec(spec.shape, BOUNDARY_TYPES.get(spec.dtype, spec.dtype))
+
+
+def _wrapped_text(module: StableHLOModule) -> tuple[str, int]:
+    """The module with a boundary-converting @main, and the number of padding arguments."""
+    n_pad = max(0, len(module.results) - len(module.arguments))
+    needs_cast = any(s.dtype in BOUNDARY_TYPES for s in module.arguments + module.results)
+    if not needs_cast and n_pad == 0:
+        return module.text, 0
+    # module.text is our own print of the module, so it ends with the module's closing brace.
+    body = module.text.rstrip()
+    inner, found = _MAIN_DECL.subn(f"func.func private @{_INNER}(", body[:-1], count=1)
+    if not body.endswith("}") or found != 1:
+        raise UnsupportedModuleError(
+            f"{module.origin}: could not locate @main in the printed module to wrap it"
+        )
+    outer_args = [_outer(s) for s in module.arguments] + [_PAD] * n_pad
+    lines = []
+    call_args = []
+    for i, (spec, outer) in enumerate(zip(module.arguments, outer_args)):
+        if spec == outer:
+            call_args.append(f"%arg{i}")
+            continue
+        lines.append(f"    %c{i} = stablehlo.convert %arg{i} : ({outer}) -> {spec}")
+        call_args.append(f"%c{i}")
+    in_types = ", ".join(str(s) for s in module.arguments)
+    res_types = ", ".join(str(s) for s in module.results)
+    n_res = len(module.results)
+    res = "%r" if n_res == 1 else f"%r:{n_res}"
+    lines.append(
+        f"    {res} = func.call @{_INNER}({', '.join(call_args)}) : ({in_types}) -> ({res_types})"
+    )
+    rets = []
+    for k, spec in enumerate(module.results):
+        ref = "%r" if n_res == 1 else f"%r#{k}"
+        outer = _outer(spec)
+        if spec == outer:
+            rets.append(ref)
+            continue
+        lines.append(f"    %o{k} = stablehlo.convert {ref} : ({spec}) -> {outer}")
+        rets.append(f"%o{k}")
+    sig = ", ".join(f"%arg{i}: {s}" for i, s in enumerate(outer_args))
+    outer_res = ", ".join(str(_outer(s)) for s in module.results)
+    ret_line = f"    return {', '.join(rets)} : {outer_res}" if rets else "    return"
+    wrapper = (
+        f"  func.func @main({sig}) -> ({outer_res}) {{\n"
+        + "\n".join(lines)
+        + f"\n{ret_line}\n  }}\n"
+    )
+    return inner + wrapper + "}\n", n_pad
+
+
+class EnzymeBackend:
+    """Calls enzyme_ad.jax.hlo_call on the (boundary-wrapped) module inside a cached jit."""
+
+    name = "enzyme"
+
+    def __init__(self, module: StableHLOModule, *, trust: bool = False) -> None:
+        if not enzyme_available():
+            raise BackendUnavailableError(
+                "backend='enzyme' needs enzyme-ad, which is not importable here (its wheels "
+                "exist for CPython 3.11 on Linux x86_64/aarch64 and macOS arm64 only). Install "
+                "it with `pip install 'juliabridge[enzyme]'` on such a Python, or use "
+                "backend='xla', which needs no enzyme-ad."
+            )
+        from enzyme_ad.jax import hlo_call
+
+        self.module = module
+        self.text, self.n_pad = _wrapped_text(module)
+        self._hlo_call = hlo_call
+        self._jitted: Callable[..., tuple[jax.Array, ...]] = jax.jit(self._traced)
+
+    def _traced(self, *args: jax.Array) -> tuple[jax.Array, ...]:
+        outer = [
+            jnp.asarray(a).astype(dtypes.to_numpy(_outer(s).dtype))
+            for a, s in zip(args, self.module.arguments)
+        ]
+        outer += [jnp.zeros((), np.float32)] * self.n_pad
+        outs = self._hlo_call(*outer, source=self.text)
+        return tuple(
+            (o != 0) if s.dtype == "i1" else o.astype(dtypes.to_numpy(s.dtype))
+            for o, s in zip(outs, self.module.results)
+        )
+
+    def call(self, *args: jax.Array) -> tuple[jax.Array, ...]:
+        """Run @main; works eagerly because the call always goes through jax.jit."""
+        return self._jitted(*args)

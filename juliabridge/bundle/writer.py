@@ -1,0 +1,180 @@
+"""Writing bundles from Python (docs/bundle-format.md), for tests and examples made without Julia.
+
+Bundles written here say so: producer.tool is "juliabridge-python" and made_with_julia is false.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from .._version import __version__
+from ..errors import BundleError, SignatureMismatchError
+from ..stablehlo import TensorSpec, parse_module
+from .checksum import sha256_file
+from .manifest import FORMAT, FORMAT_VERSION, MANIFEST_NAME, LuxPath, parse_manifest
+from .weights import write_weights
+
+DEFAULT_NOTE = (
+    "Written by juliabridge's Python bundle writer following docs/bundle-format.md and Lux's "
+    "conventions; no Julia was involved."
+)
+
+
+@dataclass(frozen=True)
+class ArgumentSpec:
+    """One @main argument to write: role, Lux path and value (MLIR shape; example for inputs)."""
+
+    role: str
+    path: Sequence[str | int]
+    value: np.ndarray
+    batch_axis: int | None = None
+
+
+def dataset_name(role: str, path: LuxPath) -> str:
+    """Conventional HDF5 dataset for a parameter/state path: /params/layer_1/weight."""
+    group = {"parameter": "params", "state": "state"}[role]
+    return "/" + "/".join([group, *(str(s) for s in path)])
+
+
+def _atomic_dir(target: Path, overwrite: bool) -> Path:
+    if target.exists() and not overwrite:
+        raise BundleError(f"{target}: already exists; pass overwrite=True to replace it")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+
+
+def _commit_dir(tmp: Path, target: Path) -> None:
+    if target.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
+        os.replace(target, old / "b")
+        os.replace(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, target)
+
+
+def write_bundle(
+    path: str | os.PathLike[str],
+    *,
+    name: str,
+    mlir_text: str,
+    arguments: Sequence[ArgumentSpec],
+    result_paths: Sequence[Sequence[Sequence[str | int]]],
+    aliases: Sequence[tuple[Sequence[str | int], int]] = (),
+    mode: str = "test",
+    batch: dict[str, Any] | None = None,
+    example_outputs: Sequence[np.ndarray] | None = None,
+    result_batch_axes: Sequence[int | None] | None = None,
+    metadata: dict[str, Any] | None = None,
+    note: str = DEFAULT_NOTE,
+    overwrite: bool = False,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+) -> Path:
+    """Write a format-1 bundle directory atomically and return its path."""
+    target = Path(path)
+    module = parse_module(mlir_text)
+    if len(arguments) != len(module.arguments):
+        raise SignatureMismatchError(
+            f"{len(arguments)} argument specs for a @main with {len(module.arguments)} arguments"
+        )
+    if len(result_paths) != len(module.results):
+        raise SignatureMismatchError(
+            f"{len(result_paths)} result path lists for a @main with {len(module.results)} results"
+        )
+    arrays: dict[str, tuple[np.ndarray, str]] = {}
+    arg_entries = []
+    for i, (spec, want) in enumerate(zip(arguments, module.arguments)):
+        value = np.asarray(spec.value)
+        got = TensorSpec(tuple(value.shape), dtypes.from_numpy(value.dtype) or str(value.dtype))
+        if got != want:
+            raise SignatureMismatchError(
+                f"argument {i} {list(spec.path)}: value is {got}, @main wants {want}"
+            )
+        entry: dict[str, Any] = {
+            "index": i,
+            "role": spec.role,
+            "path": list(spec.path),
+            "dtype": want.dtype,
+            "shape": list(want.shape),
+            "julia_shape": list(reversed(want.shape)),
+        }
+        if spec.role != "input":
+            entry["dataset"] = dataset_name(spec.role, tuple(spec.path))
+            arrays[entry["dataset"]] = (value, want.dtype)
+        if spec.batch_axis is not None:
+            entry["batch_axis"] = spec.batch_axis
+        arg_entries.append(entry)
+    results = []
+    for k, (paths, res_spec) in enumerate(zip(result_paths, module.results)):
+        r: dict[str, Any] = {
+            "index": k,
+            "paths": [list(p) for p in paths],
+            "dtype": res_spec.dtype,
+            "shape": list(res_spec.shape),
+        }
+        if result_batch_axes is not None and result_batch_axes[k] is not None:
+            r["batch_axis"] = result_batch_axes[k]
+        results.append(r)
+    manifest: dict[str, Any] = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "name": name,
+        "producer": {
+            "tool": "juliabridge-python",
+            "tool_version": __version__,
+            "julia": None,
+            "lux": None,
+            "reactant": None,
+            "made_with_julia": False,
+            "note": note,
+            "created": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+        "module": {"file": "model.mlir", "sha256": ""},
+        "weights": {"file": "weights.h5", "sha256": ""},
+        "mode": mode,
+        "arguments": arg_entries,
+        "results": results,
+        "aliases": [{"path": list(p), "argument": a} for p, a in aliases],
+    }
+    if batch is not None:
+        manifest["batch"] = dict(batch)
+    if example_outputs is not None:
+        ex_in = []
+        for e in arg_entries:
+            if e["role"] == "input":
+                ds = f"/examples/inputs/{e['index']}"
+                arrays[ds] = (np.asarray(arguments[e["index"]].value), e["dtype"])
+                ex_in.append({"argument": e["index"], "dataset": ds})
+        ex_out = []
+        for k, (out, out_spec) in enumerate(zip(example_outputs, module.results)):
+            ds = f"/examples/outputs/{k}"
+            arrays[ds] = (np.asarray(out, dtype=dtypes.to_numpy(out_spec.dtype)), out_spec.dtype)
+            ex_out.append({"result": k, "dataset": ds})
+        manifest["examples"] = {"inputs": ex_in, "outputs": ex_out, "rtol": rtol, "atol": atol}
+    if metadata:
+        manifest["metadata"] = metadata
+    tmp = _atomic_dir(target, overwrite)
+    try:
+        (tmp / "model.mlir").write_text(mlir_text, encoding="utf-8")
+        write_weights(tmp / "weights.h5", arrays)
+        manifest["module"]["sha256"] = sha256_file(tmp / "model.mlir")
+        manifest["weights"]["sha256"] = sha256_file(tmp / "weights.h5")
+        parse_manifest(json.loads(json.dumps(manifest)))  # never write what we would not read
+        (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        _commit_dir(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target

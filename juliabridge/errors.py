@@ -1,0 +1,63 @@
+"""The exception hierarchy: every error juliabridge raises derives from JuliaBridgeError."""
+
+from __future__ import annotations
+
+
+class JuliaBridgeError(Exception):
+    """Base class of every error juliabridge raises on bad input or a missing dependency."""
+
+
+class BundleError(JuliaBridgeError):
+    """A bundle is missing, unreadable, corrupt or does not follow docs/bundle-format.md."""
+
+
+class ManifestError(BundleError):
+    """manifest.json is missing a key, has a wrong type or an inconsistent value."""
+
+
+class ChecksumError(BundleError):
+    """A bundle file's sha256 differs from the one its manifest records."""
+
+
+class BundleVersionError(BundleError):
+    """The bundle was written in a format version this juliabridge does not read."""
+
+
+class UnsafeBundleError(BundleError):
+    """The bundle points outside its directory, or its HDF5 file uses external storage."""
+
+
+class SignatureMismatchError(JuliaBridgeError):
+    """The manifest, the MLIR module and the HDF5 file disagree on an argument or result."""
+
+
+class CallArgumentError(JuliaBridgeError, TypeError):
+    """A call got the wrong number of arrays, or one with the wrong shape or dtype."""
+
+
+class MLIRParseError(JuliaBridgeError):
+    """The MLIR text could not be parsed, even after removing Reactant-only attributes."""
+
+
+class UnsupportedModuleError(JuliaBridgeError):
+    """The module holds ops or custom calls that stock XLA cannot run, or that policy refuses."""
+
+
+class X64DisabledError(JuliaBridgeError):
+    """A 64-bit element type is used while jax_enable_x64 is off (JAX would truncate it)."""
+
+
+class BackendUnavailableError(JuliaBridgeError):
+    """The requested backend (e.g. enzyme, which needs enzyme-ad) cannot be used here."""
+
+
+class TransformError(JuliaBridgeError):
+    """A JAX transformation (grad, jvp, vmap) is not available for this function and backend."""
+
+
+class JuliaUnavailable(JuliaBridgeError):
+    """No usable Julia installation was found for driving the Julia side."""
+
+
+class JuliaExportError(JuliaBridgeError):
+    """Julia ran but the export failed; the message carries Julia's own error."""

@@ -1,0 +1,121 @@
+"""ImportedFunction: a loaded module as a JAX-callable with checked arguments."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from . import dtypes
+from .backends import Backend
+from .errors import CallArgumentError
+from .stablehlo import StableHLOModule, TensorSpec
+
+
+def _describe(x: Any) -> str:
+    try:
+        dt = dtypes.from_numpy(x.dtype) or str(x.dtype)
+        return str(TensorSpec(tuple(int(d) for d in np.shape(x)), dt))
+    except (AttributeError, TypeError):
+        return type(x).__name__
+
+
+def check_call_args(
+    args: Sequence[Any], specs: Sequence[TensorSpec], labels: Sequence[str], what: str
+) -> list[Any]:
+    """Validate count, shape and dtype of `args` against `specs`; return them as arrays.
+
+    Python scalars and lists are converted with the expected dtype; arrays must already have it,
+    because silently casting e.g. float64 data to Float32 parameters hides bugs.
+    """
+    if len(args) != len(specs):
+        raise CallArgumentError(
+            f"{what} takes {len(specs)} array(s) ({', '.join(labels[:8])}"
+            f"{', ...' if len(labels) > 8 else ''}) but got {len(args)}"
+        )
+    out = []
+    for x, spec, label in zip(args, specs, labels):
+        want = dtypes.to_numpy(spec.dtype)
+        if not hasattr(x, "dtype"):
+            try:
+                x = np.asarray(x, dtype=want)
+            except (TypeError, ValueError) as e:
+                raise CallArgumentError(
+                    f"{what}: {label} expects {spec}, got a {type(x).__name__} that is not "
+                    f"convertible to an array ({e})"
+                ) from e
+        shape = tuple(int(d) for d in np.shape(x))
+        if shape != spec.shape or np.dtype(x.dtype) != want:
+            hint = ""
+            if shape != spec.shape and shape == tuple(reversed(spec.shape)) and len(shape) > 1:
+                hint = (
+                    " The dims look reversed: arguments use the MLIR (row-major) order, i.e. "
+                    "Julia's dims reversed; pass x.T or use layout='julia' where offered."
+                )
+            elif np.dtype(x.dtype) != want:
+                hint = f" Cast it first, e.g. x.astype(np.{want.name})."
+            raise CallArgumentError(
+                f"{what}: {label} expects {spec} ({dtypes.MLIR_TO_JULIA[spec.dtype]}), "
+                f"got {_describe(x)}.{hint}"
+            )
+        out.append(x)
+    return out
+
+
+class ImportedFunction:
+    """A StableHLO @main as a Python callable: arrays in @main order in, a tuple out.
+
+    Works eagerly and inside jax.jit; the heavy lifting (parsing, serialization) happened at
+    load time.
+    """
+
+    def __init__(
+        self,
+        module: StableHLOModule,
+        backend: Backend,
+        *,
+        arg_labels: Sequence[str] | None = None,
+        result_labels: Sequence[str] | None = None,
+    ) -> None:
+        self.module = module
+        self.backend = backend
+        self.arg_labels = list(
+            arg_labels or [f"argument {i}" for i in range(len(module.arguments))]
+        )
+        self.result_labels = list(
+            result_labels or [f"result {i}" for i in range(len(module.results))]
+        )
+
+    @property
+    def backend_name(self) -> str:
+        """Name of the backend running the module ("xla" or "enzyme")."""
+        return self.backend.name
+
+    @property
+    def in_specs(self) -> tuple[TensorSpec, ...]:
+        """Shapes and dtypes of the arguments, in @main order."""
+        return self.module.arguments
+
+    @property
+    def out_specs(self) -> tuple[TensorSpec, ...]:
+        """Shapes and dtypes of the results, in @main order."""
+        return self.module.results
+
+    def _check_x64(self) -> None:
+        types = {lab: s.dtype for lab, s in zip(self.arg_labels, self.module.arguments)}
+        types |= {lab: s.dtype for lab, s in zip(self.result_labels, self.module.results)}
+        dtypes.require_x64(types, self.module.origin)
+
+    def __call__(self, *args: Any) -> tuple[jax.Array, ...]:
+        self._check_x64()
+        arrays = check_call_args(args, self.module.arguments, self.arg_labels, self.module.origin)
+        return self.backend.call(*arrays)
+
+    def __repr__(self) -> str:
+        ins = ", ".join(str(s) for s in self.module.arguments[:4])
+        more = ", ..." if len(self.module.arguments) > 4 else ""
+        outs = ", ".join(str(s) for s in self.module.results[:4])
+        origin = self.module.origin
+        return f"<ImportedFunction {origin} ({ins}{more}) -> ({outs}) [{self.backend.name}]>"

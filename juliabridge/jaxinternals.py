@@ -1,0 +1,104 @@
+"""The one place juliabridge touches JAX's private API.
+
+JAX has no public way to wrap foreign StableHLO as an ``Exported`` or to serialize an MLIR module
+to a portable artifact, and these names move between releases. Everything private is reached
+through this module, and tests/test_jaxinternals.py checks each piece against the installed jax.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+from jax import export as jax_export
+from jax.interpreters import mlir as jax_mlir
+from jaxlib.mlir import ir
+
+from .errors import BackendUnavailableError
+
+__all__ = [
+    "build_exported",
+    "custom_call_allowlist",
+    "ir",
+    "make_context",
+    "serialize_portable",
+]
+
+
+def make_context(*, allow_unregistered: bool = False) -> ir.Context:
+    """An MLIR context with JAX's dialects (stablehlo, chlo, func, sdy...) registered."""
+    ctx = jax_mlir.make_ir_context()
+    ctx.allow_unregistered_dialects = allow_unregistered
+    return ctx
+
+
+def _export_module():  # type: ignore[no-untyped-def]
+    try:
+        from jax._src.export import _export
+    except ImportError as e:  # pragma: no cover - depends on the jax release
+        raise BackendUnavailableError(
+            f"this jax ({jax.__version__}) has no jax._src.export._export; the xla backend "
+            "supports jax 0.10.x. Install a supported jax or use backend='enzyme'."
+        ) from e
+    return _export
+
+
+def serialize_portable(module: ir.Module) -> bytes:
+    """Serialize `module` the way jax.export does (CHLO legalized, VHLO at jax's target version)."""
+    return bytes(_export_module()._module_to_bytecode(module))
+
+
+def custom_call_allowlist() -> frozenset[str]:
+    """Custom-call targets jax.export itself treats as stable and registered in stock jaxlib."""
+    return frozenset(_export_module()._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE)
+
+
+def current_platform() -> str:
+    """The lowering platform name ("cpu", "cuda", "rocm", "tpu") of JAX's default backend."""
+    from jax._src import xla_bridge
+
+    return str(xla_bridge.canonicalize_platform(jax.default_backend()))
+
+
+def build_exported(
+    *,
+    name: str,
+    module_bytecode: bytes,
+    in_avals: Sequence[jax.core.ShapedArray],
+    out_avals: Sequence[jax.core.ShapedArray],
+    extra_custom_calls: Sequence[str] = (),
+    get_vjp: Callable[[jax_export.Exported], jax_export.Exported] | None = None,
+) -> jax_export.Exported:
+    """Wrap a serialized single-device StableHLO module whose @main has these avals.
+
+    The platform check is disabled: Reactant's StableHLO is platform-neutral, so the same
+    module runs on whatever backend JAX uses at call time.
+    """
+    _export = _export_module()
+    n_in, n_out = len(in_avals), len(out_avals)
+    in_tree = jax.tree_util.tree_structure((tuple(range(n_in)), {}))
+    out_tree = jax.tree_util.tree_structure(tuple(range(n_out)))
+    checks = [jax_export.DisabledSafetyCheck.platform()]
+    checks += [jax_export.DisabledSafetyCheck.custom_call(t) for t in extra_custom_calls]
+    return _export.Exported(
+        fun_name=name,
+        in_tree=in_tree,
+        in_avals=tuple(in_avals),
+        out_tree=out_tree,
+        out_avals=tuple(out_avals),
+        _has_named_shardings=True,
+        _in_named_shardings=(None,) * n_in,
+        _out_named_shardings=(None,) * n_out,
+        in_shardings_hlo=(None,) * n_in,
+        out_shardings_hlo=(None,) * n_out,
+        nr_devices=1,
+        platforms=(current_platform(),),
+        ordered_effects=(),
+        unordered_effects=(),
+        disabled_safety_checks=tuple(checks),
+        mlir_module_serialized=module_bytecode,
+        calling_convention_version=jax_export.maximum_supported_calling_convention_version,
+        module_kept_var_idx=tuple(range(n_in)),
+        uses_global_constants=False,
+        _get_vjp=get_vjp,
+    )

@@ -1,0 +1,168 @@
+"""LuxModel: a bundle as a pure JAX function over named params and state."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax.numpy as jnp
+
+from . import dtypes
+from .backends import make_backend
+from .bundle import Bundle, open_bundle
+from .bundle.manifest import ArgumentEntry, Manifest
+from .function import ImportedFunction
+from .trees import build_tree, lookup
+
+
+class LuxModel:
+    """A Lux model imported from a bundle.
+
+    ``apply(params, state, *inputs) -> (outputs, new_state)`` is pure and jittable; ``params``
+    and ``state`` are nested dicts of jax arrays keyed by Lux names (optax-ready pytrees).
+    """
+
+    def __init__(self, bundle: Bundle, fn: ImportedFunction, params: Any, state: Any) -> None:
+        self.bundle = bundle
+        self.fn = fn
+        self.params = params
+        self.state = state
+
+    # --- description -----------------------------------------------------------------------
+
+    @property
+    def manifest(self) -> Manifest:
+        """The validated manifest."""
+        return self.bundle.manifest
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """Producer versions, mode and the manifest's free-form metadata."""
+        m = self.manifest
+        return {
+            "name": m.name,
+            "mode": m.mode,
+            "producer": vars(m.producer).copy(),
+            "format_version": m.format_version,
+            "backend": self.fn.backend_name,
+            "checksums_verified": self.bundle.checksums_verified,
+            **({"batch": vars(m.batch).copy()} if m.batch else {}),
+            "metadata": m.metadata,
+        }
+
+    @property
+    def signature(self) -> dict[str, list[dict[str, Any]]]:
+        """Every argument and result with name, role, MLIR and Julia shapes and dtype."""
+        m = self.manifest
+        return {
+            "arguments": [
+                {
+                    "name": a.label,
+                    "role": a.role,
+                    "shape": a.shape,
+                    "julia_shape": a.julia_shape,
+                    "dtype": a.dtype,
+                }
+                for a in m.arguments
+            ],
+            "results": [
+                {
+                    "name": ", ".join(".".join(map(str, p)) for p in r.paths),
+                    "shape": r.shape,
+                    "dtype": r.dtype,
+                }
+                for r in m.results
+            ]
+            + [
+                {
+                    "name": ".".join(map(str, al.path)),
+                    "alias_of": m.arguments[al.argument].label,
+                    "shape": m.arguments[al.argument].shape,
+                    "dtype": m.arguments[al.argument].dtype,
+                }
+                for al in m.aliases
+            ],
+        }
+
+    def _inputs(self) -> list[ArgumentEntry]:
+        return [a for a in self.manifest.arguments if a.role == "input"]
+
+    # --- calling ---------------------------------------------------------------------------
+
+    def _input_tree(self, inputs: tuple[Any, ...]) -> Any:
+        paths = [a.path for a in self._inputs()]
+        if len(inputs) == 1 and not all(p and isinstance(p[0], int) for p in paths):
+            return inputs[0]
+        return tuple(inputs)
+
+    def apply(self, params: Any, state: Any, *inputs: Any) -> tuple[Any, Any]:
+        """Run the model: ``(outputs, new_state)`` as Lux's ``model(x, ps, st)`` returns."""
+        x = self._input_tree(inputs)
+        flat = []
+        for a in self.manifest.arguments:
+            tree, root = {
+                "input": (x, "x"),
+                "parameter": (params, "params"),
+                "state": (state, "state"),
+            }[a.role]
+            flat.append(lookup(tree, a.path, root))
+        results = self.fn(*flat)
+        outs: list[tuple[tuple[Any, ...], Any]] = []
+        for r, value in zip(self.manifest.results, results):
+            outs += [(p, value) for p in r.paths]
+        outs += [(al.path, flat[al.argument]) for al in self.manifest.aliases]
+        output = build_tree([(p[1:], v) for p, v in outs if p[0] == "output"])
+        new_leaves = {p[1:]: v for p, v in outs if p[0] == "state"}
+        # Lux returns the whole state; leaves the module does not touch come back unchanged.
+        state_args = [a for a in self.manifest.arguments if a.role == "state"]
+        known = {a.path for a in state_args}
+        new_state = build_tree(
+            [(a.path, new_leaves.get(a.path, flat[a.index])) for a in state_args]
+            + [(p, v) for p, v in new_leaves.items() if p not in known]
+        )
+        return output, new_state
+
+    def __call__(self, *inputs: Any) -> Any:
+        """Outputs for `inputs` with the bundled parameters and state."""
+        return self.apply(self.params, self.state, *inputs)[0]
+
+    def __repr__(self) -> str:
+        m = self.manifest
+        n_par = sum(a.role == "parameter" for a in m.arguments)
+        backend = self.fn.backend_name
+        return f"<LuxModel {m.name!r} mode={m.mode} params={n_par} arrays backend={backend}>"
+
+
+def import_lux(
+    path: str | os.PathLike[str],
+    *,
+    backend: str = "auto",
+    verify_checksums: bool = True,
+    trust: bool = False,
+) -> LuxModel:
+    """Load a bundle directory as a LuxModel (checksums verified unless told otherwise)."""
+    bundle = open_bundle(path, verify_checksums=verify_checksums, trust=trust)
+    m = bundle.manifest
+    fn = ImportedFunction(
+        bundle.module,
+        make_backend(bundle.module, backend, trust=trust),
+        arg_labels=[a.label for a in m.arguments],
+        result_labels=[".".join(map(str, r.paths[0])) for r in m.results],
+    )
+    # Checked before jnp.asarray, which would silently truncate 64-bit weights.
+    dtypes.require_x64(
+        {a.label: a.dtype for a in m.arguments if a.role != "input"}, f"bundle {bundle.root}"
+    )
+    values = bundle.read_state_and_params()
+    params = build_tree(
+        [(a.path, jnp.asarray(values[a.index])) for a in m.arguments if a.role == "parameter"]
+    )
+    state = build_tree(
+        [(a.path, jnp.asarray(values[a.index])) for a in m.arguments if a.role == "state"]
+    )
+    return LuxModel(
+        bundle, fn, params if params is not None else {}, state if state is not None else {}
+    )
+
+
+__all__ = ["LuxModel", "import_lux"]

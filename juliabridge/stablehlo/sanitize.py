@@ -1,0 +1,115 @@
+"""Make Reactant's MLIR text something stock JAX/XLA accepts, without changing its meaning.
+
+Reactant prints module names XLA's parser rejects (truncated ``@reactant_#3...``), and attaches
+Enzyme-JAX analysis attributes (``enzymexla.*``, ``enzyme.*``, ``#enzymexla<...>`` values) that
+JAX's MLIR context has no dialect for. None of these carry semantics for a caller, so they are
+removed; everything else is kept as written.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..jaxinternals import ir
+
+# Attribute namespaces that only Reactant/Enzyme-JAX passes read.
+DROPPED_PREFIXES = ("enzymexla.", "enzyme.")
+# Argument/result attributes that would make XLA alias or shard caller buffers; juliabridge
+# never donates the caller's arrays (Reactant#2325) and reports shardings separately.
+DROPPED_ARG_ATTRS = ("tf.aliasing_output", "mhlo.sharding", "mhlo.layout_mode", "jax.")
+
+_MODULE_HEADER = re.compile(
+    r'^(?P<lead>[ \t]*module)[ \t]+@(?P<name>"(?:[^"\\]|\\.)*"|[^\s{]+)', re.MULTILINE
+)
+_BARE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*\Z")
+
+
+@dataclass
+class SanitizeReport:
+    """What sanitizing found and removed, for inspection and error messages."""
+
+    module_name: str | None = None
+    dropped: set[str] = field(default_factory=set)
+    aliasing: dict[int, int] = field(default_factory=dict)
+    arg_shardings: dict[int, str] = field(default_factory=dict)
+
+
+def fix_module_header(text: str) -> tuple[str, str | None]:
+    """Drop the top-level module's symbol name (Reactant may print an invalid one).
+
+    Returns the new text and the original name.
+    """
+    m = _MODULE_HEADER.search(text)
+    if m is None:
+        return text, None
+    name = m.group("name")
+    if name.startswith('"'):
+        name = name[1:-1]
+    return text[: m.start()] + m.group("lead") + text[m.end() :], name
+
+
+def _keep_arg_attr(name: str) -> bool:
+    return not name.startswith(DROPPED_PREFIXES) and not any(
+        name == p or (p.endswith(".") and name.startswith(p)) for p in DROPPED_ARG_ATTRS
+    )
+
+
+def _filter_arg_attrs(
+    attrs: ir.ArrayAttr, report: SanitizeReport, *, is_main_args: bool
+) -> ir.ArrayAttr:
+    new = []
+    for i, d in enumerate(attrs):
+        d = ir.DictAttr(d)
+        kept = {}
+        for j in range(len(d)):
+            na = d[j]
+            if _keep_arg_attr(na.name):
+                kept[na.name] = na.attr
+                continue
+            report.dropped.add(na.name)
+            if is_main_args and na.name == "tf.aliasing_output":
+                report.aliasing[i] = ir.IntegerAttr(na.attr).value
+            if is_main_args and na.name == "mhlo.sharding":
+                report.arg_shardings[i] = str(na.attr)
+        new.append(ir.DictAttr.get(kept))
+    return ir.ArrayAttr.get(new)
+
+
+def walk(op: ir.Operation):  # type: ignore[no-untyped-def]
+    """Every operation nested in `op` (not `op` itself), outer before inner."""
+    for region in op.regions:
+        for block in region.blocks:
+            for child in block.operations:
+                yield child.operation
+                yield from walk(child.operation)
+
+
+def strip_reactant_attributes(module: ir.Module, report: SanitizeReport) -> None:
+    """Remove Enzyme/Reactant-only attributes from every op of `module`, in place."""
+    for op in walk(module.operation):
+        names = [op.attributes[i].name for i in range(len(op.attributes))]
+        for name in names:
+            if name.startswith(DROPPED_PREFIXES):
+                del op.attributes[name]
+                report.dropped.add(name)
+        if op.name == "func.func":
+            is_main = ir.StringAttr(op.attributes["sym_name"]).value == "main"
+            for key in ("arg_attrs", "res_attrs"):
+                if key in op.attributes:
+                    op.attributes[key] = _filter_arg_attrs(
+                        ir.ArrayAttr(op.attributes[key]),
+                        report,
+                        is_main_args=is_main and key == "arg_attrs",
+                    )
+    # Module-level attributes such as mhlo.num_partitions stay: they are valid StableHLO.
+    mod_attrs = module.operation.attributes
+    for name in [mod_attrs[i].name for i in range(len(mod_attrs))]:
+        if name.startswith(DROPPED_PREFIXES):
+            del mod_attrs[name]
+            report.dropped.add(name)
+
+
+def is_bare_symbol(name: str) -> bool:
+    """Whether `name` may be printed as ``@name`` without quotes."""
+    return _BARE_ID.match(name) is not None

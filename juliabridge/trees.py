@@ -1,0 +1,56 @@
+"""Nested containers addressed by Lux paths (named steps -> dict keys, 1-based ints -> tuples)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from .bundle.manifest import LuxPath, format_path
+from .errors import CallArgumentError
+
+
+def build_tree(leaves: Iterable[tuple[LuxPath, Any]]) -> Any:
+    """Nest `(path, leaf)` pairs: string steps become dicts, integer steps tuples (1-based).
+
+    Insertion order follows the pairs, which is Julia's field order for manifest order.
+    """
+    root: dict[Any, Any] = {}
+    single: list[Any] = []
+    for path, leaf in leaves:
+        if not path:
+            single.append(leaf)
+            continue
+        node = root
+        for step in path[:-1]:
+            node = node.setdefault(step, {})
+        node[path[-1]] = leaf
+    if single:
+        return single[0]
+    return _tuplify(root)
+
+
+def _tuplify(node: Any) -> Any:
+    if not isinstance(node, dict):
+        return node
+    if node and all(isinstance(k, int) for k in node):
+        n = max(node)
+        return tuple(_tuplify(node.get(i + 1)) for i in range(n))
+    return {k: _tuplify(v) for k, v in node.items()}
+
+
+def lookup(tree: Any, path: LuxPath, root: str) -> Any:
+    """The leaf at `path`, with an error naming the path when the tree lacks it."""
+    node = tree
+    for depth, step in enumerate(path):
+        try:
+            if isinstance(step, int) and isinstance(node, (tuple, list)):
+                node = node[step - 1]
+            else:
+                node = node[step]
+        except (KeyError, IndexError, TypeError) as e:
+            raise CallArgumentError(
+                f"{format_path(root, path)}: missing from the {root} you passed (no "
+                f"{format_path(root, path[: depth + 1])}); pass the same tree structure as "
+                f"model.{root if root != 'x' else 'inputs'}"
+            ) from e
+    return node

@@ -1,0 +1,101 @@
+"""verify: run a bundle's example inputs and compare with the outputs Julia computed."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import BundleError
+from .model import import_lux
+
+
+@dataclass(frozen=True)
+class ResultCheck:
+    """Agreement of one @main result with Julia's reference output."""
+
+    name: str
+    max_abs: float
+    max_rel: float
+    ok: bool
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """Per-result errors against the bundled reference outputs, and the overall verdict."""
+
+    bundle: str
+    backend: str
+    rtol: float
+    atol: float
+    checks: list[ResultCheck] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when every result is within tolerance."""
+        return all(c.ok for c in self.checks)
+
+    @property
+    def max_abs(self) -> float:
+        """Largest absolute error over all results."""
+        return max((c.max_abs for c in self.checks), default=0.0)
+
+    @property
+    def max_rel(self) -> float:
+        """Largest relative error over all results."""
+        return max((c.max_rel for c in self.checks), default=0.0)
+
+
+def _compare(
+    got: np.ndarray, want: np.ndarray, rtol: float, atol: float
+) -> tuple[float, float, bool]:
+    if want.dtype == np.bool_ or np.issubdtype(want.dtype, np.integer):
+        same = bool(np.array_equal(got, want))
+        diff = float(np.max(np.abs(got.astype(np.int64) - want.astype(np.int64)), initial=0))
+        return diff, diff, same
+    g = got.astype(np.complex128 if np.iscomplexobj(want) else np.float64)
+    w = want.astype(g.dtype)
+    err = np.abs(g - w)
+    max_abs = float(np.max(err, initial=0.0))
+    max_rel = float(np.max(err / np.maximum(np.abs(w), np.finfo(np.float64).tiny), initial=0.0))
+    ok = bool(np.all(err <= atol + rtol * np.abs(w))) and bool(
+        np.array_equal(np.isnan(g), np.isnan(w))
+    )
+    return max_abs, max_rel, ok
+
+
+def verify(
+    path: str | os.PathLike[str],
+    *,
+    backend: str = "auto",
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> VerifyReport:
+    """Run the bundle's example inputs; report max abs/rel error per result against Julia's."""
+    model = import_lux(path, backend=backend)
+    m = model.manifest
+    examples = model.bundle.read_examples()
+    if examples is None or m.examples is None:
+        raise BundleError(
+            f"{path}: the bundle has no examples section, so there is nothing to verify against"
+        )
+    ins, outs = examples
+    rtol = m.examples.rtol if rtol is None else rtol
+    atol = m.examples.atol if atol is None else atol
+    values = model.bundle.read_state_and_params()
+    flat = []
+    for a in m.arguments:
+        if a.role == "input":
+            if a.index not in ins:
+                raise BundleError(f"{path}: examples give no value for input {a.label}")
+            flat.append(ins[a.index])
+        else:
+            flat.append(values[a.index])
+    results = model.fn(*flat)
+    checks = []
+    for k, want in sorted(outs.items()):
+        got = np.asarray(results[k])
+        max_abs, max_rel, ok = _compare(got, want, rtol, atol)
+        checks.append(ResultCheck(m.results[k].label, max_abs, max_rel, ok))
+    return VerifyReport(str(path), model.fn.backend_name, rtol, atol, checks)
