@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 from typing import Any
 
 import jax
@@ -12,6 +13,7 @@ from . import dtypes
 from .backends import Backend
 from .errors import CallArgumentError
 from .stablehlo import StableHLOModule, TensorSpec
+from .transforms import CallTarget, call_p
 
 
 def _describe(x: Any) -> str:
@@ -108,10 +110,22 @@ class ImportedFunction:
         types |= {lab: s.dtype for lab, s in zip(self.result_labels, self.module.results)}
         dtypes.require_x64(types, self.module.origin)
 
+    @cached_property
+    def target(self) -> CallTarget:
+        """The backend's primal/JVP/VJP, as the juliabridge primitives see them."""
+        return CallTarget(
+            name=self.module.origin,
+            in_specs=self.module.arguments,
+            out_specs=self.module.results,
+            primal=self.backend.call,
+            jvp_factory=self.backend.jvp_function,
+            vjp_factory=self.backend.vjp_function,
+        )
+
     def __call__(self, *args: Any) -> tuple[jax.Array, ...]:
         self._check_x64()
         arrays = check_call_args(args, self.module.arguments, self.arg_labels, self.module.origin)
-        return self.backend.call(*arrays)
+        return tuple(call_p.bind(*arrays, target=self.target))
 
     def __repr__(self) -> str:
         ins = ", ".join(str(s) for s in self.module.arguments[:4])

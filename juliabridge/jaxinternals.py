@@ -11,18 +11,31 @@ from collections.abc import Callable, Sequence
 
 import jax
 from jax import export as jax_export
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching
 from jax.interpreters import mlir as jax_mlir
 from jaxlib.mlir import ir
 
 from .errors import BackendUnavailableError
 
 __all__ = [
+    "ad",
+    "batching",
     "build_exported",
     "custom_call_allowlist",
     "ir",
+    "jax_mlir",
     "make_context",
+    "make_primitive",
     "serialize_portable",
 ]
+
+
+def make_primitive(name: str) -> Primitive:
+    """A multiple-results primitive; rules are registered by juliabridge.transforms."""
+    p = Primitive(name)
+    p.multiple_results = True
+    return p
 
 
 def make_context(*, allow_unregistered: bool = False) -> ir.Context:

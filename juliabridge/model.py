@@ -8,10 +8,13 @@ from typing import Any
 import jax.numpy as jnp
 
 from . import dtypes
-from .backends import make_backend
+from .backends import make_backend, resolve_backend_name
+from .batchsize import batch_size_of, call_with_batch
 from .bundle import Bundle, open_bundle
 from .bundle.manifest import ArgumentEntry, Manifest
+from .errors import JuliaBridgeError
 from .function import ImportedFunction
+from .stablehlo import parse_module
 from .trees import build_tree, lookup
 
 
@@ -22,9 +25,18 @@ class LuxModel:
     and ``state`` are nested dicts of jax arrays keyed by Lux names (optax-ready pytrees).
     """
 
-    def __init__(self, bundle: Bundle, fn: ImportedFunction, params: Any, state: Any) -> None:
+    def __init__(
+        self,
+        bundle: Bundle,
+        fn: ImportedFunction,
+        params: Any,
+        state: Any,
+        *,
+        layout: str = "mlir",
+    ) -> None:
         self.bundle = bundle
         self.fn = fn
+        self.layout = layout
         self.params = params
         self.state = state
 
@@ -95,8 +107,15 @@ class LuxModel:
             return inputs[0]
         return tuple(inputs)
 
+    def _to_mlir(self, x: Any) -> Any:
+        # Julia order is the MLIR order reversed; a transpose inside the jitted program.
+        return jnp.transpose(x) if self.layout == "julia" else x
+
     def apply(self, params: Any, state: Any, *inputs: Any) -> tuple[Any, Any]:
-        """Run the model: ``(outputs, new_state)`` as Lux's ``model(x, ps, st)`` returns."""
+        """Run the model: ``(outputs, new_state)`` as Lux's ``model(x, ps, st)`` returns.
+
+        Inputs may carry any batch size when the manifest says samples are independent.
+        """
         x = self._input_tree(inputs)
         flat = []
         for a in self.manifest.arguments:
@@ -105,8 +124,14 @@ class LuxModel:
                 "parameter": (params, "params"),
                 "state": (state, "state"),
             }[a.role]
-            flat.append(lookup(tree, a.path, root))
-        results = self.fn(*flat)
+            flat.append(self._to_mlir(lookup(tree, a.path, root)))
+        n = batch_size_of(self.manifest, flat)
+        if n is None or self.manifest.batch is None or n == self.manifest.batch.size:
+            results = self.fn(*flat)
+        else:
+            results = call_with_batch(self.manifest, self.fn, flat, n)
+        results = tuple(self._to_mlir(r) for r in results)  # transpose is its own inverse
+        flat = [self._to_mlir(v) for v in flat]
         outs: list[tuple[tuple[Any, ...], Any]] = []
         for r, value in zip(self.manifest.results, results):
             outs += [(p, value) for p in r.paths]
@@ -133,19 +158,33 @@ class LuxModel:
         return f"<LuxModel {m.name!r} mode={m.mode} params={n_par} arrays backend={backend}>"
 
 
+LAYOUTS = ("mlir", "julia")
+
+
 def import_lux(
     path: str | os.PathLike[str],
     *,
     backend: str = "auto",
+    layout: str = "mlir",
     verify_checksums: bool = True,
     trust: bool = False,
 ) -> LuxModel:
-    """Load a bundle directory as a LuxModel (checksums verified unless told otherwise)."""
+    """Load a bundle directory as a LuxModel (checksums verified unless told otherwise).
+
+    `layout="mlir"` (default) uses the module's row-major shapes, Julia's dims reversed;
+    `layout="julia"` presents params, state, inputs and outputs in Julia's dimension order.
+    """
+    if layout not in LAYOUTS:
+        raise JuliaBridgeError(f"unknown layout {layout!r}; expected 'mlir' or 'julia'")
+    backend = resolve_backend_name(backend)
     bundle = open_bundle(path, verify_checksums=verify_checksums, trust=trust)
     m = bundle.manifest
+    vjp_source = None
+    if m.vjp is not None:
+        vjp_source = parse_module(bundle.file(m.vjp), trust=trust)
     fn = ImportedFunction(
         bundle.module,
-        make_backend(bundle.module, backend, trust=trust),
+        make_backend(bundle.module, backend, trust=trust, vjp_source=vjp_source),
         arg_labels=[a.label for a in m.arguments],
         result_labels=[".".join(map(str, r.paths[0])) for r in m.results],
     )
@@ -154,15 +193,15 @@ def import_lux(
         {a.label: a.dtype for a in m.arguments if a.role != "input"}, f"bundle {bundle.root}"
     )
     values = bundle.read_state_and_params()
+
+    def shown(v: Any) -> Any:
+        return jnp.asarray(v.T if layout == "julia" else v)
+
     params = build_tree(
-        [(a.path, jnp.asarray(values[a.index])) for a in m.arguments if a.role == "parameter"]
+        [(a.path, shown(values[a.index])) for a in m.arguments if a.role == "parameter"]
     )
-    state = build_tree(
-        [(a.path, jnp.asarray(values[a.index])) for a in m.arguments if a.role == "state"]
-    )
-    return LuxModel(
-        bundle, fn, params if params is not None else {}, state if state is not None else {}
-    )
+    state = build_tree([(a.path, shown(values[a.index])) for a in m.arguments if a.role == "state"])
+    return LuxModel(bundle, fn, params, state, layout=layout)
 
 
 __all__ = ["LuxModel", "import_lux"]

@@ -16,9 +16,7 @@ import pytest
 import juliabridge
 from tests.reference.fixture_refs import FIXTURES, FixtureRef
 
-FIXTURE_DIR = (
-    Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "reactant"
-)
+FIXTURE_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "reactant"
 BACKENDS = ("xla", "enzyme")
 MODES = ("eager", "jit")
 
@@ -52,20 +50,12 @@ def fixture_name(request: pytest.FixtureRequest) -> Iterator[str]:
 def _assert_matches(
     outputs: object, expected: Sequence[np.ndarray], ref: FixtureRef, label: str
 ) -> None:
-    assert isinstance(outputs, tuple), (
-        f"{label}: expected a tuple, got {type(outputs).__name__}"
-    )
-    assert len(outputs) == len(expected), (
-        f"{label}: {len(outputs)} results, not {len(expected)}"
-    )
+    assert isinstance(outputs, tuple), f"{label}: expected a tuple, got {type(outputs).__name__}"
+    assert len(outputs) == len(expected), f"{label}: {len(outputs)} results, not {len(expected)}"
     for i, (got, want) in enumerate(zip(outputs, expected, strict=True)):
         got = np.asarray(got)
-        assert got.shape == want.shape, (
-            f"{label}: result {i} shape {got.shape} != {want.shape}"
-        )
-        assert got.dtype == want.dtype, (
-            f"{label}: result {i} dtype {got.dtype} != {want.dtype}"
-        )
+        assert got.shape == want.shape, f"{label}: result {i} shape {got.shape} != {want.shape}"
+        assert got.dtype == want.dtype, f"{label}: result {i} dtype {got.dtype} != {want.dtype}"
         np.testing.assert_allclose(
             got, want, rtol=ref.rtol, atol=ref.atol, err_msg=f"{label}: result {i}"
         )
@@ -73,9 +63,7 @@ def _assert_matches(
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_fixture_matches_numpy_reference(
-    fixture_name: str, backend: str, mode: str
-) -> None:
+def test_fixture_matches_numpy_reference(fixture_name: str, backend: str, mode: str) -> None:
     path = _fixture_path(fixture_name)
     _require_backend(backend)
     ref = FIXTURES[fixture_name]
@@ -101,6 +89,4 @@ def test_source_may_be_text_or_str_path(backend: str, source_kind: str) -> None:
     with jax.enable_x64(ref.needs_x64):
         fn = juliabridge.load_mlir(source, backend=backend)
         inputs = ref.make_inputs(np.random.default_rng(1))
-        _assert_matches(
-            fn(*inputs), ref.reference(*inputs), ref, f"{name} from {source_kind}"
-        )
+        _assert_matches(fn(*inputs), ref.reference(*inputs), ref, f"{name} from {source_kind}")

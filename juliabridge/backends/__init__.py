@@ -20,12 +20,21 @@ def resolve_backend_name(name: str) -> str:
     return name
 
 
-def make_backend(module: StableHLOModule, name: str = "auto", *, trust: bool = False) -> Backend:
-    """Build the named backend for `module` (all load-time work happens here)."""
+def make_backend(
+    module: StableHLOModule,
+    name: str = "auto",
+    *,
+    trust: bool = False,
+    vjp_source: StableHLOModule | str | None = None,
+) -> Backend:
+    """Build the named backend for `module` (all load-time work happens here).
+
+    `vjp_source` is a VJP module (spec §5) for the xla backend's gradients.
+    """
     resolved = resolve_backend_name(name)
     if resolved == "enzyme":
         return EnzymeBackend(module, trust=trust)
-    return XlaBackend(module, trust=trust)
+    return XlaBackend(module, trust=trust, vjp_source=vjp_source)
 
 
 __all__ = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import jax
@@ -17,4 +18,12 @@ class Backend(Protocol):
 
     def call(self, *args: jax.Array) -> tuple[jax.Array, ...]:
         """Run @main on arrays whose shapes and dtypes were already checked."""
+        ...
+
+    def jvp_function(self) -> Callable[..., tuple[jax.Array, ...]]:
+        """(*primals, *float tangents) -> float result tangents, or raise TransformError."""
+        ...
+
+    def vjp_function(self) -> Callable[..., tuple[jax.Array, ...]]:
+        """(*primals, *result cotangents) -> argument cotangents, or raise TransformError."""
         ...

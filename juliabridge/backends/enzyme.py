@@ -21,6 +21,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import BackendUnavailableError, UnsupportedModuleError
 from ..stablehlo import StableHLOModule, TensorSpec
+from ..transforms.derive import jvp_from_primal, vjp_from_primal, vjp_module_text
 
 #: Element types hlo_call cannot take, and the type each crosses the boundary as.
 BOUNDARY_TYPES = {"f16": "f32", "i16": "i32", "ui8": "ui32", "ui16": "ui32", "i1": "i8"}
@@ -109,7 +110,6 @@ class EnzymeBackend:
         self.module = module
         self.text, self.n_pad = _wrapped_text(module)
         self._hlo_call = hlo_call
-        self._jitted: Callable[..., tuple[jax.Array, ...]] = jax.jit(self._traced)
 
     def _traced(self, *args: jax.Array) -> tuple[jax.Array, ...]:
         outer = [
@@ -124,5 +124,17 @@ class EnzymeBackend:
         )
 
     def call(self, *args: jax.Array) -> tuple[jax.Array, ...]:
-        """Run @main; works eagerly because the call always goes through jax.jit."""
-        return self._jitted(*args)
+        """Run @main (traceable; eager calls go through jax.jit in the primitive's impl)."""
+        return self._traced(*args)
+
+    def jvp_function(self) -> Callable[..., tuple[jax.Array, ...]]:
+        """Forward mode through Enzyme (hlo_call's JVP rule)."""
+        return jvp_from_primal(self._traced, self.module.arguments, self.module.results)
+
+    def vjp_function(self) -> Callable[..., tuple[jax.Array, ...]]:
+        """Reverse mode through Enzyme, in the bundle's VJP convention (spec §5)."""
+        return vjp_from_primal(self._traced, self.module.arguments, self.module.results)
+
+    def vjp_module_text(self) -> str:
+        """The VJP lowered to plain StableHLO, to store in a bundle for machines without Enzyme."""
+        return vjp_module_text(self._traced, self.module.arguments, self.module.results)

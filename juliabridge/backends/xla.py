@@ -1,17 +1,32 @@
-"""The `xla` backend: the module wrapped as a jax.export.Exported (no enzyme-ad needed)."""
+"""The `xla` backend: the module wrapped as a jax.export.Exported (no enzyme-ad needed).
+
+Reverse mode comes from a VJP module (spec §5): one shipped in a bundle, or derived once with
+Enzyme where enzyme-ad is importable. Forward mode is not available on this backend.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import jax
 
 from .. import dtypes
-from ..errors import UnsupportedModuleError
+from ..errors import TransformError, UnsupportedModuleError
 from ..jaxinternals import build_exported, ir, make_context, serialize_portable
-from ..stablehlo import StableHLOModule, TensorSpec
+from ..stablehlo import StableHLOModule, TensorSpec, parse_module
+
+VjpSource = StableHLOModule | str | None
 
 
 def _aval(spec: TensorSpec) -> jax.core.ShapedArray:
     return jax.core.ShapedArray(spec.shape, dtypes.to_numpy(spec.dtype))
+
+
+def expected_vjp_signature(
+    module: StableHLOModule,
+) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """(arguments, results) a VJP module of `module` must have (spec §5)."""
+    return module.arguments + module.results, module.arguments
 
 
 class XlaBackend:
@@ -19,8 +34,12 @@ class XlaBackend:
 
     name = "xla"
 
-    def __init__(self, module: StableHLOModule, *, trust: bool = False) -> None:
+    def __init__(
+        self, module: StableHLOModule, *, trust: bool = False, vjp_source: VjpSource = None
+    ) -> None:
         self.module = module
+        self.trust = trust
+        self.vjp_source = vjp_source
         try:
             with make_context():
                 bytecode = serialize_portable(ir.Module.parse(module.text))
@@ -39,3 +58,44 @@ class XlaBackend:
     def call(self, *args: jax.Array) -> tuple[jax.Array, ...]:
         """Run @main through Exported.call (eager or traced)."""
         return tuple(self.exported.call(*args))
+
+    def jvp_function(self) -> Callable[..., tuple[jax.Array, ...]]:
+        """Not available: XLA cannot differentiate foreign StableHLO in forward mode."""
+        raise TransformError(
+            f"{self.module.origin}: forward mode (jax.jvp, jax.jacfwd) is not available on "
+            "backend='xla', which differentiates only through a VJP module. Use "
+            "backend='enzyme' (needs enzyme-ad) for forward mode, or reverse mode (jax.grad, "
+            "jax.vjp, jax.jacrev) here."
+        )
+
+    def _vjp_module(self) -> StableHLOModule:
+        src = self.vjp_source
+        if isinstance(src, StableHLOModule):
+            return src
+        if isinstance(src, str):
+            return parse_module(src, trust=self.trust)
+        from .enzyme import EnzymeBackend, enzyme_available
+
+        if not enzyme_available():
+            raise TransformError(
+                f"{self.module.origin}: gradients on backend='xla' need a VJP module and none "
+                "is available: the bundle carries none and enzyme-ad (which could derive one) "
+                "is not importable. Export with `JuliaBridge.export_lux(...; vjp=true)`, or run "
+                "`juliabridge vjp BUNDLE` once on a machine with enzyme-ad (CPython 3.11)."
+            )
+        text = EnzymeBackend(self.module, trust=self.trust).vjp_module_text()
+        return parse_module(text, trust=self.trust)
+
+    def vjp_function(self) -> Callable[..., tuple[jax.Array, ...]]:
+        """(*primals, *cotangents) -> cotangents, through the VJP module compiled by XLA."""
+        vjp_module = self._vjp_module()
+        want_in, want_out = expected_vjp_signature(self.module)
+        if vjp_module.arguments != want_in or vjp_module.results != want_out:
+            raise TransformError(
+                f"{vjp_module.origin}: the VJP module's signature "
+                f"({', '.join(map(str, vjp_module.arguments))}) -> "
+                f"({', '.join(map(str, vjp_module.results))}) does not match the forward module "
+                "(expected its arguments then one cotangent per result, returning one "
+                "cotangent per argument; docs/bundle-format.md §5)"
+            )
+        return XlaBackend(vjp_module, trust=self.trust).call

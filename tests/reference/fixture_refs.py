@@ -100,9 +100,7 @@ def _gradient_inputs(rng: np.random.Generator) -> Inputs:
     ]
 
 
-def _gradient_ref(
-    v: np.ndarray, m: np.ndarray, _unused: np.ndarray
-) -> tuple[np.ndarray, ...]:
+def _gradient_ref(v: np.ndarray, m: np.ndarray, _unused: np.ndarray) -> tuple[np.ndarray, ...]:
     column_sums = m.astype(np.float64).sum(axis=0).astype(np.float32)
     rows = np.broadcast_to(v, (1024, 1024)).copy()
     return column_sums, rows, np.ones((1024, 1024), np.float32)

@@ -1,0 +1,120 @@
+"""Serving any batch size N with a module traced for batch size B.
+
+Inputs are edge-padded to a multiple of B (repeating a real sample keeps padded rows finite, so
+their zero cotangents cannot turn into NaN in parameter gradients), split into B-sized chunks
+run with lax.map inside the caller's program, and the results cut back to N.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .bundle.manifest import Manifest
+from .errors import CallArgumentError
+
+
+def batch_size_of(manifest: Manifest, flat: Sequence[Any]) -> int | None:
+    """The batch size N the inputs carry, or None when the manifest records no batch axis."""
+    sizes = {}
+    for a in manifest.arguments:
+        if a.role == "input" and a.batch_axis is not None:
+            shape = jnp.shape(flat[a.index])
+            if len(shape) != len(a.shape):
+                raise CallArgumentError(
+                    f"{a.label}: expects rank {len(a.shape)} ({list(a.shape)}), got shape "
+                    f"{list(shape)}"
+                )
+            sizes[a.label] = shape[a.batch_axis]
+    if not sizes:
+        return None
+    if len(set(sizes.values())) > 1:
+        raise CallArgumentError(f"inputs disagree on the batch size: {sizes}")
+    n = int(next(iter(sizes.values())))
+    # Every dim but the batch axis must already match, so a wrong layout is reported as such
+    # instead of being mistaken for a different batch size.
+    for a in manifest.arguments:
+        if a.role != "input" or a.batch_axis is None:
+            continue
+        got = tuple(int(d) for d in jnp.shape(flat[a.index]))
+        rest = [d for i, d in enumerate(got) if i != a.batch_axis]
+        want = [d for i, d in enumerate(a.shape) if i != a.batch_axis]
+        if rest != want:
+            dims = ["N" if i == a.batch_axis else str(d) for i, d in enumerate(a.shape)]
+            hint = ""
+            if got == tuple(reversed(a.shape)) or list(reversed(got))[: len(want)] == want:
+                hint = (
+                    " The dims look reversed: inputs use the MLIR (row-major) order, Julia's "
+                    "dims reversed; pass x.T or import with layout='julia'."
+                )
+            raise CallArgumentError(
+                f"{manifest.name}: {a.label} expects tensor<{'x'.join(dims)}x{a.dtype}> (any "
+                f"batch size N on axis {a.batch_axis}; traced with N={a.shape[a.batch_axis]}), "
+                f"got shape {list(got)}.{hint}"
+            )
+    return n
+
+
+def _chunk(x: jax.Array, axis: int, b: int, k: int) -> jax.Array:
+    x = jnp.moveaxis(x, axis, 0)
+    n = x.shape[0]
+    if n < k * b:
+        x = jnp.pad(x, [(0, k * b - n)] + [(0, 0)] * (x.ndim - 1), mode="edge")
+    return x.reshape((k, b, *x.shape[1:]))
+
+
+def _unchunk(y: jax.Array, axis: int, n: int) -> jax.Array:
+    y = y.reshape((y.shape[0] * y.shape[1], *y.shape[2:]))[:n]
+    return jnp.moveaxis(y, 0, axis)
+
+
+def call_with_batch(
+    manifest: Manifest,
+    fn: Callable[..., tuple[jax.Array, ...]],
+    flat: list[Any],
+    n: int,
+) -> tuple[jax.Array, ...]:
+    """Run `fn` (traced for batch B) on inputs carrying N samples."""
+    if manifest.batch is None:
+        raise CallArgumentError(
+            "the inputs carry a batch size other than the traced one, and the manifest does not "
+            "say the samples are independent; call with the traced shapes"
+        )
+    b = manifest.batch.size
+    if not manifest.batch.samples_independent:
+        raise CallArgumentError(
+            f"the model was traced with batch size {b} and its samples are not independent "
+            f"(e.g. BatchNorm in train mode normalises over the batch), so it cannot serve "
+            f"{n} samples by splitting or padding; call it with exactly {b} samples or "
+            "re-export it with the batch size you need"
+        )
+    for r in manifest.results:
+        if r.batch_axis is None:
+            continue
+        if r.shape[r.batch_axis] != b:
+            raise CallArgumentError(
+                f"{r.label}: batch axis {r.batch_axis} has size {r.shape[r.batch_axis]}, not the "
+                f"traced batch size {b}; the manifest's batch axes are inconsistent"
+            )
+    k = -(-n // b)
+    batched = [
+        a.index for a in manifest.arguments if a.role == "input" and a.batch_axis is not None
+    ]
+    axes = {a.index: a.batch_axis for a in manifest.arguments}
+    chunks = {i: _chunk(flat[i], axes[i] or 0, b, k) for i in batched}
+
+    def one(chunk: dict[int, jax.Array]) -> tuple[jax.Array, ...]:
+        args = list(flat)
+        for i, v in chunk.items():
+            args[i] = v
+        return tuple(fn(*args))
+
+    outs = lax.map(one, chunks)
+    return tuple(
+        _unchunk(o, r.batch_axis, n) if r.batch_axis is not None else o[0]
+        for o, r in zip(outs, manifest.results)
+    )

@@ -1,0 +1,1 @@
+"""Example Lux models and bundles made in Python (no Julia), for docs and tests."""

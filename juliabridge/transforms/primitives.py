@@ -1,0 +1,162 @@
+"""JAX primitives for imported modules, with rules for jit, grad, jvp and vmap.
+
+`call_p` runs a module. Its JVP emits `jvp_p` (primals, tangents -> tangents), which is linear
+in the tangents; the transpose of `jvp_p` is `vjp_p`. So reverse mode never evaluates `jvp_p`:
+a backend with only a VJP (xla with a VJP module) still gets grad, and one with neither gets a
+TransformError naming what is missing. All three batch by looping over the mapped axis with
+lax.map, which is exact for any module (no assumption about what the module does per sample).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .. import dtypes
+from ..jaxinternals import ad, batching, jax_mlir, make_primitive
+from .target import CallTarget
+
+
+def _aval(spec: Any) -> jax.core.ShapedArray:
+    return jax.core.ShapedArray(spec.shape, dtypes.to_numpy(spec.dtype))
+
+
+# --- primal -----------------------------------------------------------------------------------
+
+call_p = make_primitive("juliabridge_call")
+
+
+def _call_abstract(*args: Any, target: CallTarget) -> list[jax.core.ShapedArray]:
+    return [_aval(s) for s in target.out_specs]
+
+
+call_p.def_abstract_eval(_call_abstract)
+call_p.def_impl(lambda *args, target: list(target.jit_primal(*args)))
+jax_mlir.register_lowering(
+    call_p,
+    lambda ctx, *args, target: jax_mlir.lower_fun(
+        lambda *a: list(target.primal(*a)), multiple_results=True
+    )(ctx, *args),
+)
+
+# --- forward mode -----------------------------------------------------------------------------
+
+jvp_p = make_primitive("juliabridge_jvp")
+
+
+def _jvp_abstract(*args: Any, target: CallTarget) -> list[jax.core.ShapedArray]:
+    return [_aval(target.out_specs[k]) for k in target.diff_out]
+
+
+jvp_p.def_abstract_eval(_jvp_abstract)
+jvp_p.def_impl(lambda *args, target: list(target.jit_jvp(*args)))
+jax_mlir.register_lowering(
+    jvp_p,
+    lambda ctx, *args, target: jax_mlir.lower_fun(
+        lambda *a: list(target.jvp(*a)), multiple_results=True
+    )(ctx, *args),
+)
+
+
+def _call_jvp(primals: Any, tangents: Any, *, target: CallTarget) -> tuple[list[Any], list[Any]]:
+    outs = call_p.bind(*primals, target=target)
+    diff_tangents = [
+        ad.instantiate_zeros(tangents[i]) if type(tangents[i]) is ad.Zero else tangents[i]
+        for i in target.diff_in
+    ]
+    out_tangents: list[Any] = [ad.Zero(_aval(s).to_tangent_aval()) for s in target.out_specs]
+    if target.diff_out and target.diff_in:
+        diff_out_tangents = jvp_p.bind(*primals, *diff_tangents, target=target)
+        for k, t in zip(target.diff_out, diff_out_tangents):
+            out_tangents[k] = t
+    return outs, out_tangents
+
+
+ad.primitive_jvps[call_p] = _call_jvp
+
+# --- reverse mode -----------------------------------------------------------------------------
+
+vjp_p = make_primitive("juliabridge_vjp")
+
+
+def _vjp_abstract(*args: Any, target: CallTarget) -> list[jax.core.ShapedArray]:
+    return [_aval(s) for s in target.in_specs]
+
+
+vjp_p.def_abstract_eval(_vjp_abstract)
+vjp_p.def_impl(lambda *args, target: list(target.jit_vjp(*args)))
+jax_mlir.register_lowering(
+    vjp_p,
+    lambda ctx, *args, target: jax_mlir.lower_fun(
+        lambda *a: list(target.vjp(*a)), multiple_results=True
+    )(ctx, *args),
+)
+
+
+def _jvp_transpose(cts: Any, *args: Any, target: CallTarget) -> list[Any]:
+    n = len(target.in_specs)
+    primals = args[:n]
+    if any(ad.is_undefined_primal(p) for p in primals):
+        from ..errors import TransformError
+
+        raise TransformError(
+            f"{target.name}: cannot transpose with respect to the primal inputs of a JVP "
+            "(this would be a second-order derivative, which juliabridge does not provide)"
+        )
+    full_cts = []
+    ct_iter = dict(zip(target.diff_out, cts))
+    for k, spec in enumerate(target.out_specs):
+        ct = ct_iter.get(k)
+        if ct is None or type(ct) is ad.Zero:
+            full_cts.append(jnp.zeros(spec.shape, dtypes.to_numpy(spec.dtype)))
+        else:
+            full_cts.append(ct)
+    arg_cts = vjp_p.bind(*primals, *full_cts, target=target)
+    return [None] * n + [arg_cts[i] for i in target.diff_in]
+
+
+ad.primitive_transposes[jvp_p] = _jvp_transpose
+
+
+def _no_second_order(primals: Any, tangents: Any, *, target: CallTarget) -> Any:
+    from ..errors import TransformError
+
+    raise TransformError(
+        f"{target.name}: second-order derivatives (grad of grad, hessian, jvp of a VJP) are not "
+        "available for imported modules; differentiate once, or export the derivative you need "
+        "from Julia as its own bundle"
+    )
+
+
+ad.primitive_jvps[jvp_p] = _no_second_order
+ad.primitive_jvps[vjp_p] = _no_second_order
+
+# --- vmap -------------------------------------------------------------------------------------
+
+
+def _loop_batcher(prim: Any) -> Any:
+    """Batch `prim` by mapping it over the batched axis with lax.map (a sequential loop)."""
+
+    def rule(args: Any, dims: Any, **params: Any) -> tuple[list[Any], list[int]]:
+        size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+        batched_idx = [i for i, d in enumerate(dims) if d is not None]
+        moved = [jnp.moveaxis(args[i], dims[i], 0) for i in batched_idx]
+
+        def body(sliced: Any) -> Any:
+            full = list(args)
+            for i, s in zip(batched_idx, sliced):
+                full[i] = s
+            return tuple(prim.bind(*full, **params))
+
+        del size  # every mapped argument shares it; lax.map checks that
+        outs = lax.map(body, tuple(moved))
+        return list(outs), [0] * len(outs)
+
+    return rule
+
+
+for _p in (call_p, jvp_p, vjp_p):
+    batching.primitive_batchers[_p] = _loop_batcher(_p)

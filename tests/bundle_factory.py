@@ -1,0 +1,79 @@
+"""A tiny Dense+BatchNorm(test mode) bundle written with the Python writer, for error tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from juliabridge.bundle.writer import ArgumentSpec, write_bundle
+
+
+def _forward(x, w, b, scale, bias, mean, var):  # type: ignore[no-untyped-def]
+    y = x @ w + b
+    return (y - mean) / jnp.sqrt(var + 1e-5) * scale + bias
+
+
+def dense_bn_arrays(seed: int = 0) -> list[np.ndarray]:
+    """x (5, 2), then the Lux ps/st leaves in Reactant order, all MLIR-shaped."""
+    rng = np.random.default_rng(seed)
+    f = np.float32
+    return [
+        rng.standard_normal((5, 2)).astype(f),
+        rng.standard_normal((2, 3)).astype(f),
+        rng.standard_normal(3).astype(f),
+        (1 + 0.1 * rng.standard_normal(3)).astype(f),
+        rng.standard_normal(3).astype(f),
+        rng.standard_normal(3).astype(f),
+        (1 + rng.random(3)).astype(f),
+    ]
+
+
+def dense_bn_reference(arrays: list[np.ndarray]) -> np.ndarray:
+    """numpy reference of the same model (Dense then test-mode BatchNorm)."""
+    x, w, b, scale, bias, mean, var = (a.astype(np.float64) for a in arrays)
+    return ((x @ w + b - mean) / np.sqrt(var + 1e-5) * scale + bias).astype(np.float32)
+
+
+def make_dense_bn(path: Path, *, seed: int = 0) -> Path:
+    """Write the bundle (with examples) at `path`."""
+    arrays = dense_bn_arrays(seed)
+    text = jax.jit(_forward).lower(*arrays).as_text()
+    names = [
+        ("input", []),
+        ("parameter", ["layer_1", "weight"]),
+        ("parameter", ["layer_1", "bias"]),
+        ("parameter", ["layer_2", "scale"]),
+        ("parameter", ["layer_2", "bias"]),
+        ("state", ["layer_2", "running_mean"]),
+        ("state", ["layer_2", "running_var"]),
+    ]
+    return write_bundle(
+        path,
+        name="dense_bn",
+        mlir_text=text,
+        arguments=[
+            ArgumentSpec(role, p, a, 0 if role == "input" else None)
+            for (role, p), a in zip(names, arrays, strict=True)
+        ],
+        result_paths=[[["output"]]],
+        aliases=[
+            (["state", "layer_2", "running_mean"], 5),
+            (["state", "layer_2", "running_var"], 6),
+        ],
+        batch={"size": 5, "samples_independent": True},
+        example_outputs=[dense_bn_reference(arrays)],
+        overwrite=True,
+    )
+
+
+def edit_manifest(bundle: Path, change: Any) -> None:
+    """Apply `change(manifest_dict)` to a bundle's manifest.json in place."""
+    p = bundle / "manifest.json"
+    m = json.loads(p.read_text())
+    change(m)
+    p.write_text(json.dumps(m))

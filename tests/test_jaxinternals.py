@@ -1,0 +1,57 @@
+"""The adapter over JAX's private API works with the installed jax (it moves between releases)."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from juliabridge import jaxinternals as ji
+
+TEXT = """module {
+  func.func @main(%arg0: tensor<3xf32>, %arg1: tensor<3xf32>) -> (tensor<3xf32>, tensor<f32>) {
+    %0 = stablehlo.multiply %arg0, %arg1 : tensor<3xf32>
+    %c = stablehlo.constant dense<0.0> : tensor<f32>
+    %1 = stablehlo.reduce(%0 init: %c) applies stablehlo.add across dimensions = [0] : (tensor<3xf32>, tensor<f32>) -> tensor<f32>
+    return %0, %1 : tensor<3xf32>, tensor<f32>
+  }
+}"""
+
+
+def test_context_registers_stablehlo_and_chlo() -> None:
+    with ji.make_context():
+        m = ji.ir.Module.parse(TEXT)
+        assert "stablehlo.multiply" in str(m)
+
+
+def test_unregistered_switch() -> None:
+    ctx = ji.make_context(allow_unregistered=True)
+    assert ctx.allow_unregistered_dialects
+    assert not ji.make_context().allow_unregistered_dialects
+
+
+def test_serialize_and_build_exported_run_eagerly_and_jitted() -> None:
+    with ji.make_context():
+        blob = ji.serialize_portable(ji.ir.Module.parse(TEXT))
+    assert isinstance(blob, bytes) and blob.startswith(b"ML\xefR")  # MLIR bytecode magic
+    f32 = np.dtype(np.float32)
+    exp = ji.build_exported(
+        name="t",
+        module_bytecode=blob,
+        in_avals=[jax.core.ShapedArray((3,), f32)] * 2,
+        out_avals=[jax.core.ShapedArray((3,), f32), jax.core.ShapedArray((), f32)],
+    )
+    a = np.array([1.0, 2.0, 3.0], np.float32)
+    b = np.array([4.0, 5.0, 6.0], np.float32)
+    for out in (exp.call(a, b), jax.jit(exp.call)(a, b)):
+        np.testing.assert_array_equal(np.asarray(out[0]), a * b)
+        assert float(out[1]) == 32.0
+
+
+def test_custom_call_allowlist_has_stable_targets() -> None:
+    allow = ji.custom_call_allowlist()
+    assert "Sharding" in allow
+    assert not any(t.startswith("enzymexla") for t in allow)
+
+
+def test_current_platform_is_a_lowering_platform() -> None:
+    assert ji.current_platform() in {"cpu", "cuda", "rocm", "tpu"}

@@ -1,0 +1,174 @@
+"""load_mlir on the shapes of text Reactant prints, checked against numpy."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import juliabridge
+from juliabridge import jaxinternals
+
+# What Reactant prints: a truncated module name that is not a valid symbol, Enzyme-JAX
+# attributes on the function, its arguments and ops (including #enzymexla<...> values that
+# JAX cannot parse), donation attributes, a private helper, generic op syntax, a while loop
+# with the unit attribute enzyme.disable_mincut, chlo ops, rank-0 tensors and an input echoed
+# back as a result.
+REACTANT_LIKE = """module @reactant_#12#13... attributes {mhlo.num_partitions = 1 : i64, mhlo.num_replicas = 1 : i64} {
+  func.func private @helper(%x: tensor<4xcomplex<f32>>) -> tensor<4xcomplex<f32>> attributes {enzymexla.memory_effects = []} {
+    %0 = chlo.conj %x : tensor<4xcomplex<f32>> -> tensor<4xcomplex<f32>>
+    return %0 : tensor<4xcomplex<f32>>
+  }
+  func.func @main(%arg0: tensor<4xcomplex<f32>> {enzymexla.memory_effects = [], tf.aliasing_output = 0 : i32}, %arg1: tensor<3x4xf32> {enzymexla.memory_effects = []}, %arg2: tensor<f32>) -> (tensor<4xcomplex<f32>>, tensor<3x4xf32>, tensor<f32>, tensor<3x4xf32>) attributes {enzymexla.memory_effects = []} {
+    %c0 = stablehlo.constant dense<0> : tensor<i64>
+    %c3 = stablehlo.constant dense<3> : tensor<i64>
+    %c1 = stablehlo.constant dense<1> : tensor<i64>
+    %0 = call @helper(%arg0) : (tensor<4xcomplex<f32>>) -> tensor<4xcomplex<f32>>
+    %1 = chlo.erf %arg1 : tensor<3x4xf32> -> tensor<3x4xf32>
+    %2 = "stablehlo.multiply"(%1, %arg1) {enzymexla.symmetric_matrix = [#enzymexla<guaranteed NOTGUARANTEED>]} : (tensor<3x4xf32>, tensor<3x4xf32>) -> tensor<3x4xf32>
+    %3:2 = stablehlo.while(%i = %c0, %acc = %arg2) : tensor<i64>, tensor<f32> attributes {enzyme.disable_mincut}
+    cond {
+      %p = stablehlo.compare  LT, %i, %c3 : (tensor<i64>, tensor<i64>) -> tensor<i1>
+      stablehlo.return %p : tensor<i1>
+    } do {
+      %n = stablehlo.add %i, %c1 : tensor<i64>
+      %d = stablehlo.multiply %acc, %acc : tensor<f32>
+      stablehlo.return %n, %d : tensor<i64>, tensor<f32>
+    }
+    return %0, %2, %3#1, %arg1 : tensor<4xcomplex<f32>>, tensor<3x4xf32>, tensor<f32>, tensor<3x4xf32>
+  }
+}
+"""
+
+
+def _inputs() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(3)
+    z = (rng.standard_normal(4) + 1j * rng.standard_normal(4)).astype(np.complex64)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    return z, x, np.float32(1.1)
+
+
+def _reference(z: np.ndarray, x: np.ndarray, s: np.float32) -> tuple[np.ndarray, ...]:
+    erf = np.vectorize(math.erf)(x.astype(np.float64))
+    return np.conj(z), (erf * x).astype(np.float32), np.float32(s) ** 8, x
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_reactant_like_module(backend: str, mode: str) -> None:
+    fn = juliabridge.load_mlir(REACTANT_LIKE, backend=backend)
+    args = _inputs()
+    out = fn(*args) if mode == "eager" else jax.jit(fn)(*args)
+    want = _reference(*args)
+    assert isinstance(out, tuple) and len(out) == 4
+    for got, exp in zip(out, want, strict=True):
+        assert np.asarray(got).shape == np.shape(exp)
+        np.testing.assert_allclose(np.asarray(got), exp, rtol=2e-6, atol=1e-6)
+
+
+def test_sanitizer_reports_what_it_removed() -> None:
+    fn = juliabridge.load_mlir(REACTANT_LIKE, backend="xla")
+    m = fn.module
+    assert m.name == "reactant_#12#13..."
+    assert m.aliasing == {0: 0}
+    assert {"tf.aliasing_output", "enzyme.disable_mincut", "enzymexla.symmetric_matrix"} <= set(
+        m.dropped_attributes
+    )
+    assert "enzyme" not in m.text and "tf.aliasing_output" not in m.text
+    assert "chlo.erf" in m.ops and "func.call" in m.ops
+
+
+@pytest.mark.parametrize(
+    "header",
+    ['module @"reactant_\\"quoted\\" name" {', "module {", "module @plain_name {"],
+)
+def test_module_names(header: str, backend: str) -> None:
+    text = (
+        header
+        + """
+  func.func @main(%arg0: tensor<2xf32>) -> tensor<2xf32> {
+    %0 = stablehlo.negate %arg0 : tensor<2xf32>
+    return %0 : tensor<2xf32>
+  }
+}"""
+    )
+    (out,) = juliabridge.load_mlir(text, backend=backend)(np.array([1.0, -2.0], np.float32))
+    np.testing.assert_array_equal(np.asarray(out), [-1.0, 2.0])
+
+
+def test_module_without_results(backend: str) -> None:
+    # Reactant drops unchanged inputs from @main; a test-mode Dropout chain returns nothing.
+    text = """module {
+  func.func @main(%arg0: tensor<2xf32>) -> () {
+    return
+  }
+}"""
+    fn = juliabridge.load_mlir(text, backend=backend)
+    assert fn(np.zeros(2, np.float32)) == ()
+    assert jax.jit(fn)(np.zeros(2, np.float32)) == ()
+
+
+def test_path_and_text_agree(tmp_path: Path) -> None:
+    p = tmp_path / "m.mlir"
+    p.write_text(REACTANT_LIKE)
+    a = juliabridge.load_mlir(p, backend="xla")(*_inputs())
+    b = juliabridge.load_mlir(str(p), backend="xla")(*_inputs())
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_composes_with_jax_code_and_jax_arrays(backend: str) -> None:
+    fn = juliabridge.load_mlir(REACTANT_LIKE, backend=backend)
+    z, x, s = _inputs()
+
+    @jax.jit
+    def program(x: jax.Array) -> jax.Array:
+        _, y, _, echo = fn(jnp.asarray(z), x * 2.0, jnp.float32(s))
+        return jnp.sum(jnp.tanh(y)) + jnp.sum(echo)
+
+    x2 = (x * 2).astype(np.float64)
+    erf = np.vectorize(math.erf)(x2)
+    want = np.sum(np.tanh(erf * x2)) + np.sum(x2)
+    np.testing.assert_allclose(float(program(jnp.asarray(x))), want, rtol=1e-5)
+
+
+def test_module_is_serialized_once_per_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = jaxinternals.serialize_portable
+
+    def counting(module):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real(module)
+
+    monkeypatch.setattr("juliabridge.backends.xla.serialize_portable", counting)
+    fn = juliabridge.load_mlir(REACTANT_LIKE, backend="xla")
+    assert len(calls) == 1
+    args = _inputs()
+    for _ in range(3):
+        fn(*args)
+    jax.jit(fn)(*args)
+    jax.jit(lambda *a: fn(*a)[1])(*args)
+    assert len(calls) == 1
+
+
+def test_auto_backend_prefers_enzyme_when_available() -> None:
+    from juliabridge.backends import enzyme_available
+
+    fn = juliabridge.load_mlir(REACTANT_LIKE)
+    assert fn.backend_name == ("enzyme" if enzyme_available() else "xla")
+
+
+def test_allowlisted_custom_call_is_accepted() -> None:
+    text = """module {
+  func.func @main(%arg0: tensor<2xf32>) -> tensor<2xf32> {
+    %0 = stablehlo.custom_call @Sharding(%arg0) {mhlo.sharding = "{replicated}"} : (tensor<2xf32>) -> tensor<2xf32>
+    return %0 : tensor<2xf32>
+  }
+}"""
+    fn = juliabridge.load_mlir(text, backend="xla")
+    assert fn.module.custom_calls == ("Sharding",)
+    (out,) = fn(np.array([1.0, 2.0], np.float32))
+    np.testing.assert_array_equal(np.asarray(out), [1.0, 2.0])

@@ -1,0 +1,104 @@
+"""Manifest validation, and the spec's worked example kept valid (spec and reader in step)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import juliabridge
+from juliabridge.bundle.manifest import parse_manifest
+
+SPEC = Path(__file__).resolve().parents[1] / "docs" / "bundle-format.md"
+
+
+def spec_example() -> dict[str, Any]:
+    """The JSON manifest of docs/bundle-format.md §7, with real-looking hashes."""
+    text = SPEC.read_text()
+    block = re.search(r"```json\n(.*?)```", text, re.S)
+    assert block, "docs/bundle-format.md lost its worked example"
+    return json.loads(block.group(1).replace("<64 hex>", "0" * 64))
+
+
+def test_spec_example_is_a_valid_manifest() -> None:
+    m = parse_manifest(spec_example())
+    assert [a.label for a in m.arguments][:3] == [
+        "x",
+        "params.layer_1.weight",
+        "params.layer_1.bias",
+    ]
+    assert m.aliases[0].argument == 5
+    assert m.batch is not None and m.batch.samples_independent
+
+
+def test_spec_documents_every_dtype() -> None:
+    text = SPEC.read_text()
+    for t in juliabridge.dtypes.MLIR_TO_NUMPY:
+        assert t in text, t
+
+
+def _mutated(change: Any) -> dict[str, Any]:
+    m = copy.deepcopy(spec_example())
+    change(m)
+    return m
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        (lambda m: m.update(format="other"), "not a juliabridge bundle"),
+        (lambda m: m.update(format_version="1"), "expected int"),
+        (lambda m: m.update(format_version=0), "expected 1"),
+        (lambda m: m.update(name="bad name!"), "name"),
+        (lambda m: m.update(mode="eval"), "mode"),
+        (lambda m: m["arguments"][0].update(index=3), "index is 3"),
+        (lambda m: m["arguments"][0].update(index=True), "expected int"),
+        (lambda m: m["arguments"][1].update(role="weight"), "role"),
+        (lambda m: m["arguments"][1].update(dtype="f128"), "unknown element type"),
+        (lambda m: m["arguments"][1].update(julia_shape=[2, 3]), "not shape"),
+        (lambda m: m["arguments"][1].update(shape=[-1, 3], julia_shape=[3, -1]), r"shape\[0\]"),
+        (lambda m: m["arguments"][1].pop("dataset"), "dataset"),
+        (lambda m: m["arguments"][2].update(path=["layer_1", "weight"]), "paths must be unique"),
+        (lambda m: m["arguments"][2].update(path=["layer_1", "weight", "x"]), "leaf"),
+        (lambda m: m["arguments"][1].update(path=["layer_1", 0]), "1-based"),
+        (lambda m: m["arguments"][2].update(dataset="/params/layer_1/weight"), "also used"),
+        (lambda m: m["results"][0].update(paths=[]), "at least one"),
+        (lambda m: m["results"][0].update(paths=[["y"]]), "starts with 'output'"),
+        (lambda m: m["aliases"][0].update(argument=99), "argument"),
+        (
+            lambda m: m["aliases"][1].update(path=["state", "layer_2", "running_mean"]),
+            "appears once",
+        ),
+        (lambda m: m["producer"].update(tool="someone"), "made_with_julia is true"),
+        (lambda m: m["module"].update(sha256="abc"), "hex"),
+        (lambda m: m.update(batch={"size": 0, "samples_independent": True}), "batch.size"),
+        (lambda m: m.update(metadata=[1]), "metadata"),
+    ],
+)
+def test_invalid_manifests(change: Any, needle: str) -> None:
+    with pytest.raises(juliabridge.ManifestError, match=needle):
+        parse_manifest(_mutated(change))
+
+
+@pytest.mark.parametrize("name", ["/etc/passwd", "../x", "a/b", "..", ""])
+def test_unsafe_file_names(name: str) -> None:
+    with pytest.raises(juliabridge.UnsafeBundleError):
+        parse_manifest(_mutated(lambda m: m["module"].update(file=name)))
+
+
+def test_unknown_keys_are_ignored() -> None:
+    m = parse_manifest(_mutated(lambda m: m.update(future_field={"x": 1})))
+    assert m.name == "dense_bn"
+
+
+def test_deeply_nested_json_is_refused(tmp_path: Path) -> None:
+    from juliabridge.bundle.manifest import load_manifest
+
+    p = tmp_path / "manifest.json"
+    p.write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(juliabridge.ManifestError):
+        load_manifest(p)
