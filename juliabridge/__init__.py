@@ -21,6 +21,7 @@ from .errors import (
 )
 from .function import ImportedFunction
 from .model import LuxModel, import_lux
+from .params_io import load_params, save_params
 from .verify import VerifyReport, verify
 
 __all__ = [
@@ -45,5 +46,7 @@ __all__ = [
     "__version__",
     "import_lux",
     "load_mlir",
+    "load_params",
+    "save_params",
     "verify",
 ]

@@ -16,6 +16,7 @@ from jax import lax
 
 from .bundle.manifest import Manifest
 from .errors import CallArgumentError
+from .sharding_utils import unshard_leading_axis
 
 
 def batch_size_of(manifest: Manifest, flat: Sequence[Any]) -> int | None:
@@ -64,7 +65,7 @@ def _chunk(x: jax.Array, axis: int, b: int, k: int) -> jax.Array:
     n = x.shape[0]
     if n < k * b:
         x = jnp.pad(x, [(0, k * b - n)] + [(0, 0)] * (x.ndim - 1), mode="edge")
-    return x.reshape((k, b, *x.shape[1:]))
+    return unshard_leading_axis(x.reshape((k, b, *x.shape[1:])))
 
 
 def _unchunk(y: jax.Array, axis: int, n: int) -> jax.Array:

@@ -146,6 +146,17 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_vjp(args: argparse.Namespace, console: Console) -> int:
+    """Derive and store a bundle's VJP module, for gradients without enzyme-ad."""
+    from .vjp_bundle import add_vjp
+
+    target = add_vjp(args.path, overwrite=args.overwrite)
+    console.print(
+        f"wrote {target}; gradients on backend='xla' now work without enzyme-ad for this bundle"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `juliabridge` command."""
     parser = argparse.ArgumentParser(
@@ -163,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rtol", type=float, default=None)
     p.add_argument("--atol", type=float, default=None)
     p.set_defaults(func=cmd_verify)
+    p = sub.add_parser("vjp", help="derive the bundle's VJP module with enzyme-ad and store it")
+    p.add_argument("path")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing VJP module")
+    p.set_defaults(func=cmd_vjp)
     p = sub.add_parser("demo", help="run the example LeNet bundle shipped with juliabridge")
     p.add_argument("--backend", default="auto", choices=["auto", "enzyme", "xla"])
     p.set_defaults(func=cmd_demo)
@@ -182,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args, console))
     except JuliaBridgeError as e:
-        Console(stderr=True).print(
+        Console(stderr=True, soft_wrap=True).print(
             f"juliabridge {args.command}: error: {e}", markup=False, highlight=False
         )
         return 2

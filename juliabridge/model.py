@@ -147,6 +147,12 @@ class LuxModel:
         )
         return output, new_state
 
+    def data_parallel(self, mesh: Any, axis: str) -> Any:
+        """A jitted apply that splits the batch over mesh axis `axis` (see juliabridge.parallel)."""
+        from .parallel import data_parallel_apply
+
+        return data_parallel_apply(self, mesh, axis)
+
     def __call__(self, *inputs: Any) -> Any:
         """Outputs for `inputs` with the bundled parameters and state."""
         return self.apply(self.params, self.state, *inputs)[0]

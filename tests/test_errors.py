@@ -90,7 +90,9 @@ def test_manifest_disagrees_with_mlir(bundle: Path) -> None:
 def test_wrong_call_arguments_name_the_path(bundle: Path) -> None:
     model = juliabridge.import_lux(bundle, backend="xla")
     x = dense_bn_arrays()[0]
-    with pytest.raises(juliabridge.CallArgumentError, match=r"x expects tensor<Nx2xf32>.*\[2, 5\].*reversed"):
+    with pytest.raises(
+        juliabridge.CallArgumentError, match=r"x expects tensor<Nx2xf32>.*\[2, 5\].*reversed"
+    ):
         model(x.T)
     with pytest.raises(juliabridge.CallArgumentError, match=r"x expects .*f64.*astype"):
         model(x.astype(np.float64))

@@ -2,7 +2,8 @@
 
     python tools/make_example_bundles.py [--out DIR]
 
-The arrays, weights.h5 and model.mlir are byte-for-byte reproducible (fixed seed); only the
+Needs enzyme-ad (to derive vjp.mlir). The arrays, weights.h5 and model.mlir are byte-for-byte
+reproducible (fixed seed); only the
 manifest's ``producer.created`` timestamp changes between runs.
 """
 
@@ -17,6 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from juliabridge.examples.luxmodels import build_bundle  # noqa: E402
+from juliabridge.vjp_bundle import add_vjp  # noqa: E402
 
 EXAMPLES_DIR = REPO / "juliabridge" / "examples"
 
@@ -30,6 +32,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     for kind, dirname, batch, seed in EXAMPLES:
         path = build_bundle(kind, args.out / dirname, batch=batch, seed=seed, overwrite=True)
+        # Ship the VJP module too, so gradients work on backend='xla' without enzyme-ad.
+        add_vjp(path)
         print(f"wrote {path}")
 
 

@@ -64,4 +64,6 @@ def vjp_module_text(primal: Fn, in_specs: Specs, out_specs: Specs) -> str:
     avals = [jax.ShapeDtypeStruct(s.shape, dtypes.to_numpy(s.dtype)) for s in in_specs]
     avals += [jax.ShapeDtypeStruct(s.shape, dtypes.to_numpy(s.dtype)) for s in out_specs]
     with jax.enable_x64(True):
-        return str(jax.jit(vjp_from_primal(primal, in_specs, out_specs)).lower(*avals).as_text())
+        vjp = vjp_from_primal(primal, in_specs, out_specs)
+        # keep_unused: the convention has one cotangent per result even where it is ignored.
+        return str(jax.jit(vjp, keep_unused=True).lower(*avals).as_text())

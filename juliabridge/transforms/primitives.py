@@ -17,6 +17,7 @@ from jax import lax
 
 from .. import dtypes
 from ..jaxinternals import ad, batching, jax_mlir, make_primitive
+from ..sharding_utils import unshard_leading_axis
 from .target import CallTarget
 
 
@@ -143,7 +144,7 @@ def _loop_batcher(prim: Any) -> Any:
     def rule(args: Any, dims: Any, **params: Any) -> tuple[list[Any], list[int]]:
         size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
         batched_idx = [i for i, d in enumerate(dims) if d is not None]
-        moved = [jnp.moveaxis(args[i], dims[i], 0) for i in batched_idx]
+        moved = [unshard_leading_axis(jnp.moveaxis(args[i], dims[i], 0)) for i in batched_idx]
 
         def body(sliced: Any) -> Any:
             full = list(args)
