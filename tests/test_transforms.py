@@ -85,7 +85,7 @@ def test_value_and_grad_and_vjp(f64_module: str, backend: str) -> None:
         rv, rg = jax.value_and_grad(_loss(pure), argnums=1)(x, w, k)
         np.testing.assert_allclose(v, rv, rtol=1e-13)
         np.testing.assert_allclose(g, rg, rtol=1e-12, atol=1e-13)
-        out, pull = jax.vjp(lambda x, w: fn(x, w, k)[:2], x, w)
+        _, pull = jax.vjp(lambda x, w: fn(x, w, k)[:2], x, w)
         ct = (np.ones((3, 2)), np.float64(2.0))
         _, rpull = jax.vjp(lambda x, w: pure(x, w, k)[:2], x, w)
         for a, b in zip(pull(ct), rpull(ct), strict=True):
