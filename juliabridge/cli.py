@@ -45,7 +45,7 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
         )
     table = Table(title="arguments (@main order)")
     for col in ("#", "role", "name", "MLIR shape", "Julia shape", "dtype", "size"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=True)
     total = 0
     for a in m.arguments:
         nbytes = dtypes.to_numpy(a.dtype).itemsize
@@ -193,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: one readable line on error, never a traceback for a JuliaBridgeError."""
     args = build_parser().parse_args(argv)
-    console = Console()
+    # Rich assumes 80 columns when piped; tables of Lux paths need more to stay readable.
+    console = Console(width=None if sys.stdout.isatty() else 160)
     try:
         return int(args.func(args, console))
     except JuliaBridgeError as e:

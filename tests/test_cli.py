@@ -1,0 +1,76 @@
+"""The juliabridge command as a user runs it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from juliabridge.cli import main
+from juliabridge.examples.paths import example_bundle_path
+from tests.bundle_factory import make_dense_bn
+
+
+def test_inspect_shows_signature_and_producer(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(example_bundle_path("lenet"))]) == 0
+    out = capsys.readouterr().out
+    assert "params.layer_1.weight" in out
+    assert "[6, 1, 5, 5]" in out and "[5, 5, 1, 6]" in out  # MLIR and Julia shapes
+    assert "made without Julia" in out
+
+
+def test_verify_ok_and_mismatch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = make_dense_bn(tmp_path / "good.bundle")
+    assert main(["verify", str(good), "--backend", "xla"]) == 0
+    assert "OK" in capsys.readouterr().out
+
+    # A bundle whose reference outputs disagree with its module must fail verify.
+    from juliabridge.bundle.writer import ArgumentSpec, write_bundle
+    from tests.bundle_factory import dense_bn_arrays
+
+    arrays = dense_bn_arrays()
+    text = (good / "model.mlir").read_text()
+    roles = ["input", "parameter", "parameter", "parameter", "parameter", "state", "state"]
+    paths = [
+        [],
+        ["layer_1", "weight"],
+        ["layer_1", "bias"],
+        ["layer_2", "scale"],
+        ["layer_2", "bias"],
+        ["layer_2", "running_mean"],
+        ["layer_2", "running_var"],
+    ]
+    bad = write_bundle(
+        tmp_path / "bad.bundle",
+        name="bad",
+        mlir_text=text,
+        arguments=[ArgumentSpec(r, p, a) for r, p, a in zip(roles, paths, arrays, strict=True)],
+        result_paths=[[["output"]]],
+        example_outputs=[np.zeros((5, 3), np.float32) + 100.0],
+    )
+    assert main(["verify", str(bad), "--backend", "xla"]) == 1
+    assert "MISMATCH" in capsys.readouterr().out
+
+
+def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "juliabridge", "inspect", str(tmp_path / "missing.bundle")],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "WARNING" not in ln]
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "no such bundle directory" in lines[0]
+
+
+def test_demo_runs_the_shipped_example(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--backend", "xla"]) == 0
+    out = capsys.readouterr().out
+    assert "logits (4, 10)" in out and "OK" in out
