@@ -84,6 +84,14 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
     console.print(
         f"parameters and state: {_human_bytes(total)}; module ops: {len(bundle.module.ops)} kinds"
     )
+    if bundle.module.arg_shardings or bundle.module.num_partitions > 1:
+        console.print(
+            f"recorded shardings (reported, not applied; place arrays with jax.device_put): "
+            f"num_partitions={bundle.module.num_partitions}; "
+            + ", ".join(
+                f"{m.arguments[i].label}: {s}" for i, s in bundle.module.arg_shardings.items()
+            )
+        )
     if bundle.module.custom_calls:
         console.print(f"custom calls: {', '.join(bundle.module.custom_calls)}")
     if m.examples:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from functools import cached_property
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 from . import dtypes
@@ -12,6 +14,7 @@ from .backends import make_backend, resolve_backend_name
 from .batchsize import batch_size_of, call_with_batch
 from .bundle import Bundle, open_bundle
 from .bundle.manifest import ArgumentEntry, Manifest
+from .bundle.weights import open_weights, read_array
 from .errors import JuliaBridgeError
 from .function import ImportedFunction
 from .stablehlo import parse_module
@@ -59,6 +62,12 @@ class LuxModel:
             "backend": self.fn.backend_name,
             "checksums_verified": self.bundle.checksums_verified,
             **({"batch": vars(m.batch).copy()} if m.batch else {}),
+            # Shardings Reactant recorded on @main; juliabridge reports them and leaves the
+            # placement to the caller (jax.device_put / data_parallel).
+            "shardings": {
+                m.arguments[i].label: s for i, s in self.bundle.module.arg_shardings.items()
+            },
+            "num_partitions": self.bundle.module.num_partitions,
             "metadata": m.metadata,
         }
 
@@ -153,9 +162,13 @@ class LuxModel:
 
         return data_parallel_apply(self, mesh, axis)
 
+    @cached_property
+    def _jitted_apply(self) -> Any:
+        return jax.jit(self.apply)
+
     def __call__(self, *inputs: Any) -> Any:
-        """Outputs for `inputs` with the bundled parameters and state."""
-        return self.apply(self.params, self.state, *inputs)[0]
+        """Outputs for `inputs` with the bundled parameters and state (compiled once per shape)."""
+        return self._jitted_apply(self.params, self.state, *inputs)[0]
 
     def __repr__(self) -> str:
         m = self.manifest
@@ -198,15 +211,18 @@ def import_lux(
     dtypes.require_x64(
         {a.label: a.dtype for a in m.arguments if a.role != "input"}, f"bundle {bundle.root}"
     )
-    values = bundle.read_state_and_params()
-
-    def shown(v: Any) -> Any:
-        return jnp.asarray(v.T if layout == "julia" else v)
-
-    params = build_tree(
-        [(a.path, shown(values[a.index])) for a in m.arguments if a.role == "parameter"]
-    )
-    state = build_tree([(a.path, shown(values[a.index])) for a in m.arguments if a.role == "state"])
+    leaves: dict[str, list[tuple[Any, Any]]] = {"parameter": [], "state": []}
+    # One array at a time: the host copy is dropped as soon as it is on the device, so peak
+    # memory stays near the weights' size instead of twice it.
+    with open_weights(bundle.file(m.weights)) as f:
+        for a in m.arguments:
+            if a.role == "input" or a.dataset is None:
+                continue
+            host = read_array(f, a.dataset, a.shape, a.dtype, a.label)
+            leaves[a.role].append((a.path, jax.device_put(host.T if layout == "julia" else host)))
+            del host
+    params = build_tree(leaves["parameter"])
+    state = build_tree(leaves["state"])
     return LuxModel(bundle, fn, params, state, layout=layout)
 
 

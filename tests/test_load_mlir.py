@@ -172,3 +172,17 @@ def test_allowlisted_custom_call_is_accepted() -> None:
     assert fn.module.custom_calls == ("Sharding",)
     (out,) = fn(np.array([1.0, 2.0], np.float32))
     np.testing.assert_array_equal(np.asarray(out), [1.0, 2.0])
+
+
+def test_recorded_shardings_are_reported_not_applied() -> None:
+    text = """module @reactant_sharded attributes {mhlo.num_partitions = 2 : i64, mhlo.num_replicas = 1 : i64} {
+  func.func @main(%arg0: tensor<4x2xf32> {mhlo.sharding = "{devices=[2,1]<=[2]}"}) -> tensor<4x2xf32> {
+    %0 = stablehlo.multiply %arg0, %arg0 : tensor<4x2xf32>
+    return %0 : tensor<4x2xf32>
+  }
+}"""
+    fn = juliabridge.load_mlir(text, backend="xla")
+    assert fn.module.num_partitions == 2
+    assert fn.module.arg_shardings == {0: '"{devices=[2,1]<=[2]}"'}
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    np.testing.assert_array_equal(np.asarray(fn(x)[0]), x * x)
