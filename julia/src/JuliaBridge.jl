@@ -1,0 +1,49 @@
+"""
+    JuliaBridge
+
+Export a Lux.jl model to a juliabridge bundle (StableHLO text + HDF5 weights + JSON manifest,
+`docs/bundle-format.md`) that the Python package `juliabridge` loads as a JAX function, and
+read parameters saved from Python back into Lux's NamedTuples.
+
+    export_lux(dir, model, ps, st, inputs...; name, mode=:test, overwrite=false,
+               reference=true, vjp=false, metadata=Dict())
+    load_params(path)                          # -> (ps, st)
+    load_params(path, ps_template, st_template)
+"""
+module JuliaBridge
+
+using Dates: Dates
+using Enzyme: Enzyme
+using HDF5: HDF5
+using JSON: JSON
+using Lux: Lux
+using Random: Random
+using Reactant: Reactant, MLIR
+using SHA: SHA
+
+export export_lux, load_params
+
+const FORMAT = "juliabridge.bundle"
+const FORMAT_VERSION = 1
+const WEIGHTS_FORMAT = "juliabridge.weights"
+const MODULE_FILE = "model.mlir"
+const WEIGHTS_FILE = "weights.h5"
+const VJP_FILE = "vjp.mlir"
+const MANIFEST_FILE = "manifest.json"
+
+include("errors.jl")
+include("dtypes.jl")
+include("paths.jl")
+include("leaves.jl")
+include("mlir_text.jl")
+include("tracing.jl")
+include("reference.jl")
+include("vjp.jl")
+include("weights.jl")
+include("manifest.jl")
+include("atomic.jl")
+include("export.jl")
+include("load.jl")
+include("driver.jl")
+
+end # module JuliaBridge

@@ -1,0 +1,89 @@
+# manifest.json (spec §3). Objects are `JSON.Object`s: JSON.jl's own insertion-ordered dict,
+# written in insertion order by every JSON.jl 1.x (JSON src/object.jl:1-60; plain `Dict`s
+# are sorted by default since 1.5, JSON src/write.jl `_sort_keys_by_default`).
+
+jobject(pairs::Pair...) = JSON.Object{String,Any}(pairs...)
+
+"""sha256 of a file's bytes as 64 lowercase hex digits."""
+file_sha256(path::AbstractString)::String = bytes2hex(open(SHA.sha256, path))
+
+version_string(m::Module) = (v = pkgversion(m); v === nothing ? "unknown" : string(v))
+
+function producer_object()
+    return jobject(
+        "tool" => "JuliaBridge.jl",
+        "tool_version" => version_string(@__MODULE__),
+        "julia" => string(VERSION),
+        "lux" => version_string(Lux),
+        "reactant" => version_string(Reactant),
+        "made_with_julia" => true,
+        "created" => Dates.format(Dates.now(Dates.UTC), Dates.DateFormat("yyyy-mm-ddTHH:MM:SS")) * "Z",
+    )
+end
+
+function argument_object(a::ArgumentInfo, dataset::Union{Nothing,String}, batch_axis)
+    o = jobject(
+        "index" => a.index,
+        "role" => a.role,
+        "path" => a.path,
+        "dtype" => a.dtype,
+        "shape" => reverse(a.julia_shape),
+        "julia_shape" => a.julia_shape,
+    )
+    dataset === nothing || (o["dataset"] = dataset)
+    a.role == "input" && (o["batch_axis"] = batch_axis)
+    isempty(a.tied_paths) || (o["tied_paths"] = a.tied_paths)
+    return o
+end
+
+function result_object(r::ResultInfo, batch_axis)
+    return jobject(
+        "index" => r.index,
+        "paths" => r.paths,
+        "dtype" => r.dtype,
+        "shape" => reverse(r.julia_shape),
+        "batch_axis" => batch_axis,
+    )
+end
+
+"""
+The manifest of a bundle whose files are already in `dir`. `examples` is `nothing` or
+`(; inputs, outputs, rtol, atol)` with dataset paths; `batch` is `nothing` or `(; size, samples_independent)`.
+"""
+function build_manifest(dir, name, mode, traced::TracedForward, datasets, examples, batch, has_vjp::Bool, metadata)
+    B = batch === nothing ? nothing : batch.size
+    input_axis(a) = (B !== nothing && !isempty(a.julia_shape) && last(a.julia_shape) == B) ? 0 : nothing
+    m = jobject(
+        "format" => FORMAT,
+        "format_version" => FORMAT_VERSION,
+        "name" => name,
+        "producer" => producer_object(),
+        "module" => jobject("file" => MODULE_FILE, "sha256" => file_sha256(joinpath(dir, MODULE_FILE))),
+        "weights" => jobject("file" => WEIGHTS_FILE, "sha256" => file_sha256(joinpath(dir, WEIGHTS_FILE))),
+        "mode" => String(mode),
+        "arguments" => Any[argument_object(a, get(datasets, a.index, nothing), input_axis(a)) for a in traced.arguments],
+        "results" => Any[result_object(r, result_batch_axis(r, B)) for r in traced.results],
+        "aliases" => Any[jobject("path" => al.path, "argument" => al.argument) for al in traced.aliases],
+    )
+    batch === nothing || (m["batch"] = jobject("size" => batch.size, "samples_independent" => batch.samples_independent))
+    if examples !== nothing
+        m["examples"] = jobject(
+            "inputs" => Any[jobject("argument" => i, "dataset" => d) for (i, d) in examples.inputs],
+            "outputs" => Any[jobject("result" => k, "dataset" => d) for (k, d) in examples.outputs],
+            "rtol" => examples.rtol,
+            "atol" => examples.atol,
+        )
+    end
+    has_vjp && (m["vjp"] = jobject("file" => VJP_FILE, "sha256" => file_sha256(joinpath(dir, VJP_FILE))))
+    isempty(metadata) || (m["metadata"] = metadata)
+    return m
+end
+
+"""Write `manifest` as pretty-printed UTF-8 JSON."""
+function write_manifest(path::AbstractString, manifest)
+    open(path, "w") do io
+        JSON.json(io, manifest; pretty=2)                            # JSON src/write.jl:460-475
+        write(io, '\n')
+    end
+    return nothing
+end

@@ -1,0 +1,97 @@
+"""`juliabridge export SCRIPT.jl --out DIR`: export a Lux model defined in a Julia script.
+
+Errors print one readable line on stderr (no traceback) and give a non-zero exit status:
+1 for an export that failed, 3 when no Julia is available, 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from .errors import JuliaBridgeError, JuliaUnavailable
+
+EXIT_FAILED = 1
+EXIT_NO_JULIA = 3
+EXIT_INTERRUPTED = 130
+
+DESCRIPTION = """\
+Export the Lux model defined by a Julia script to a juliabridge bundle. The script must
+define `model` (a Lux layer), `ps` and `st` (e.g. `ps, st = Lux.setup(rng, model)`) and `x`
+(an example input in Julia's layout, batch last; a tuple for several inputs); it may define
+`metadata` (a Dict) and `name`. Needs Julia >= 1.10 (juliaup, or PYTHON_JULIAPKG_EXE); the
+Julia packages are installed with juliapkg on first use."""
+
+
+def add_export_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the `export` sub-command to `subparsers` (from `ArgumentParser.add_subparsers`)."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "export",
+        help="export a Lux model defined in a Julia script to a bundle (needs Julia)",
+        description=DESCRIPTION,
+    )
+    p.add_argument("script", type=Path, help="Julia script defining model, ps, st and x")
+    p.add_argument("--out", "-o", type=Path, required=True, help="bundle directory to write")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
+    p.add_argument("--vjp", action="store_true", help="also export the pullback module")
+    p.add_argument("--name", help="bundle name (default: the directory name)")
+    p.add_argument("--mode", choices=["test", "train"], default="test", help="Lux mode")
+    p.add_argument(
+        "--no-reference",
+        dest="reference",
+        action="store_false",
+        help="do not store example inputs and Julia's outputs",
+    )
+    p.add_argument(
+        "--offline", action="store_true", help="never let juliapkg download Julia packages"
+    )
+    p.add_argument("--timeout", type=float, default=None, help="stop Julia after SECONDS")
+    p.add_argument("--verbose", "-v", action="store_true", help="show Julia's output and errors")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.set_defaults(func=_command)
+    return p
+
+
+def _one_line(message: str) -> str:
+    """The first line of `message`, with a hint when more was cut off."""
+    lines = [ln.strip() for ln in str(message).strip().splitlines() if ln.strip()]
+    if not lines:
+        return "unknown error"
+    return lines[0] + (" (more with --verbose)" if len(lines) > 1 else "")
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Run the export the parsed `args` describe; return the process exit status."""
+    from .julia import export_lux
+
+    try:
+        path = export_lux(
+            args.script,
+            args.out,
+            overwrite=args.overwrite,
+            vjp=args.vjp,
+            name=args.name,
+            mode=args.mode,
+            reference=args.reference,
+            offline=args.offline,
+            progress=False if args.quiet else None,
+            verbose=args.verbose,
+            timeout=args.timeout,
+        )
+    except KeyboardInterrupt:
+        print("juliabridge export: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (JuliaBridgeError, ValueError) as exc:
+        status = EXIT_NO_JULIA if isinstance(exc, JuliaUnavailable) else EXIT_FAILED
+        text = str(exc) if args.verbose else _one_line(str(exc))
+        print(f"juliabridge export: error: {text}", file=sys.stderr)
+        return status
+    print(f"juliabridge export: wrote {path}")
+    return 0
+
+
+def _command(args: argparse.Namespace, console: Any = None) -> int:
+    """Adapter for a `func(args, console)` dispatch in the main CLI."""
+    return run_export(args)

@@ -1,0 +1,550 @@
+"""The Python driver of the Julia side, the `export` CLI, and the Julia syntax check.
+
+Without Julia (every machine here) these test the error paths, the subprocess plumbing with a
+fake `julia`, and tools/check_julia_syntax.py. Tests marked `julia` export real models with
+JuliaBridge.jl, import them in JAX and compare with Lux's own outputs; they skip, saying
+why, when no Julia is found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from juliabridge.cli_export import add_export_parser, run_export
+from juliabridge.errors import JuliaBridgeError, JuliaExportError, JuliaUnavailable
+from juliabridge.julia import driver
+from juliabridge.julia.driver import (
+    JULIABRIDGE_UUID,
+    JuliaInstallation,
+    export_lux,
+    find_julia,
+    julia_project_dir,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+TOOL = REPO / "tools" / "check_julia_syntax.py"
+FAST = 5.0  # seconds: "no Julia" must be reported without any network wait
+
+posix_only = pytest.mark.skipif(os.name == "nt", reason="fake executables are shell scripts")
+
+
+@pytest.fixture
+def no_julia(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """An environment in which no Julia can be found: empty PATH, fresh HOME and depots."""
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("JULIAUP_DEPOT_PATH", str(tmp_path / "juliaup-depot"))
+    monkeypatch.setenv("JULIA_DEPOT_PATH", str(tmp_path / "depot"))
+    monkeypatch.setenv("PYTHON_JULIAPKG_PROJECT", str(tmp_path / "julia_env"))
+    for var in ("PYTHON_JULIAPKG_EXE", "JULIABRIDGE_JULIA_ENV", "JULIABRIDGE_JULIA_PROJECT"):
+        monkeypatch.delenv(var, raising=False)
+    return empty
+
+
+def fake_executable(path: Path, body: str) -> Path:
+    """A Python script at `path` that behaves like an executable (for `julia --version` etc.)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!{sys.executable}\n" + textwrap.dedent(body))
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+def fake_julia(path: Path, version: str = "1.11.5", export_body: str = "") -> Path:
+    """A fake `julia`: answers --version, and runs `export_body` for an export request."""
+    header = textwrap.dedent(
+        f"""
+        import json, sys, time
+        if sys.argv[1:] == ["--version"]:
+            print("julia version {version}")
+            sys.exit(0)
+        request = json.load(open(sys.argv[-1]))
+        result_file = request["result_file"]
+        """
+    )
+    return fake_executable(path, header + textwrap.dedent(export_body))
+
+
+def script(tmp_path: Path) -> Path:
+    s = tmp_path / "model.jl"
+    s.write_text(
+        "using Lux, Random\nmodel = Dense(2 => 3)\nps, st = Lux.setup(Xoshiro(0), model)\n"
+    )
+    return s
+
+
+# -- finding Julia ---------------------------------------------------------------------------
+
+
+def test_no_julia_is_reported_fast_with_install_hint(no_julia: Path) -> None:
+    start = time.monotonic()
+    with pytest.raises(JuliaUnavailable) as info:
+        find_julia()
+    assert time.monotonic() - start < FAST
+    message = str(info.value)
+    assert "PYTHON_JULIAPKG_EXE" in message
+    assert "juliaup" in message
+    assert isinstance(info.value, JuliaBridgeError)
+
+
+def test_julia_exe_pointing_nowhere_is_reported_fast(
+    no_julia: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHON_JULIAPKG_EXE", "/nowhere/bin/julia")
+    start = time.monotonic()
+    with pytest.raises(JuliaUnavailable, match="PYTHON_JULIAPKG_EXE=/nowhere/bin/julia"):
+        find_julia()
+    assert time.monotonic() - start < FAST
+
+
+@posix_only
+def test_julia_exe_that_is_not_julia(
+    no_julia: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    exe = fake_executable(tmp_path / "bin" / "notjulia", "print('hello')\n")
+    monkeypatch.setenv("PYTHON_JULIAPKG_EXE", str(exe))
+    with pytest.raises(JuliaUnavailable, match="is not a Julia executable"):
+        find_julia()
+
+
+@posix_only
+def test_too_old_julia_on_path(no_julia: Path) -> None:
+    fake_julia(no_julia / "julia", version="1.9.4")
+    with pytest.raises(JuliaUnavailable, match=r"Julia 1\.9\.4.*>= 1\.10"):
+        find_julia()
+
+
+@posix_only
+def test_julia_on_path_is_found(no_julia: Path) -> None:
+    exe = fake_julia(no_julia / "julia")
+    found = find_julia()
+    assert found == JuliaInstallation(str(exe), (1, 11, 5), "PATH")
+
+
+@posix_only
+def test_juliaup_installation_is_found(no_julia: Path, tmp_path: Path) -> None:
+    depot = tmp_path / "juliaup-depot" / "juliaup"
+    fake_julia(depot / "julia-1.11.5+0.x64.linux.gnu" / "bin" / "julia")
+    (depot / "juliaup.json").write_text(
+        json.dumps(
+            {
+                "InstalledVersions": {
+                    "1.11.5+0.x64.linux.gnu": {"Path": "julia-1.11.5+0.x64.linux.gnu"}
+                }
+            }
+        )
+    )
+    found = find_julia()
+    assert found.source == "juliaup"
+    assert found.version == (1, 11, 5)
+
+
+def test_missing_julia_never_imports_juliacall(no_julia: Path, tmp_path: Path) -> None:
+    """In a fresh interpreter: the export fails fast and neither juliacall nor juliapkg loads."""
+    code = textwrap.dedent(
+        """
+        import json, sys, time
+        from juliabridge.julia import export_lux
+        from juliabridge.errors import JuliaUnavailable
+        start = time.monotonic()
+        try:
+            export_lux(sys.argv[1], sys.argv[2])
+        except JuliaUnavailable:
+            pass
+        print(json.dumps({"seconds": time.monotonic() - start,
+                          "juliacall": "juliacall" in sys.modules,
+                          "juliapkg": "juliapkg" in sys.modules}))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(script(tmp_path)), str(tmp_path / "out.bundle")],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["seconds"] < FAST
+    assert not seen["juliacall"]
+    assert not seen["juliapkg"]
+
+
+# -- argument checks before Julia is even looked for ------------------------------------------
+
+
+def test_missing_script_is_an_export_error(no_julia: Path, tmp_path: Path) -> None:
+    with pytest.raises(JuliaExportError, match="no such Julia script"):
+        export_lux(tmp_path / "missing.jl", tmp_path / "out.bundle")
+
+
+def test_existing_output_needs_overwrite(no_julia: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out.bundle"
+    out.mkdir()
+    with pytest.raises(JuliaExportError, match="already exists"):
+        export_lux(script(tmp_path), out)
+    with pytest.raises(JuliaUnavailable):  # with overwrite it gets as far as looking for Julia
+        export_lux(script(tmp_path), out, overwrite=True)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"mode": "eval"}, "mode"),
+        ({"name": "a b"}, "name"),
+        ({"metadata": {"f": object()}}, "JSON"),
+    ],
+)
+def test_bad_arguments(no_julia: Path, tmp_path: Path, kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        export_lux(script(tmp_path), tmp_path / "out.bundle", **kwargs)
+
+
+# -- where JuliaBridge.jl comes from ------------------------------------------------------------
+
+
+def test_julia_project_is_the_checkout_julia_dir() -> None:
+    project = julia_project_dir()
+    assert project == (REPO / "julia").resolve()
+    toml = tomllib.loads((project / "Project.toml").read_text())
+    assert toml["name"] == "JuliaBridge"
+    assert toml["uuid"] == JULIABRIDGE_UUID
+    assert (project / "src" / "JuliaBridge.jl").is_file()
+    compat = toml["compat"]
+    assert compat["Reactant"] == "0.2.280"
+    assert compat["Lux"] == "1.31.4"
+    assert "0.18" in compat["HDF5"]
+    assert compat["julia"] == "1.10"
+    for name, (uuid, version) in driver.SCRIPT_PACKAGES.items():
+        assert toml["deps"][name] == uuid
+        assert compat[name] == version
+
+
+def test_julia_project_override_must_be_juliabridge(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("JULIABRIDGE_JULIA_PROJECT", str(tmp_path))
+    with pytest.raises(JuliaExportError, match="JULIABRIDGE_JULIA_PROJECT"):
+        julia_project_dir()
+
+
+def test_prepared_environment_skips_juliapkg(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("JULIABRIDGE_JULIA_ENV", str(tmp_path))
+    julia = JuliaInstallation("/usr/bin/julia", (1, 11, 5), "PATH")
+    env = driver.prepare_environment(julia, REPO / "julia", notify=print)
+    assert env == tmp_path
+
+
+PKG_JULIA = """
+import os, sys
+if sys.argv[1:] == ["--version"]:
+    print("julia version 1.11.5")
+    sys.exit(0)
+script = sys.argv[sys.argv.index("-e") + 1]
+project = [a for a in sys.argv if a.startswith("--project=")][0]
+if "Libdl" in script:  # juliapkg asks for libjulia and the bin dir
+    print("/fake/lib/libjulia.so", "/fake/bin", sep="\\0", end="")
+else:
+    with open(os.environ["FAKE_JULIA_LOG"], "a") as log:
+        log.write(project + "\\n" + script + "\\n")
+"""
+
+
+@posix_only
+def test_environment_is_set_up_the_juliapkg_way(no_julia: Path, tmp_path: Path) -> None:
+    """juliapkg records JuliaBridge (dev, absolute path), Lux and Reactant and installs them
+    with the Julia we found; run in a fresh interpreter, as juliapkg's state is global."""
+    fake_executable(no_julia / "julia", PKG_JULIA)
+    log = tmp_path / "julia.log"
+    code = textwrap.dedent(
+        """
+        from juliabridge.julia import driver
+        julia = driver.find_julia()
+        env = driver.prepare_environment(julia, driver.julia_project_dir(), notify=print)
+        print("ENV=" + str(env))
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "FAKE_JULIA_LOG": str(log)},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    env = Path(proc.stdout.strip().splitlines()[-1].removeprefix("ENV="))
+    assert env == tmp_path / "julia_env"
+    project = tomllib.loads((env / "Project.toml").read_text())
+    assert project["deps"]["JuliaBridge"] == JULIABRIDGE_UUID
+    assert project["compat"]["Lux"] == "^1.31.4"
+    assert project["compat"]["Reactant"] == "^0.2.280"
+    installed = log.read_text()
+    assert f'path=raw"{(REPO / "julia").resolve()}"' in installed
+    assert "Pkg.develop" in installed and "Pkg.precompile()" in installed
+    assert "installing JuliaBridge.jl's Julia packages" in proc.stdout
+
+
+# -- running Julia: the subprocess protocol, with a fake julia -----------------------------------
+
+OK_EXPORT = """
+print("[juliabridge:progress] 0/0 loading")
+print("a line of Julia output")
+print("[juliabridge:progress] 1/2 tracing")
+import os
+os.makedirs(request["out"])
+json.dump({"ok": True, "path": request["out"], "echo": request}, open(result_file, "w"))
+"""
+
+
+@posix_only
+@pytest.mark.parametrize("progress", [False, True])
+def test_export_with_fake_julia(
+    no_julia: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, progress: bool
+) -> None:
+    fake_julia(no_julia / "julia", export_body=OK_EXPORT)
+    monkeypatch.setenv("JULIABRIDGE_JULIA_ENV", str(tmp_path))
+    out = tmp_path / "out.bundle"
+    path = export_lux(script(tmp_path), out, vjp=True, name="net", progress=progress)
+    assert path == out.resolve()
+    assert out.is_dir()
+
+
+@posix_only
+def test_julia_error_becomes_export_error(
+    no_julia: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    body = """
+    json.dump({"ok": False, "error_type": "NonReactantLeafError",
+               "message": "the parameter tree ps at layer_1.scale is a Float32\\nmore"},
+              open(result_file, "w"))
+    sys.exit(1)
+    """
+    fake_julia(no_julia / "julia", export_body=body)
+    monkeypatch.setenv("JULIABRIDGE_JULIA_ENV", str(tmp_path))
+    with pytest.raises(JuliaExportError, match=r"NonReactantLeafError in Julia: the parameter"):
+        export_lux(script(tmp_path), tmp_path / "out.bundle", progress=False)
+
+
+@posix_only
+def test_julia_crash_reports_its_last_output(
+    no_julia: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    body = """
+    print("ERROR: LoadError: Package Lux not found")
+    sys.exit(1)
+    """
+    fake_julia(no_julia / "julia", export_body=body)
+    monkeypatch.setenv("JULIABRIDGE_JULIA_ENV", str(tmp_path))
+    with pytest.raises(JuliaExportError, match="Package Lux not found"):
+        export_lux(script(tmp_path), tmp_path / "out.bundle", progress=False)
+
+
+@posix_only
+def test_julia_timeout(no_julia: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake_julia(no_julia / "julia", export_body="time.sleep(60)\n")
+    monkeypatch.setenv("JULIABRIDGE_JULIA_ENV", str(tmp_path))
+    start = time.monotonic()
+    with pytest.raises(JuliaExportError, match="did not finish"):
+        export_lux(script(tmp_path), tmp_path / "out.bundle", progress=False, timeout=1)
+    assert time.monotonic() - start < 30
+
+
+# -- the CLI --------------------------------------------------------------------------------------
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="juliabridge")
+    add_export_parser(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(argv)
+
+
+def test_cli_without_julia_prints_one_line(
+    no_julia: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = parse(["export", str(script(tmp_path)), "--out", str(tmp_path / "o.bundle")])
+    assert run_export(args) == 3
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith("juliabridge export: error: no Julia found")
+    assert "Traceback" not in err
+
+
+def test_cli_bad_script_prints_one_line(
+    no_julia: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = parse(["export", str(tmp_path / "nope.jl"), "--out", str(tmp_path / "o.bundle")])
+    assert args.func(args, None) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == f"juliabridge export: error: no such Julia script: {tmp_path / 'nope.jl'}"
+
+
+def test_cli_in_a_fresh_process(no_julia: Path, tmp_path: Path) -> None:
+    code = textwrap.dedent(
+        """
+        import argparse, sys
+        from juliabridge.cli_export import add_export_parser
+        parser = argparse.ArgumentParser(prog="juliabridge")
+        add_export_parser(parser.add_subparsers(dest="command", required=True))
+        args = parser.parse_args(sys.argv[1:])
+        sys.exit(args.func(args, None))
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "export", str(script(tmp_path)), "-o", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.returncode == 3
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# -- tools/check_julia_syntax.py ------------------------------------------------------------------
+
+
+def run_tool(*paths: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(TOOL), *map(str, paths)], capture_output=True, text=True
+    )
+
+
+def test_repository_julia_parses() -> None:
+    proc = run_tool()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 problem(s)" in proc.stderr
+
+
+def test_planted_syntax_error_fails(tmp_path: Path) -> None:
+    good = tmp_path / "good.jl"
+    good.write_text("f(x) = x + 1\nstruct A\n    a::Int\nend\n")
+    bad = tmp_path / "bad.jl"
+    bad.write_text("function f(x)\n    y = (x +\n    return y\nend\n")
+    assert run_tool(good).returncode == 0
+    proc = run_tool(tmp_path)
+    assert proc.returncode == 1
+    assert "bad.jl:" in proc.stdout
+    assert "good.jl" not in proc.stdout
+
+
+def test_julia_notebook_cells_are_checked(tmp_path: Path) -> None:
+    nb = tmp_path / "tutorials" / "t.ipynb"
+    nb.parent.mkdir()
+    cells = [
+        {"cell_type": "code", "source": ["x = [1, 2\n", "print(x)\n"]},  # Python: not checked
+        {"cell_type": "code", "source": ["%%julia\n", "y = 1\n"]},
+        {"cell_type": "code", "source": ["%%julia\n", "z = (1 +\n"]},
+        {"cell_type": "markdown", "source": ["%%julia\n", "end end"]},
+    ]
+    nb.write_text(json.dumps({"cells": cells, "nbformat": 4, "nbformat_minor": 5}))
+    proc = run_tool(tmp_path)
+    assert proc.returncode == 1
+    assert "t.ipynb[cell 3]" in proc.stdout
+    assert "cell 1]" not in proc.stdout
+    assert "cell 2]" not in proc.stdout
+
+
+# -- real exports (need Julia) -------------------------------------------------------------------
+
+
+def julia_or_skip() -> None:
+    try:
+        find_julia()
+    except JuliaUnavailable as exc:
+        pytest.skip(f"needs Julia: {exc}")
+
+
+LENET = """
+using Lux, Random
+rng = Random.Xoshiro(0)
+model = Chain(Conv((5, 5), 1 => 6, relu), MaxPool((2, 2)), Conv((5, 5), 6 => 16, relu),
+              MaxPool((2, 2)), FlattenLayer(3), Dense(256 => 128, relu), Dense(128 => 10))
+ps, st = Lux.setup(rng, model)
+x = randn(rng, Float32, 28, 28, 1, 4)
+y, _ = model(x, ps, Lux.testmode(st))
+write(joinpath(@__DIR__, "y.bin"), y)      # Lux's own CPU output, column-major
+"""
+
+BATCHNORM = """
+using Lux, Random
+rng = Random.Xoshiro(1)
+model = Chain(Dense(3 => 4), BatchNorm(4, relu))
+ps, st = Lux.setup(rng, model)
+x = randn(rng, Float32, 3, 6)
+y, st2 = model(x, ps, MODE(st))
+write(joinpath(@__DIR__, "y.bin"), y)
+write(joinpath(@__DIR__, "mean.bin"), st2.layer_2.running_mean)
+write(joinpath(@__DIR__, "var.bin"), st2.layer_2.running_var)
+"""
+
+
+def raw(path: Path, julia_shape: tuple[int, ...]) -> np.ndarray:
+    """A Float32 array Julia wrote with `write`, in MLIR (row-major, dims reversed) layout."""
+    return np.fromfile(path, dtype=np.float32).reshape(julia_shape[::-1])
+
+
+def example_input(bundle: Path) -> np.ndarray:
+    import h5py
+
+    with h5py.File(bundle / "weights.h5", "r") as f:
+        return np.asarray(f["examples/inputs/0"][()])
+
+
+@pytest.mark.julia
+def test_lenet_from_julia_matches_lux(tmp_path: Path) -> None:
+    julia_or_skip()
+    import juliabridge
+
+    s = tmp_path / "lenet.jl"
+    s.write_text(LENET)
+    out = export_lux(s, tmp_path / "lenet.bundle", progress=False, timeout=3600)
+    model = juliabridge.import_lux(out)
+    assert model.manifest.producer.made_with_julia
+    x = example_input(out)
+    assert x.shape == (4, 1, 28, 28)
+    y, _ = model.apply(model.params, model.state, x)
+    np.testing.assert_allclose(
+        np.asarray(y), raw(tmp_path / "y.bin", (10, 4)), rtol=1e-4, atol=1e-5
+    )
+    assert juliabridge.verify(out, rtol=1e-4, atol=1e-5).ok
+
+
+@pytest.mark.julia
+@pytest.mark.parametrize("mode", ["test", "train"])
+def test_batchnorm_from_julia_matches_lux(tmp_path: Path, mode: str) -> None:
+    julia_or_skip()
+    import juliabridge
+
+    s = tmp_path / "bn.jl"
+    s.write_text(BATCHNORM.replace("MODE", f"Lux.{mode}mode"))
+    out = export_lux(s, tmp_path / "bn.bundle", mode=mode, progress=False, timeout=3600)
+    model = juliabridge.import_lux(out)
+    assert model.manifest.mode == mode
+    y, new_state = model.apply(model.params, model.state, example_input(out))
+    close = {"rtol": 1e-4, "atol": 1e-5}
+    np.testing.assert_allclose(np.asarray(y), raw(tmp_path / "y.bin", (4, 6)), **close)
+    bn = new_state["layer_2"]
+    np.testing.assert_allclose(
+        np.asarray(bn["running_mean"]), raw(tmp_path / "mean.bin", (4,)), **close
+    )
+    np.testing.assert_allclose(
+        np.asarray(bn["running_var"]), raw(tmp_path / "var.bin", (4,)), **close
+    )
+    assert juliabridge.verify(out, rtol=1e-4, atol=1e-5).ok
