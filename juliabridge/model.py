@@ -8,6 +8,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import dtypes
 from .backends import make_backend, resolve_backend_name
@@ -15,7 +16,7 @@ from .batchsize import batch_size_of, call_with_batch
 from .bundle import Bundle, open_bundle
 from .bundle.manifest import ArgumentEntry, Manifest
 from .bundle.weights import open_weights, read_array
-from .errors import JuliaBridgeError
+from .errors import CallArgumentError, JuliaBridgeError
 from .function import ImportedFunction
 from .stablehlo import parse_module
 from .trees import build_tree, lookup
@@ -152,7 +153,8 @@ class LuxModel:
         known = {a.path for a in state_args}
         new_state = build_tree(
             [(a.path, new_leaves.get(a.path, flat[a.index])) for a in state_args]
-            + [(p, v) for p, v in new_leaves.items() if p not in known]
+            + [(p, v) for p, v in new_leaves.items() if p not in known],
+            empty=self.manifest.empty.get("state", ()),
         )
         return output, new_state
 
@@ -168,6 +170,18 @@ class LuxModel:
 
     def __call__(self, *inputs: Any) -> Any:
         """Outputs for `inputs` with the bundled parameters and state (compiled once per shape)."""
+        # jax.jit would silently cast e.g. float64 inputs to float32; check dtypes first.
+        x = self._input_tree(inputs)
+        for a in self._inputs():
+            leaf = lookup(x, a.path, "x")
+            want = dtypes.to_numpy(a.dtype)
+            if hasattr(leaf, "dtype") and np.dtype(leaf.dtype) != want:
+                raise CallArgumentError(
+                    f"{self.manifest.name}: {a.label} expects {a.dtype} "
+                    f"({dtypes.MLIR_TO_JULIA[a.dtype]}), got "
+                    f"{dtypes.from_numpy(leaf.dtype) or leaf.dtype} ({leaf.dtype}). Cast it first, "
+                    f"e.g. x.astype(np.{want.name})."
+                )
         return self._jitted_apply(self.params, self.state, *inputs)[0]
 
     def __repr__(self) -> str:
@@ -221,8 +235,8 @@ def import_lux(
             host = read_array(f, a.dataset, a.shape, a.dtype, a.label)
             leaves[a.role].append((a.path, jax.device_put(host.T if layout == "julia" else host)))
             del host
-    params = build_tree(leaves["parameter"])
-    state = build_tree(leaves["state"])
+    params = build_tree(leaves["parameter"], empty=m.empty.get("params", ()))
+    state = build_tree(leaves["state"], empty=m.empty.get("state", ()))
     return LuxModel(bundle, fn, params, state, layout=layout)
 
 

@@ -9,13 +9,18 @@ from .bundle.manifest import LuxPath, format_path
 from .errors import CallArgumentError
 
 
-def build_tree(leaves: Iterable[tuple[LuxPath, Any]]) -> Any:
+def build_tree(leaves: Iterable[tuple[LuxPath, Any]], empty: Iterable[LuxPath] = ()) -> Any:
     """Nest `(path, leaf)` pairs: string steps become dicts, integer steps tuples (1-based).
 
     Insertion order follows the pairs, which is Julia's field order for manifest order.
+    `empty` paths become empty dicts (Lux's empty NamedTuples, e.g. a MaxPool's parameters).
     """
     root: dict[Any, Any] = {}
     single: list[Any] = []
+    for path in empty:
+        node = root
+        for step in path:
+            node = node.setdefault(step, {})
     for path, leaf in leaves:
         if not path:
             single.append(leaf)

@@ -130,7 +130,8 @@ function export_model(
         vjp_text === nothing || write(joinpath(tmp, VJP_FILE), vjp_text)
         write_weights(joinpath(tmp, WEIGHTS_FILE), traced.arguments, datasets, examples === nothing ? nothing : examples.arrays)
         manifest = build_manifest(
-            tmp, bname, mode, traced, datasets, examples === nothing ? nothing : examples.datasets, batch, vjp, meta,
+            tmp, bname, mode, traced, datasets, examples === nothing ? nothing : examples.datasets, batch, vjp, meta;
+            empty=(; params=empty_containers(ps), state=empty_containers(st_mode)),
         )
         write_manifest(joinpath(tmp, MANIFEST_FILE), manifest)
     end

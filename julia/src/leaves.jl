@@ -83,3 +83,26 @@ host(a::Reactant.AbstractConcreteArray) = Array(a)                       # R src
 host(n::Reactant.AbstractConcreteNumber{T}) where {T} = fill(convert(T, n)) # R src/ConcreteRArray.jl:85
 host(a::AbstractArray) = collect(a)
 host(n::Number) = fill(n)
+
+"""
+Paths of the empty NamedTuples/Tuples inside `root` (e.g. `ps.layer_2 == NamedTuple()` for a
+MaxPool layer), depth-first. They hold no arrays, so the manifest lists them separately
+(spec §3.10) for readers to rebuild Lux's tree exactly.
+"""
+function empty_containers(root)::Vector{Vector{Any}}
+    found = Vector{Any}[]
+    function walk(v, path::Vector{Any})
+        if v isa NamedTuple || v isa Tuple
+            if isempty(v)
+                isempty(path) || push!(found, copy(path))
+            else
+                for (k, c) in pairs(v)
+                    walk(c, vcat(path, v isa NamedTuple ? string(k) : k))
+                end
+            end
+        end
+        return nothing
+    end
+    walk(root, Any[])
+    return found
+end

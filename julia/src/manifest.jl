@@ -48,9 +48,13 @@ end
 
 """
 The manifest of a bundle whose files are already in `dir`. `examples` is `nothing` or
-`(; inputs, outputs, rtol, atol)` with dataset paths; `batch` is `nothing` or `(; size, samples_independent)`.
+`(; inputs, outputs, rtol, atol)` with dataset paths; `batch` is `nothing` or `(; size, samples_independent)`;
+`empty` holds the paths of empty containers in ps and st (spec §3.10).
 """
-function build_manifest(dir, name, mode, traced::TracedForward, datasets, examples, batch, has_vjp::Bool, metadata)
+function build_manifest(
+    dir, name, mode, traced::TracedForward, datasets, examples, batch, has_vjp::Bool, metadata;
+    empty=(; params=Vector{Any}[], state=Vector{Any}[]),
+)
     B = batch === nothing ? nothing : batch.size
     input_axis(a) = (B !== nothing && !isempty(a.julia_shape) && last(a.julia_shape) == B) ? 0 : nothing
     m = jobject(
@@ -65,6 +69,9 @@ function build_manifest(dir, name, mode, traced::TracedForward, datasets, exampl
         "results" => Any[result_object(r, result_batch_axis(r, B)) for r in traced.results],
         "aliases" => Any[jobject("path" => al.path, "argument" => al.argument) for al in traced.aliases],
     )
+    if !isempty(empty.params) || !isempty(empty.state)
+        m["empty"] = jobject("params" => empty.params, "state" => empty.state)
+    end
     batch === nothing || (m["batch"] = jobject("size" => batch.size, "samples_independent" => batch.samples_independent))
     if examples !== nothing
         m["examples"] = jobject(

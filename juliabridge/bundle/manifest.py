@@ -129,6 +129,7 @@ class Manifest:
     examples: Examples | None = None
     vjp: FileRef | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    empty: dict[str, tuple[LuxPath, ...]] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
 
     def files(self) -> list[tuple[str, FileRef]]:
@@ -200,8 +201,11 @@ def _path(value: Any, where: str) -> LuxPath:
             raise _fail(
                 f"{where}[{i}]", f"integer path steps are 1-based Julia positions, found {s}"
             )
-        if isinstance(s, str) and not s:
-            raise _fail(f"{where}[{i}]", "empty field name")
+        if isinstance(s, str) and (not s or s in (".", "..") or "/" in s or "\x00" in s):
+            raise _fail(
+                f"{where}[{i}]",
+                f"field name {s!r} cannot be an HDF5 name (empty, '.', '..' or containing '/')",
+            )
         out.append(s)
     return tuple(out)
 
@@ -354,11 +358,24 @@ def _examples(value: Any, n_args: int, n_results: int) -> Examples:
             hi=n_results - 1,
         )
         outs.append((res, _get(e, "dataset", str, f"{w}.outputs[{j}]")))
-    rtol = float(_typed(obj.get("rtol", 1e-5), (int, float), f"{w}.rtol"))
-    atol = float(_typed(obj.get("atol", 1e-6), (int, float), f"{w}.atol"))
+    rtol = float(_typed(obj.get("rtol", 1e-4), (int, float), f"{w}.rtol"))
+    atol = float(_typed(obj.get("atol", 1e-5), (int, float), f"{w}.atol"))
     if not (0 <= rtol < 1e6 and 0 <= atol < 1e6):
         raise _fail(w, "rtol and atol must be non-negative numbers")
     return Examples(tuple(ins), tuple(outs), rtol, atol)
+
+
+def _empty(value: Any) -> dict[str, tuple[LuxPath, ...]]:
+    if value is None:
+        return {}
+    obj = _typed(value, dict, "empty")
+    out = {}
+    for group in ("params", "state"):
+        paths = _typed(obj.get(group, []), list, f"empty.{group}")
+        out[group] = tuple(_path(p, f"empty.{group}[{i}]") for i, p in enumerate(paths))
+        if any(not p for p in out[group]):
+            raise _fail(f"empty.{group}", "the root cannot be listed as an empty container")
+    return out
 
 
 def parse_manifest(obj: Any) -> Manifest:
@@ -417,6 +434,7 @@ def parse_manifest(obj: Any) -> Manifest:
         examples=examples,
         vjp=_file_ref(obj["vjp"], "vjp") if obj.get("vjp") is not None else None,
         metadata=_typed(metadata, dict, "metadata"),
+        empty=_empty(obj.get("empty")),
         format_version=version,
     )
     _check_consistency(manifest)
@@ -449,14 +467,18 @@ def _check_consistency(m: Manifest) -> None:
             _claim(outputs, p, f"results[{r.index}]")
     for j, al in enumerate(m.aliases):
         _claim(outputs, al.path, f"aliases[{j}]")
-        src = m.arguments[al.argument]
-        if al.path[0] == "state" and src.role == "parameter":
-            pass  # legal but unusual: a layer returning a parameter as state
-    if m.arguments and not outputs and not m.results:
-        return
     _check_prefixes(list(outputs), "output")
     for role in ROLES:
         _check_prefixes([p for (r, p) in seen if r == role], role)
+    for group, role in (("params", "parameter"), ("state", "state")):
+        empties = m.empty.get(group, ())
+        leaves = [p for (r, p) in seen if r == role]
+        for e in empties:
+            if any(leaf[: len(e)] == e or e[: len(leaf)] == leaf for leaf in leaves):
+                raise _fail(
+                    f"empty.{group}",
+                    f"{list(e)} is listed as an empty container but holds or is an argument",
+                )
 
 
 def _claim(outputs: dict[LuxPath, str], path: LuxPath, where: str) -> None:

@@ -10,7 +10,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,17 @@ class ArgumentSpec:
     path: Sequence[str | int]
     value: np.ndarray
     batch_axis: int | None = None
+
+
+def reference_tolerances(result_dtypes: Sequence[str]) -> tuple[float, float]:
+    """Default (rtol, atol) for verify, by the widest float type among the results (spec §3.7)."""
+    if any(d in ("f16", "bf16") for d in result_dtypes):
+        return 1e-2, 1e-3
+    if any(d in ("f32", "complex<f32>") for d in result_dtypes):
+        return 1e-4, 1e-5
+    if any(d in ("f64", "complex<f64>") for d in result_dtypes):
+        return 1e-10, 1e-12
+    return 0.0, 0.0
 
 
 def dataset_name(role: str, path: LuxPath) -> str:
@@ -79,8 +90,9 @@ def write_bundle(
     metadata: dict[str, Any] | None = None,
     note: str = DEFAULT_NOTE,
     overwrite: bool = False,
-    rtol: float = 1e-5,
-    atol: float = 1e-6,
+    rtol: float | None = None,
+    atol: float | None = None,
+    empty: Mapping[str, Sequence[Sequence[str | int]]] | None = None,
 ) -> Path:
     """Write a format-1 bundle directory atomically and return its path."""
     target = Path(path)
@@ -150,7 +162,12 @@ def write_bundle(
     }
     if batch is not None:
         manifest["batch"] = dict(batch)
+    if empty:
+        manifest["empty"] = {g: [list(p) for p in empty.get(g, ())] for g in ("params", "state")}
     if example_outputs is not None:
+        default_rtol, default_atol = reference_tolerances([s.dtype for s in module.results])
+        rtol = default_rtol if rtol is None else rtol
+        atol = default_atol if atol is None else atol
         ex_in = []
         for e in arg_entries:
             if e["role"] == "input":

@@ -182,6 +182,7 @@ class LuxModelSpec:
     samples_independent: bool
     main: Callable[..., tuple[jax.Array, ...]]
     mlir_text: str
+    empty: dict[str, list[list[PathStep]]]
 
     @property
     def batch_size(self) -> int:
@@ -304,7 +305,17 @@ def _describe(
         samples_independent=samples_independent,
         main=main,
         mlir_text=text,
+        empty={"params": _empty_paths(ps, []), "state": _empty_paths(st, [])},
     )
+
+
+def _empty_paths(tree: Any, path: list[PathStep]) -> list[list[PathStep]]:
+    """Paths of empty containers (Lux's ``NamedTuple()``), recorded in the manifest's `empty`."""
+    if not isinstance(tree, Mapping):
+        return []
+    if not tree:
+        return [path] if path else []
+    return [p for k, v in tree.items() for p in _empty_paths(v, [*path, k])]
 
 
 # ----------------------------------------------------------------------------------------
@@ -489,6 +500,7 @@ def build_bundle(
         example_outputs=spec.run(),
         result_batch_axes=spec.result_batch_axes,
         metadata={"lux_model": spec.lux_source, "seed": seed, "kind": kind},
+        empty=spec.empty,
         note=_NOTE,
         overwrite=overwrite,
     )
