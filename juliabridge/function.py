@@ -105,10 +105,15 @@ class ImportedFunction:
         """Shapes and dtypes of the results, in @main order."""
         return self.module.results
 
-    def _check_x64(self) -> None:
+    @cached_property
+    def _boundary_types(self) -> dict[str, str]:
         types = {lab: s.dtype for lab, s in zip(self.arg_labels, self.module.arguments)}
         types |= {lab: s.dtype for lab, s in zip(self.result_labels, self.module.results)}
-        dtypes.require_x64(types, self.module.origin)
+        return types
+
+    def _check_x64(self) -> None:
+        # Checked per call: jax_enable_x64 can be switched after loading.
+        dtypes.require_x64(self._boundary_types, self.module.origin)
 
     @cached_property
     def target(self) -> CallTarget:

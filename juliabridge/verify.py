@@ -9,6 +9,7 @@ import numpy as np
 
 from .errors import BundleError
 from .model import import_lux
+from .trees import lookup
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,6 @@ def verify(
     ins, outs = examples
     rtol = m.examples.rtol if rtol is None else rtol
     atol = m.examples.atol if atol is None else atol
-    values = model.bundle.read_state_and_params()
     flat = []
     for a in m.arguments:
         if a.role == "input":
@@ -91,7 +91,8 @@ def verify(
                 raise BundleError(f"{path}: examples give no value for input {a.label}")
             flat.append(ins[a.index])
         else:
-            flat.append(values[a.index])
+            tree = model.params if a.role == "parameter" else model.state
+            flat.append(lookup(tree, a.path, a.role))
     results = model.fn(*flat)
     checks = []
     for k, want in sorted(outs.items()):

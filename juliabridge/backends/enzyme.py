@@ -2,7 +2,8 @@
 
 hlo_call inlines @main into the caller's XLA program (so XLA fuses across the boundary) and
 differentiates it with Enzyme. Three of its limits are handled here, at load time:
-- it refuses eager calls ("must be JIT'ed"), so calls go through a cached jax.jit;
+- it refuses eager calls ("must be JIT'ed"), so eager calls go through a cached jax.jit
+  (the juliabridge primitive's impl, transforms/primitives.py);
 - its type table lacks f16, i16, ui8, ui16 and rejects i1, so @main is wrapped in a new @main
   that widens those at the boundary (exactly: every value of the narrow type is representable);
 - its VJP indexes argument activities by result number and fails when @main has more results
