@@ -270,6 +270,7 @@ else:
 def test_environment_is_set_up_the_juliapkg_way(no_julia: Path, tmp_path: Path) -> None:
     """juliapkg records JuliaBridge (dev, absolute path), Lux and Reactant and installs them
     with the Julia we found; run in a fresh interpreter, as juliapkg's state is global."""
+    pytest.importorskip("juliapkg", reason="needs juliapkg (pip install 'juliabridge[julia]')")
     fake_executable(no_julia / "julia", PKG_JULIA)
     log = tmp_path / "julia.log"
     code = textwrap.dedent(
