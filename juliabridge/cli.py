@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ._version import __version__
@@ -108,7 +109,9 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
 
     report = verify(args.path, backend=args.backend, rtol=args.rtol, atol=args.atol)
     table = Table(
-        title=f"verify {report.bundle} [{report.backend}] rtol={report.rtol:g} atol={report.atol:g}"
+        title=escape(
+            f"verify {report.bundle} [{report.backend}] rtol={report.rtol:g} atol={report.atol:g}"
+        )
     )
     for col in ("result", "max abs err", "max rel err", "ok"):
         table.add_column(col)

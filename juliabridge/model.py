@@ -106,13 +106,15 @@ class LuxModel:
             ],
         }
 
-    def _inputs(self) -> list[ArgumentEntry]:
+    @cached_property
+    def _input_entries(self) -> list[ArgumentEntry]:
         return [a for a in self.manifest.arguments if a.role == "input"]
+
 
     # --- calling ---------------------------------------------------------------------------
 
     def _input_tree(self, inputs: tuple[Any, ...]) -> Any:
-        paths = [a.path for a in self._inputs()]
+        paths = [a.path for a in self._input_entries]
         if len(inputs) == 1 and not all(p and isinstance(p[0], int) for p in paths):
             return inputs[0]
         return tuple(inputs)
@@ -172,7 +174,7 @@ class LuxModel:
         """Outputs for `inputs` with the bundled parameters and state (compiled once per shape)."""
         # jax.jit would silently cast e.g. float64 inputs to float32; check dtypes first.
         x = self._input_tree(inputs)
-        for a in self._inputs():
+        for a in self._input_entries:
             leaf = lookup(x, a.path, "x")
             want = dtypes.to_numpy(a.dtype)
             if hasattr(leaf, "dtype") and np.dtype(leaf.dtype) != want:

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .. import dtypes
+from ..errors import JuliaBridgeError, TransformError
 from ..jaxinternals import ad, batching, jax_mlir, make_primitive
 from ..sharding_utils import unshard_leading_axis
 from .target import CallTarget
@@ -34,14 +35,44 @@ def _call_abstract(*args: Any, target: CallTarget) -> list[jax.core.ShapedArray]
     return [_aval(s) for s in target.out_specs]
 
 
+def _guarded(target: CallTarget, what: str, fn: Any) -> Any:
+    """Run a derivative function, turning a backend's failure into a TransformError."""
+
+    def run(*args: Any) -> list[Any]:
+        try:
+            return list(fn(*args))
+        except JuliaBridgeError:
+            raise
+        except (ValueError, RuntimeError, NotImplementedError, KeyError, IndexError) as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:400]
+            raise TransformError(
+                f"{target.name}: the backend could not compute the {what} of this module "
+                f"({type(e).__name__}: {first}). Enzyme does not differentiate every StableHLO "
+                "op in every mode (e.g. forward mode through reduce_window/max-pooling); use "
+                "reverse mode (jax.grad/jax.vjp), or backend='xla' with a VJP module."
+            ) from e
+
+    return run
+
+
+def _register(prim: Any, get_fn: Any, what: str | None) -> None:
+    """impl (eager, jitted) and lowering (inlined into the caller's program) of `prim`."""
+
+    def fn(target: CallTarget, jitted: bool) -> Any:
+        f = get_fn(target, jitted)
+        return f if what is None else _guarded(target, what, f)
+
+    prim.def_impl(lambda *args, target: list(fn(target, True)(*args)))
+    jax_mlir.register_lowering(
+        prim,
+        lambda ctx, *args, target: jax_mlir.lower_fun(
+            lambda *a: list(fn(target, False)(*a)), multiple_results=True
+        )(ctx, *args),
+    )
+
+
 call_p.def_abstract_eval(_call_abstract)
-call_p.def_impl(lambda *args, target: list(target.jit_primal(*args)))
-jax_mlir.register_lowering(
-    call_p,
-    lambda ctx, *args, target: jax_mlir.lower_fun(
-        lambda *a: list(target.primal(*a)), multiple_results=True
-    )(ctx, *args),
-)
+_register(call_p, lambda t, jitted: t.jit_primal if jitted else t.primal, None)
 
 # --- forward mode -----------------------------------------------------------------------------
 
@@ -53,13 +84,7 @@ def _jvp_abstract(*args: Any, target: CallTarget) -> list[jax.core.ShapedArray]:
 
 
 jvp_p.def_abstract_eval(_jvp_abstract)
-jvp_p.def_impl(lambda *args, target: list(target.jit_jvp(*args)))
-jax_mlir.register_lowering(
-    jvp_p,
-    lambda ctx, *args, target: jax_mlir.lower_fun(
-        lambda *a: list(target.jvp(*a)), multiple_results=True
-    )(ctx, *args),
-)
+_register(jvp_p, lambda t, jitted: t.jit_jvp if jitted else t.jvp, "forward-mode derivative")
 
 
 def _call_jvp(primals: Any, tangents: Any, *, target: CallTarget) -> tuple[list[Any], list[Any]]:
@@ -88,21 +113,13 @@ def _vjp_abstract(*args: Any, target: CallTarget) -> list[jax.core.ShapedArray]:
 
 
 vjp_p.def_abstract_eval(_vjp_abstract)
-vjp_p.def_impl(lambda *args, target: list(target.jit_vjp(*args)))
-jax_mlir.register_lowering(
-    vjp_p,
-    lambda ctx, *args, target: jax_mlir.lower_fun(
-        lambda *a: list(target.vjp(*a)), multiple_results=True
-    )(ctx, *args),
-)
+_register(vjp_p, lambda t, jitted: t.jit_vjp if jitted else t.vjp, "reverse-mode derivative")
 
 
 def _jvp_transpose(cts: Any, *args: Any, target: CallTarget) -> list[Any]:
     n = len(target.in_specs)
     primals = args[:n]
     if any(ad.is_undefined_primal(p) for p in primals):
-        from ..errors import TransformError
-
         raise TransformError(
             f"{target.name}: cannot transpose with respect to the primal inputs of a JVP "
             "(this would be a second-order derivative, which juliabridge does not provide)"
@@ -123,8 +140,6 @@ ad.primitive_transposes[jvp_p] = _jvp_transpose
 
 
 def _no_second_order(primals: Any, tangents: Any, *, target: CallTarget) -> Any:
-    from ..errors import TransformError
-
     raise TransformError(
         f"{target.name}: second-order derivatives (grad of grad, hessian, jvp of a VJP) are not "
         "available for imported modules; differentiate once, or export the derivative you need "

@@ -1,0 +1,228 @@
+"""Import + first compile vs jax.jit compile of the native model.
+
+    python benchmarks/bench_compile.py [--repeats 5] [--backends enzyme xla]
+
+For LeNet-5 and an MLP, each sample runs in a fresh Python process (so no cache of an
+earlier compile can help) that first imports the libraries and compiles an unrelated small
+function (starting XLA is the same one-time cost for both sides), then times one of:
+
+- ``native``: ``jax.jit(native_forward)(params, x)`` until the result is ready (trace,
+  lower, XLA compile, run); params are already JAX arrays;
+- ``imported``: ``juliabridge.import_lux(bundle, backend=...)`` followed by the same first
+  jitted call of ``model.apply`` (bundle checks, MLIR parse, weights read, backend set-up,
+  trace, lower, XLA compile, run).
+
+The xla backend's first call goes through ``jax.export``'s call lowering, which initialises
+every backend's custom-call targets once per process, importing ``scipy.linalg`` (LAPACK) on
+CPU; the row ``imported, scipy.linalg pre-imported [xla]`` shows the cost without that
+one-time import (as in a process that already used ``jax.scipy`` or ``jnp.linalg``).
+
+juliabridge reads HDF5 in a separate worker process by default (isolating libhdf5 from the
+importing process); the row ``imported, HDF5 in-process`` sets ``JULIABRIDGE_HDF5_WORKER=0``
+to show what starting that worker costs.
+
+The ``grad`` rows do the same for the first call of ``jax.jit(jax.grad(loss))``; for the
+imported model that includes deriving the gradient (Enzyme, or the xla backend's VJP module).
+Target: imported <= 1.3x native, for the forward pass. Reported: median over fresh processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+TARGET = 1.3
+
+
+# ----------------------------------------------------------------------------------------
+# Child process
+
+
+def child(spec: dict[str, Any]) -> None:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from common import cross_entropy, lenet_forward, mlp_forward
+
+    import juliabridge
+    from juliabridge.backends.enzyme import enzyme_available
+
+    enzyme_available()  # library import (enzyme_ad), not part of either measurement
+    if spec.get("preimport_scipy"):
+        import scipy.linalg  # noqa: F401  (what jax.export's first call imports, see below)
+    jax.block_until_ready(jax.jit(lambda a: jnp.sin(a) @ a)(jnp.ones((8, 8))))  # start XLA
+    forward = {"lenet": lenet_forward, "mlp": mlp_forward}[spec["kind"]]
+    data = np.load(spec["data"])
+    x, labels = jnp.asarray(data["x"]), jnp.asarray(data["labels"])
+    grad = spec["what"] == "grad"
+    phases: dict[str, float] = {}
+    if spec["variant"] == "native":
+        from juliabridge import load_params
+
+        params, _ = load_params(spec["bundle"])
+        params = jax.device_put(params)
+        jax.block_until_ready(params)
+        t = time.perf_counter()
+        if grad:
+            f = jax.jit(jax.grad(lambda p, x, y: cross_entropy(forward(p, x), y)))
+            jax.block_until_ready(f(params, x, labels))
+        else:
+            jax.block_until_ready(jax.jit(forward)(params, x))
+        seconds = time.perf_counter() - t
+    else:
+        t = time.perf_counter()
+        model = juliabridge.import_lux(spec["bundle"], backend=spec["backend"])
+        imported = time.perf_counter()
+        state = model.state
+        if grad:
+            f = jax.jit(jax.grad(lambda p, x, y: cross_entropy(model.apply(p, state, x)[0], y)))
+            jax.block_until_ready(f(model.params, x, labels))
+        else:
+            jax.block_until_ready(jax.jit(model.apply)(model.params, state, x))
+        seconds = time.perf_counter() - t
+        phases = {"import_lux": imported - t, "first call": seconds - (imported - t)}
+    print(json.dumps({"seconds": seconds, "phases": phases}))
+
+
+# ----------------------------------------------------------------------------------------
+# Parent
+
+
+def run_child(spec: dict[str, Any]) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    if spec.get("hdf5_in_process"):
+        env["JULIABRIDGE_HDF5_WORKER"] = "0"  # libhdf5 in this process, no worker to start
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"child {spec} failed:\n{proc.stderr[-4000:]}")
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(json.loads(sys.argv[2]))
+        return
+    import numpy as np
+    from common import lenet_case, median, mlp_case, table, verdict, write_json
+
+    from juliabridge.backends.enzyme import enzyme_available
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=5, help="fresh processes per variant")
+    parser.add_argument("--backends", nargs="+", default=["enzyme", "xla"])
+    parser.add_argument("--quick", action="store_true", help="small models, for a smoke test")
+    parser.add_argument("--out", type=Path, default=None, help="results directory")
+    args = parser.parse_args()
+    backends = [b for b in args.backends if b != "enzyme" or enzyme_available()]
+    work = Path(tempfile.mkdtemp(prefix="juliabridge-bench-compile-"))
+    results = []
+    try:
+        if args.quick:
+            cases = [
+                ("lenet", lenet_case(work, batch=8)),
+                ("mlp", mlp_case(work, widths=[64, 128, 10], batch=16)),
+            ]
+        else:
+            cases = [
+                ("lenet", lenet_case(work, batch=64)),
+                ("mlp", mlp_case(work, widths=[784, 1024, 1024, 10], batch=128)),
+            ]
+        for kind, case in cases:
+            data = work / f"{kind}_data.npz"
+            np.savez(data, x=case.x, labels=case.labels)
+            for what in ("forward", "grad"):
+                variants: list[tuple[str, str | None]] = [("native", None)]
+                variants += [("imported", b) for b in backends]
+                if "xla" in backends:
+                    variants.append(("imported, scipy.linalg pre-imported", "xla"))
+                variants.append(("imported, HDF5 in-process", backends[0]))
+                times: dict[str, list[dict[str, Any]]] = {}
+                for r in range(args.repeats):
+                    order = variants[r % len(variants) :] + variants[: r % len(variants)]
+                    for variant, backend in order:
+                        spec = {
+                            "kind": kind,
+                            "bundle": str(case.bundle),
+                            "data": str(data),
+                            "what": what,
+                            "variant": "native" if variant == "native" else "imported",
+                            "backend": backend,
+                            "preimport_scipy": "scipy" in variant,
+                            "hdf5_in_process": "HDF5" in variant,
+                        }
+                        key = variant if backend is None else f"{variant} [{backend}]"
+                        times.setdefault(key, []).append(run_child(spec))
+                native = median([s["seconds"] for s in times["native"]])
+                for key, runs in times.items():
+                    sec = median([s["seconds"] for s in runs])
+                    phase_names = list(runs[0]["phases"])
+                    results.append(
+                        {
+                            "model": case.description,
+                            "what": what,
+                            "variant": key,
+                            "seconds": sec,
+                            "ratio": sec / native,
+                            "phases": {
+                                n: median([s["phases"][n] for s in runs]) for n in phase_names
+                            },
+                            "runs": runs,
+                        }
+                    )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    rows = [
+        [
+            r["model"],
+            r["what"],
+            r["variant"],
+            f"{r['seconds']:.3f}",
+            " + ".join(f"{v:.3f}" for v in r["phases"].values()) or "",
+            f"{r['ratio']:.2f}",
+            verdict(r["ratio"], TARGET, at_most=True)
+            if r["what"] == "forward" and r["variant"] != "native"
+            else "",
+        ]
+        for r in results
+    ]
+    print(
+        table(
+            [
+                "model",
+                "first call",
+                "variant",
+                "seconds",
+                "= import_lux + first call",
+                "vs native",
+                f"<= {TARGET}",
+            ],
+            rows,
+            title=f"Import + first compile vs jax.jit of the native model (median of "
+            f"{args.repeats} fresh processes)",
+        )
+    )
+    path = write_json(
+        "compile",
+        {"target_ratio_at_most": TARGET, "repeats": args.repeats, "results": results},
+        args.out,
+    )
+    print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()
