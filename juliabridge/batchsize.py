@@ -1,5 +1,7 @@
 """Serving any batch size N with a module traced for batch size B.
 
+Only outputs with a recorded batch axis can be split; state results without one are the same
+for every chunk when samples are independent, so the first chunk's value is returned.
 Inputs are edge-padded to a multiple of B (repeating a real sample keeps padded rows finite, so
 their zero cotangents cannot turn into NaN in parameter gradients), split into B-sized chunks
 run with lax.map inside the caller's program, and the results cut back to N.
@@ -95,6 +97,14 @@ def call_with_batch(
         )
     for r in manifest.results:
         if r.batch_axis is None:
+            if any(p[0] == "output" for p in r.paths):
+                # Without a batch axis we cannot tell which rows belong to which chunk, and
+                # keeping one chunk would silently drop samples.
+                raise CallArgumentError(
+                    f"{manifest.name}: output {r.label} has no batch_axis in the manifest, so a "
+                    f"call with {n} samples cannot be split into traced-size ({b}) calls; call "
+                    f"it with exactly {b} samples, or re-export with batch axes recorded"
+                )
             continue
         if r.shape[r.batch_axis] != b:
             raise CallArgumentError(

@@ -61,3 +61,10 @@ class JuliaUnavailable(JuliaBridgeError):
 
 class JuliaExportError(JuliaBridgeError):
     """Julia ran but the export failed; the message carries Julia's own error."""
+
+
+class SaveError(JuliaBridgeError, OSError):
+    """Writing weights or a bundle failed (target is a directory, not writable, disk full).
+
+    Also an OSError, so code that catches OSError around file writes keeps working.
+    """

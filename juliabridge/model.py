@@ -110,7 +110,6 @@ class LuxModel:
     def _input_entries(self) -> list[ArgumentEntry]:
         return [a for a in self.manifest.arguments if a.role == "input"]
 
-
     # --- calling ---------------------------------------------------------------------------
 
     def _input_tree(self, inputs: tuple[Any, ...]) -> Any:

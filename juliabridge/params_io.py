@@ -10,13 +10,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-import h5py
 import jax
 import numpy as np
 
 from . import dtypes
 from .bundle.manifest import LuxPath
-from .bundle.weights import decode, open_weights, write_weights
+from .bundle.weights import open_weights, write_weights
 from .errors import BundleError, CallArgumentError
 
 WEIGHTS_FORMAT = "juliabridge.weights"
@@ -31,6 +30,11 @@ def _leaves(tree: Any, root: str) -> list[tuple[LuxPath, Any]]:
             for k, v in node.items():
                 if not isinstance(k, (str, int)) or isinstance(k, bool):
                     raise CallArgumentError(f"{root}: key {k!r} is not a Lux field name")
+                if isinstance(k, str) and (not k or k in (".", "..") or "/" in k or "\x00" in k):
+                    raise CallArgumentError(
+                        f"{root}: key {k!r} cannot name an HDF5 dataset (empty, '.', '..' or "
+                        "containing '/'); use Lux field names"
+                    )
                 walk(v, (*path, k))
         elif isinstance(node, (tuple, list)):
             for i, v in enumerate(node):
@@ -60,6 +64,10 @@ def save_params(
 
     Pass a LuxModel (its params, state and layout are used unless given) or a params tree
     (nested dicts keyed by Lux names, MLIR layout unless `layout="julia"`).
+
+    The file appears under `path` only when complete (written to a hidden temporary next to
+    it, flushed, then renamed): a crash or kill midway leaves any previous file untouched.
+    Failures to write raise juliabridge.errors.SaveError (also an OSError).
     """
     from .model import LuxModel
 
@@ -70,6 +78,8 @@ def save_params(
     else:
         params = model_or_params
     layout = layout or "mlir"
+    if layout not in ("mlir", "julia"):
+        raise CallArgumentError(f"unknown layout {layout!r}; expected 'mlir' or 'julia'")
     arrays: dict[str, tuple[np.ndarray, str]] = {}
     for group, tree in (("params", params), ("state", state)):
         for p, leaf in _leaves(tree, group):
@@ -77,11 +87,12 @@ def save_params(
             t = dtypes.from_numpy(arr.dtype)
             if t is None:
                 raise CallArgumentError(
-                    f"{group}.{'.'.join(map(str, p))}: dtype {arr.dtype} has no Julia counterpart"
+                    f"{group}.{'.'.join(map(str, p))}: a {type(leaf).__name__} of numpy dtype "
+                    f"{arr.dtype} cannot be saved; save_params takes arrays of "
+                    f"{', '.join(dtypes.MLIR_TO_JULIA.values())} element types"
                 )
             arrays["/" + "/".join([group, *map(str, p)])] = (arr, t)
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     write_weights(
         target,
         arrays,
@@ -91,28 +102,41 @@ def save_params(
 
 
 def load_params(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Read (params, state) as nested dicts of numpy arrays (MLIR layout) from a weights file."""
+    """Read (params, state) as nested dicts of numpy arrays (MLIR layout) from a weights file.
+
+    `path` is a file written by save_params (or JuliaBridge), or a bundle directory (its
+    weights.h5). The file is checked like a bundle's weights: plain datasets only, each with
+    a valid `dtype` attribute, sizes matching what is stored, read outside this process.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise BundleError(
+            f"expected the path of a weights file (str or os.PathLike), got {type(path).__name__}"
+        )
     p = Path(path)
     if p.is_dir():
         p = p / "weights.h5"
+    if not p.is_file():
+        what = "no such file" if not p.exists() else "not a regular file"
+        raise BundleError(
+            f"{p}: {what}; pass a weights file written by juliabridge.save_params (or "
+            "JuliaBridge's save_params), or a bundle directory"
+        )
     trees: dict[str, dict[str, Any]] = {"params": {}, "state": {}}
     with open_weights(p) as f:
-        for group in trees:
-            if group not in f:
-                continue
-
-            def visit(name: str, obj: Any, group: str = group) -> None:
-                if not isinstance(obj, h5py.Dataset):
-                    return
-                tag = obj.attrs.get("dtype")
-                tag = tag.decode() if isinstance(tag, bytes) else tag
-                if not isinstance(tag, str) or not dtypes.is_known(tag):
-                    raise BundleError(f"{p}: /{group}/{name} has no valid 'dtype' attribute")
-                node = trees[group]
-                steps = name.split("/")
-                for s in steps[:-1]:
-                    node = node.setdefault(s, {})
-                node[steps[-1]] = decode(np.asarray(obj[()]), tag, f"{p}:/{group}/{name}")
-
-            f[group].visititems(visit)
+        entries = f.list_datasets(list(trees))
+        for e in entries:
+            name = str(e["name"])
+            group, _, rest = name.lstrip("/").partition("/")
+            tag = e.get("tag")
+            if not isinstance(tag, str) or not dtypes.is_known(tag):
+                raise BundleError(
+                    f"{p}: dataset {name} has no valid 'dtype' attribute (found {tag!r}); files "
+                    "written by save_params or JuliaBridge tag every dataset with its MLIR type"
+                )
+            steps = rest.split("/")
+            node = trees[group]
+            for s in steps[:-1]:
+                node = node.setdefault(s, {})
+            label = ".".join([group, *steps])
+            node[steps[-1]] = f.read_array(name, tuple(e["shape"]), tag, label)
     return trees["params"], trees["state"]

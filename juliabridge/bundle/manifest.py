@@ -10,6 +10,7 @@ from typing import Any
 
 from .. import dtypes
 from ..errors import BundleVersionError, ManifestError, UnsafeBundleError
+from ..stablehlo.nesting import JSON_SKIP, max_depth
 
 FORMAT = "juliabridge.bundle"
 FORMAT_VERSION = 1
@@ -17,6 +18,9 @@ MANIFEST_NAME = "manifest.json"
 MAX_MANIFEST_BYTES = 64 << 20
 MAX_DEPTH = 64
 MAX_RANK = 64
+#: Largest array (in bytes) any argument or result may declare: 256 GiB. Checked on the
+#: manifest alone, before any file is opened, so absurd claims (e.g. 10^12 elements) fail at once.
+MAX_TENSOR_BYTES = 1 << 38
 ROLES = ("input", "parameter", "state")
 MODES = ("test", "train")
 
@@ -201,6 +205,8 @@ def _path(value: Any, where: str) -> LuxPath:
             raise _fail(
                 f"{where}[{i}]", f"integer path steps are 1-based Julia positions, found {s}"
             )
+        if isinstance(s, str):
+            _utf8(s, f"{where}[{i}]")
         if isinstance(s, str) and (not s or s in (".", "..") or "/" in s or "\x00" in s):
             raise _fail(
                 f"{where}[{i}]",
@@ -208,6 +214,42 @@ def _path(value: Any, where: str) -> LuxPath:
             )
         out.append(s)
     return tuple(out)
+
+
+def tensor_bytes(shape: tuple[int, ...], dtype: str) -> int:
+    """Bytes of an array of `shape` and MLIR element type `dtype` (numpy itemsize)."""
+    n = dtypes.to_numpy(dtype).itemsize
+    for d in shape:
+        n *= d
+    return n
+
+
+def _check_size(shape: tuple[int, ...], dtype: str, where: str) -> None:
+    n = tensor_bytes(shape, dtype)
+    if n > MAX_TENSOR_BYTES:
+        raise _fail(
+            where,
+            f"shape {list(shape)} of {dtype} is {n} bytes, more than the "
+            f"{MAX_TENSOR_BYTES >> 30} GiB juliabridge accepts for one array; the manifest is "
+            "corrupt or forged",
+        )
+
+
+def _utf8(text: str, where: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _fail(where, f"{text!r:.80} is not valid Unicode (lone surrogate)") from None
+    return text
+
+
+def _dataset_name(value: str, where: str) -> str:
+    if not _DATASET.match(value):
+        raise _fail(
+            where,
+            f"expected an absolute HDF5 path like '/params/layer_1/weight', found {value!r:.80}",
+        )
+    return _utf8(value, where)
 
 
 def _dtype(value: Any, where: str) -> str:
@@ -221,6 +263,11 @@ def _dtype(value: Any, where: str) -> str:
 
 def safe_file_name(name: str, where: str) -> str:
     """Refuse file names that could leave the bundle directory (absolute, .., separators)."""
+    try:
+        name.encode("utf-8")
+        printable = all(ch.isprintable() for ch in name)
+    except UnicodeEncodeError:
+        printable = False
     if (
         not name
         or name in (".", "..")
@@ -228,6 +275,7 @@ def safe_file_name(name: str, where: str) -> str:
         or "\\" in name
         or "\x00" in name
         or name.startswith("~")
+        or not printable
         or len(name) > 255
     ):
         raise UnsafeBundleError(
@@ -280,14 +328,13 @@ def _argument(value: Any, i: int) -> ArgumentEntry:
     julia_shape = _shape(_get(obj, "julia_shape", list, w), f"{w}.julia_shape")
     if julia_shape != tuple(reversed(shape)):
         raise _fail(w, f"julia_shape {list(julia_shape)} is not shape {list(shape)} reversed")
+    dtype = _dtype(_get(obj, "dtype", str, w), f"{w}.dtype")
+    _check_size(shape, dtype, f"{w}.shape")
     dataset = _opt(obj, "dataset", str, w)
+    if dataset is not None:
+        dataset = _dataset_name(dataset, f"{w}.dataset")
     if role != "input" and dataset is None:
         raise _fail(w, f"a {role} needs the HDF5 'dataset' that holds its value")
-    if dataset is not None and not _DATASET.match(dataset):
-        raise _fail(
-            f"{w}.dataset",
-            f"expected an absolute HDF5 path like '/params/layer_1/weight', found {dataset!r}",
-        )
     batch_axis = _opt(obj, "batch_axis", int, w)
     if batch_axis is not None and not 0 <= batch_axis < max(len(shape), 1):
         raise _fail(f"{w}.batch_axis", f"axis {batch_axis} out of range for rank {len(shape)}")
@@ -299,7 +346,7 @@ def _argument(value: Any, i: int) -> ArgumentEntry:
         index=index,
         role=role,
         path=_path(_get(obj, "path", list, w), f"{w}.path"),
-        dtype=_dtype(_get(obj, "dtype", str, w), f"{w}.dtype"),
+        dtype=dtype,
         shape=shape,
         julia_shape=julia_shape,
         dataset=dataset,
@@ -327,13 +374,15 @@ def _result(value: Any, k: int) -> ResultEntry:
     if not paths:
         raise _fail(f"{w}.paths", "a result needs at least one output path")
     shape = _shape(_get(obj, "shape", list, w), f"{w}.shape")
+    dtype = _dtype(_get(obj, "dtype", str, w), f"{w}.dtype")
+    _check_size(shape, dtype, f"{w}.shape")
     batch_axis = _opt(obj, "batch_axis", int, w)
     if batch_axis is not None and not 0 <= batch_axis < max(len(shape), 1):
         raise _fail(f"{w}.batch_axis", f"axis {batch_axis} out of range for rank {len(shape)}")
     return ResultEntry(
         index=index,
         paths=tuple(_output_path(p, f"{w}.paths[{j}]") for j, p in enumerate(paths)),
-        dtype=_dtype(_get(obj, "dtype", str, w), f"{w}.dtype"),
+        dtype=dtype,
         shape=shape,
         batch_axis=batch_axis,
     )
@@ -348,7 +397,9 @@ def _examples(value: Any, n_args: int, n_results: int) -> Examples:
         arg = _int(
             _get(e, "argument", int, f"{w}.inputs[{j}]"), f"{w}.inputs[{j}].argument", hi=n_args - 1
         )
-        ins.append((arg, _get(e, "dataset", str, f"{w}.inputs[{j}]")))
+        ins.append(
+            (arg, _dataset_name(_get(e, "dataset", str, f"{w}.inputs[{j}]"), f"{w}.inputs[{j}]"))
+        )
     outs = []
     for j, e in enumerate(_get(obj, "outputs", list, w)):
         e = _typed(e, dict, f"{w}.outputs[{j}]")
@@ -357,7 +408,9 @@ def _examples(value: Any, n_args: int, n_results: int) -> Examples:
             f"{w}.outputs[{j}].result",
             hi=n_results - 1,
         )
-        outs.append((res, _get(e, "dataset", str, f"{w}.outputs[{j}]")))
+        outs.append(
+            (res, _dataset_name(_get(e, "dataset", str, f"{w}.outputs[{j}]"), f"{w}.outputs[{j}]"))
+        )
     rtol = float(_typed(obj.get("rtol", 1e-4), (int, float), f"{w}.rtol"))
     atol = float(_typed(obj.get("atol", 1e-5), (int, float), f"{w}.atol"))
     if not (0 <= rtol < 1e6 and 0 <= atol < 1e6):
@@ -468,16 +521,42 @@ def _check_consistency(m: Manifest) -> None:
     for j, al in enumerate(m.aliases):
         _claim(outputs, al.path, f"aliases[{j}]")
     _check_prefixes(list(outputs), "output")
+    _check_step_kinds(list(outputs), "output")
     for role in ROLES:
         _check_prefixes([p for (r, p) in seen if r == role], role)
     for group, role in (("params", "parameter"), ("state", "state")):
         empties = m.empty.get(group, ())
-        leaves = [p for (r, p) in seen if r == role]
+        leaves = {p for (r, p) in seen if r == role}
+        # Every prefix of every leaf, so each empty path is checked in O(its length).
+        inner = {leaf[:n] for leaf in leaves for n in range(len(leaf) + 1)}
         for e in empties:
-            if any(leaf[: len(e)] == e or e[: len(leaf)] == leaf for leaf in leaves):
+            if e in inner or any(e[:n] in leaves for n in range(len(e) + 1)):
                 raise _fail(
                     f"empty.{group}",
                     f"{list(e)} is listed as an empty container but holds or is an argument",
+                )
+        _check_step_kinds([*leaves, *empties], role)
+    _check_step_kinds([p for (r, p) in seen if r == "input"], "input")
+    # The returned state is the state tree with some leaves replaced: an output path under
+    # "state" must be a leaf of that tree or a new leaf beside it, never above or below one.
+    state_tree = {p for (r, p) in seen if r == "state"}
+    state_tree |= {p[1:] for p in outputs if p[0] == "state"}
+    _check_prefixes(list(state_tree), "state (arguments and returned state)")
+    _check_step_kinds(list(state_tree), "state (arguments and returned state)")
+
+
+def _check_step_kinds(paths: list[LuxPath], what: str) -> None:
+    """Below one parent, steps are all integers (Tuple/Array) or all names (NamedTuple/Dict)."""
+    kinds: dict[LuxPath, type] = {}
+    for p in paths:
+        for n, step in enumerate(p):
+            kind = int if isinstance(step, int) else str
+            if kinds.setdefault(p[:n], kind) is not kind:
+                raise _fail(
+                    what,
+                    f"below {list(p[:n])} some path steps are integers and some are names; a "
+                    "Julia container is either a Tuple/Array (integer steps) or a NamedTuple, "
+                    "struct or Dict (names), never both",
                 )
 
 
@@ -504,27 +583,80 @@ def _check_prefixes(paths: list[LuxPath], what: str) -> None:
                 )
 
 
+class _StrictJSONError(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _StrictJSONError(
+                f"key {key!r:.80} appears twice in one object; readers could disagree on which "
+                "value counts"
+            )
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise _StrictJSONError(f"{name} is not a JSON number")
+
+
 def load_manifest(path: Path) -> Manifest:
-    """Read, size-check and validate ``manifest.json`` at `path`."""
+    """Read, size-check and validate ``manifest.json`` at `path`.
+
+    The JSON must be strict: no duplicate keys, no NaN/Infinity, at most MAX_DEPTH levels of
+    nesting (measured before parsing), at most MAX_MANIFEST_BYTES bytes.
+    """
     try:
-        size = path.stat().st_size
+        with open(path, "rb") as f:
+            data = f.read(MAX_MANIFEST_BYTES + 1)
     except OSError as e:
-        raise ManifestError(f"{path}: cannot read the manifest ({e.strerror})") from e
-    if size > MAX_MANIFEST_BYTES:
         raise ManifestError(
-            f"{path}: {size} bytes exceeds the {MAX_MANIFEST_BYTES >> 20} MiB manifest limit"
+            f"{path}: cannot read the manifest ({e.strerror}); check its permissions"
+        ) from e
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ManifestError(
+            f"{path}: larger than the {MAX_MANIFEST_BYTES >> 20} MiB manifest limit; a manifest "
+            "describes arrays, it does not hold them, so this is not a juliabridge manifest"
+        )
+    depth = max_depth(data, JSON_SKIP, opens=b"[{", closes=b"]}", drop=())
+    if depth > MAX_DEPTH:
+        raise ManifestError(
+            f"{path}: JSON nested {depth} levels deep, more than the {MAX_DEPTH} a manifest may use"
         )
     try:
-        obj = json.loads(path.read_bytes().decode("utf-8"))
+        obj = json.loads(
+            data.decode("utf-8"),
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_no_constant,
+        )
     except UnicodeDecodeError as e:
         raise ManifestError(f"{path}: not UTF-8 ({e})") from e
     except json.JSONDecodeError as e:
         raise ManifestError(f"{path}: not valid JSON: {e}") from e
+    except _StrictJSONError as e:
+        raise ManifestError(f"{path}: not strict JSON: {e}") from e
+    except ValueError as e:  # e.g. an integer literal longer than Python converts
+        raise ManifestError(f"{path}: not valid JSON: {str(e)[:200]}") from e
     except RecursionError as e:
         raise ManifestError(f"{path}: JSON nested too deeply") from e
-    except OSError as e:
-        raise ManifestError(f"{path}: cannot read the manifest ({e.strerror})") from e
     try:
         return parse_manifest(obj)
     except RecursionError as e:
         raise ManifestError(f"{path}: JSON nested too deeply") from e
+    except (ManifestError, UnsafeBundleError, BundleVersionError) as e:
+        # Name the actual file, and say what to do.
+        text = str(e)
+        if text.startswith(f"{MANIFEST_NAME}: "):
+            text = f"{path}: " + text[len(MANIFEST_NAME) + 2 :]
+        if not isinstance(e, BundleVersionError):
+            text = f"{text.rstrip('.')}. {_MANIFEST_ADVICE}"
+        raise type(e)(text) from None
+
+
+_MANIFEST_ADVICE = (
+    "The manifest does not follow docs/bundle-format.md; export the bundle again "
+    "(JuliaBridge.export_lux) or fix the entry named"
+)

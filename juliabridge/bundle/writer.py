@@ -9,7 +9,6 @@ import datetime as _dt
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +18,9 @@ import numpy as np
 
 from .. import dtypes
 from .._version import __version__
-from ..errors import BundleError, SignatureMismatchError
+from ..errors import BundleError, JuliaBridgeError, SaveError, SignatureMismatchError
 from ..stablehlo import TensorSpec, parse_module
+from . import atomic
 from .checksum import sha256_file
 from .manifest import FORMAT, FORMAT_VERSION, MANIFEST_NAME, LuxPath, parse_manifest
 from .weights import write_weights
@@ -58,21 +58,61 @@ def dataset_name(role: str, path: LuxPath) -> str:
     return "/" + "/".join([group, *(str(s) for s in path)])
 
 
-def _atomic_dir(target: Path, overwrite: bool) -> Path:
-    if target.exists() and not overwrite:
+def _check_target(target: Path, overwrite: bool) -> None:
+    """Refuse to replace anything but a bundle (or an empty directory), and only if asked."""
+    if not os.path.lexists(target):
+        return
+    if not overwrite:
         raise BundleError(f"{target}: already exists; pass overwrite=True to replace it")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    if target.is_symlink() or not target.is_dir():
+        raise SaveError(
+            f"{target}: exists and is not a directory; refusing to replace it with a bundle"
+        )
+    if any(target.iterdir()) and not (target / MANIFEST_NAME).is_file():
+        raise SaveError(
+            f"{target}: is a non-empty directory without {MANIFEST_NAME}, so not a bundle; "
+            "refusing to replace it (overwrite=True only replaces bundles)"
+        )
 
 
-def _commit_dir(tmp: Path, target: Path) -> None:
-    if target.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
-        os.replace(target, old / "b")
+def _atomic_dir(target: Path, overwrite: bool) -> Path:
+    _check_target(target, overwrite)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic.clean_stale(target)
+        tmp = atomic.temp_path(target)
+        tmp.mkdir()  # the umask applies, unlike mkdtemp's 0700: a bundle is shared data
+    except OSError as e:
+        raise SaveError(
+            f"{target}: cannot create a directory in {target.parent} ({e.strerror or e}); "
+            "check that it is writable"
+        ) from e
+    return tmp
+
+
+def _commit_dir(tmp: Path, target: Path, overwrite: bool) -> None:
+    """Move the finished bundle `tmp` to `target` in one step where the OS allows it.
+
+    A new target is a single rename. An existing one is swapped with renameat2's
+    RENAME_EXCHANGE on Linux, so `target` always holds a complete bundle (old, then new);
+    elsewhere the old bundle is moved aside first and put back if the second rename fails.
+    """
+    atomic.fsync_dir(tmp)
+    _check_target(target, overwrite)  # again: something may have appeared meanwhile
+    if not os.path.lexists(target):
         os.replace(tmp, target)
-        shutil.rmtree(old, ignore_errors=True)
+    elif atomic.exchange(tmp, target):
+        shutil.rmtree(tmp, ignore_errors=True)  # now holds the previous bundle
     else:
-        os.replace(tmp, target)
+        old = atomic.temp_path(target)
+        os.replace(target, old)
+        try:
+            os.replace(tmp, target)
+        except BaseException:
+            os.replace(old, target)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    atomic.fsync_dir(target.parent)
 
 
 def write_bundle(
@@ -185,13 +225,20 @@ def write_bundle(
     tmp = _atomic_dir(target, overwrite)
     try:
         (tmp / "model.mlir").write_text(mlir_text, encoding="utf-8")
+        atomic.fsync_file(tmp / "model.mlir")
         write_weights(tmp / "weights.h5", arrays)
         manifest["module"]["sha256"] = sha256_file(tmp / "model.mlir")
         manifest["weights"]["sha256"] = sha256_file(tmp / "weights.h5")
         parse_manifest(json.loads(json.dumps(manifest)))  # never write what we would not read
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-        _commit_dir(tmp, target)
-    except BaseException:
+        atomic.fsync_file(tmp / MANIFEST_NAME)
+        _commit_dir(tmp, target, overwrite)
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) and not isinstance(e, JuliaBridgeError):
+            raise SaveError(
+                f"{target}: writing the bundle failed ({e}); any previous bundle there is "
+                "unchanged. Check free space and permissions"
+            ) from e
         raise
     return target

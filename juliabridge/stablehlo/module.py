@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import dtypes
-from ..errors import MLIRParseError, UnsupportedModuleError
+from ..errors import JuliaBridgeError, MLIRParseError, UnsupportedModuleError
 from ..jaxinternals import ir, make_context
+from .nesting import MLIR_SKIP, max_depth
 from .policy import check_custom_calls, check_ops
 from .sanitize import SanitizeReport, fix_module_header, strip_reactant_attributes, walk
 
 #: Text larger than this is refused before parsing (a model's weights live in HDF5, not here).
 MAX_MODULE_BYTES = 1 << 30
+#: Deepest bracket nesting accepted (measured before parsing; MLIR's parser recurses per level
+#: and crashes at a few thousand). Real modules stay below about 30.
+MAX_NESTING = 256
+#: Largest tensor (bytes) any value in the module may have: the manifest's per-array limit.
+MAX_TENSOR_BYTES = 1 << 38
 
 
 @dataclass(frozen=True)
@@ -56,22 +63,97 @@ class StableHLOModule:
 
 def _read_source(source: str | os.PathLike[str]) -> tuple[str, str]:
     """Return (text, origin): `source` is a path to a file or MLIR text itself."""
+    if isinstance(source, bytes):
+        try:
+            source = source.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise MLIRParseError(f"<mlir bytes>: not UTF-8 text ({e})") from e
+    if not isinstance(source, (str, os.PathLike)):
+        raise MLIRParseError(
+            f"expected a path to a .mlir file or the module text (str), got {type(source).__name__}"
+        )
     if isinstance(source, os.PathLike) or ("\n" not in source and "{" not in source):
         path = Path(source)
         try:
-            size = path.stat().st_size
+            st = path.stat()
         except OSError as e:
             raise MLIRParseError(
                 f"{path}: cannot read the MLIR file ({e.strerror}). Pass a path to a .mlir file "
                 "or the module text itself."
             ) from e
-        if size > MAX_MODULE_BYTES:
-            raise MLIRParseError(f"{path}: {size} bytes is larger than the 1 GiB module limit")
+        if stat.S_ISDIR(st.st_mode):
+            raise MLIRParseError(
+                f"{path}: is a directory, not a .mlir file; for a bundle directory use "
+                "juliabridge.import_lux"
+            )
+        if not stat.S_ISREG(st.st_mode):
+            raise MLIRParseError(f"{path}: not a regular file, so not a .mlir module")
+        if st.st_size > MAX_MODULE_BYTES:
+            raise MLIRParseError(
+                f"{path}: {st.st_size} bytes is larger than the 1 GiB module limit"
+            )
         try:
-            return path.read_text(encoding="utf-8"), str(path)
-        except (OSError, UnicodeDecodeError) as e:
-            raise MLIRParseError(f"{path}: not readable as UTF-8 MLIR text ({e})") from e
+            with open(path, "rb") as f:
+                data = f.read(MAX_MODULE_BYTES + 1)
+        except OSError as e:
+            raise MLIRParseError(
+                f"{path}: cannot read the MLIR file ({e.strerror}); check its permissions"
+            ) from e
+        if len(data) > MAX_MODULE_BYTES:
+            raise MLIRParseError(f"{path}: larger than the 1 GiB module limit")
+        try:
+            return data.decode("utf-8"), str(path)
+        except UnicodeDecodeError as e:
+            raise MLIRParseError(
+                f"{path}: not UTF-8 text ({e}), so not an MLIR module; is it the right file "
+                "(e.g. not the HDF5 weights)?"
+            ) from e
+    if len(source) > MAX_MODULE_BYTES:
+        raise MLIRParseError("<mlir text>: larger than the 1 GiB module limit")
     return source, "<mlir text>"
+
+
+def _check_nesting(text: str, origin: str) -> None:
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise MLIRParseError(f"{origin}: the MLIR text is not valid Unicode ({e})") from e
+    depth = max_depth(data, MLIR_SKIP)
+    if depth > MAX_NESTING:
+        raise MLIRParseError(
+            f"{origin}: brackets nest {depth} levels deep, more than the {MAX_NESTING} "
+            "juliabridge accepts (MLIR's parser would exhaust its stack); this is not a module "
+            "Reactant emits"
+        )
+
+
+_ELEMENT_BYTES = {"i1": 1, "i8": 1, "ui8": 1, "f8E4M3FN": 1, "f8E5M2": 1}
+
+
+def _value_bytes(t: ir.Type) -> int:
+    """Bytes of a statically shaped ranked tensor type, else 0."""
+    if not isinstance(t, ir.RankedTensorType):
+        return 0
+    n = 1
+    for i in range(t.rank):
+        if t.is_dynamic_dim(i):
+            continue
+        n *= max(int(t.get_dim_size(i)), 0)
+    et = str(t.element_type)
+    if dtypes.is_known(et):
+        return n * dtypes.to_numpy(et).itemsize
+    return n * _ELEMENT_BYTES.get(et, 8)
+
+
+def _check_sizes(op: ir.Operation, origin: str) -> None:
+    for r in op.results:
+        n = _value_bytes(r.type)
+        if n > MAX_TENSOR_BYTES:
+            raise UnsupportedModuleError(
+                f"{origin}: {op.name} produces {r.type}, {n} bytes, more than the "
+                f"{MAX_TENSOR_BYTES >> 30} GiB juliabridge accepts for one array; the module is "
+                "corrupt or forged"
+            )
 
 
 _UNKNOWN_CUSTOM_OP = re.compile(r"Dialect `([^']+)' not found for custom op '([^']+)'")
@@ -82,14 +164,32 @@ def _parse(text: str, ctx: ir.Context, origin: str) -> ir.Module:
         with ctx:
             return ir.Module.parse(text)
     except ir.MLIRError as e:
-        detail = "; ".join(str(d) for d in e.error_diagnostics) or str(e)
+        detail = "; ".join(_diagnostic(d) for d in e.error_diagnostics) or str(e)
         unknown = _UNKNOWN_CUSTOM_OP.search(detail)
         if unknown:
             # An op of a dialect JAX lacks, printed in its custom syntax, cannot even be parsed.
             check_ops([unknown.group(2)], trust=False, where=origin)
-        raise MLIRParseError(f"{origin}: the MLIR does not parse: {detail[:2000]}") from e
+        raise MLIRParseError(
+            f"{origin}: the MLIR does not parse: {detail[:2000]}. {_PARSE_ADVICE}"
+        ) from e
     except (ValueError, RuntimeError) as e:
-        raise MLIRParseError(f"{origin}: the MLIR does not parse: {str(e)[:2000]}") from e
+        raise MLIRParseError(
+            f"{origin}: the MLIR does not parse: {str(e)[:2000]}. {_PARSE_ADVICE}"
+        ) from e
+
+
+_PARSE_ADVICE = (
+    "The file is damaged or is not a StableHLO module as Reactant prints it; export or "
+    "download it again"
+)
+_LOC = re.compile(r'loc\("[^"]*":(\d+):(\d+)\)')
+
+
+def _diagnostic(d: ir.DiagnosticInfo) -> str:
+    """'line L, column C: message' for a parser diagnostic."""
+    m = _LOC.fullmatch(str(d.location))
+    where = f"line {m.group(1)}, column {m.group(2)}: " if m else ""
+    return f"{where}{d.message}"
 
 
 def _tensor_spec(t: ir.Type, what: str, origin: str) -> TensorSpec:
@@ -128,18 +228,16 @@ def _find_main(module: ir.Module, origin: str) -> ir.Operation:
     )
 
 
-def parse_module(source: str | os.PathLike[str], *, trust: bool = False) -> StableHLOModule:
-    """Parse, sanitize and check a StableHLO module given as a path or as text."""
-    raw, origin = _read_source(source)
-    text, name = fix_module_header(raw)
-    report = SanitizeReport(module_name=name)
-    module = _parse(text, make_context(allow_unregistered=True), origin)
+def _analyze(
+    module: ir.Module, report: SanitizeReport, trust: bool, origin: str
+) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...], set[str], list[str], int, str]:
     with module.context:
         strip_reactant_attributes(module, report)
         ops: set[str] = set()
         custom_calls: list[str] = []
         for op in walk(module.operation):
             ops.add(op.name)
+            _check_sizes(op, origin)
             if op.name == "stablehlo.custom_call":
                 target = ir.StringAttr(op.attributes["call_target_name"]).value
                 if target not in custom_calls:
@@ -158,6 +256,27 @@ def parse_module(source: str | os.PathLike[str], *, trust: bool = False) -> Stab
         if "mhlo.num_partitions" in module.operation.attributes:
             parts = ir.IntegerAttr(module.operation.attributes["mhlo.num_partitions"]).value
         clean = str(module.operation.get_asm(enable_debug_info=False))
+    return args, results, ops, custom_calls, int(parts), clean
+
+
+def parse_module(source: str | os.PathLike[str], *, trust: bool = False) -> StableHLOModule:
+    """Parse, sanitize and check a StableHLO module given as a path or as text."""
+    raw, origin = _read_source(source)
+    _check_nesting(raw, origin)
+    text, name = fix_module_header(raw)
+    report = SanitizeReport(module_name=name)
+    module = _parse(text, make_context(allow_unregistered=True), origin)
+    try:
+        args, results, ops, custom_calls, parts, clean = _analyze(module, report, trust, origin)
+    except JuliaBridgeError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, RuntimeError) as e:
+        # The bindings' casts fail on shapes of IR the parser accepts but Reactant never writes
+        # (e.g. a string where an integer attribute belongs).
+        raise UnsupportedModuleError(
+            f"{origin}: the module parses but has a structure juliabridge does not expect "
+            f"({type(e).__name__}: {str(e)[:300]}); it is not a module Reactant emits"
+        ) from e
     if not trust:
         # Anything unregistered still left (e.g. a #enzymexla<...> value under a foreign
         # attribute name) fails here, at load time, instead of inside XLA.

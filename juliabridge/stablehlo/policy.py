@@ -7,8 +7,23 @@ from collections.abc import Iterable
 from ..errors import UnsupportedModuleError
 from ..jaxinternals import custom_call_allowlist
 
-#: Dialects whose ops stock XLA compiles. ``builtin`` only contributes the module op itself.
-ALLOWED_DIALECTS = frozenset({"stablehlo", "chlo", "func", "builtin"})
+#: Dialects whose ops stock XLA compiles (spec §2), plus the one builtin op a module needs.
+ALLOWED_DIALECTS = frozenset({"stablehlo", "chlo", "func"})
+ALLOWED_OPS = frozenset({"builtin.module"})
+
+#: Custom-call targets from jax.export's stable list that carry code of their own (a Mosaic,
+#: Mosaic-GPU or Triton kernel in their backend_config, or a TensorFlow function): running them
+#: would execute code shipped inside the bundle, so they are refused like any unknown target.
+CODE_CARRYING_TARGETS = frozenset(
+    {
+        "tpu_custom_call",
+        "mosaic_gpu",
+        "mosaic_gpu_v2",
+        "__gpu$xla.gpu.triton",
+        "tf.call_tf_function",
+    }
+)
+_CODE_CARRYING_WORDS = ("triton", "mosaic", "tpu_custom_call", "call_tf", "pallas")
 
 _REEXPORT_HINT = (
     "Re-export the model with Reactant's full optimization pipeline "
@@ -21,7 +36,9 @@ def check_ops(ops: Iterable[str], *, trust: bool, where: str) -> None:
     """Refuse ops outside stablehlo/chlo/func unless `trust`; name the first offenders."""
     if trust:
         return
-    bad = sorted({op for op in ops if op.split(".", 1)[0] not in ALLOWED_DIALECTS})
+    bad = sorted(
+        {op for op in ops if op not in ALLOWED_OPS and op.split(".", 1)[0] not in ALLOWED_DIALECTS}
+    )
     if bad:
         raise UnsupportedModuleError(
             f"{where}: op(s) {', '.join(bad[:8])} are not StableHLO/CHLO/func ops, so stock "
@@ -30,14 +47,30 @@ def check_ops(ops: Iterable[str], *, trust: bool, where: str) -> None:
         )
 
 
+def carries_code(target: str) -> bool:
+    """Whether a custom-call target runs a kernel or function shipped in the module itself."""
+    low = target.lower()
+    return target in CODE_CARRYING_TARGETS or any(w in low for w in _CODE_CARRYING_WORDS)
+
+
+def allowed_custom_calls() -> frozenset[str]:
+    """jax.export's stable custom-call targets, minus those that carry their own code."""
+    return frozenset(t for t in custom_call_allowlist() if not carries_code(t))
+
+
 def check_custom_calls(targets: Iterable[str], *, trust: bool, where: str) -> None:
     """Refuse custom-call targets outside jax.export's stable allowlist unless `trust`."""
     if trust:
         return
-    allowed = custom_call_allowlist()
+    allowed = allowed_custom_calls()
     bad = sorted(set(targets) - allowed)
     if bad:
         hint = _REEXPORT_HINT
+        if any(carries_code(t) for t in bad):
+            hint += (
+                "; targets such as tpu_custom_call, mosaic_gpu* and Triton kernels run code "
+                "carried inside the module, which juliabridge never does for an untrusted bundle"
+            )
         if any(t.startswith("enzymexla") or t.startswith("xla_throw") for t in bad):
             hint += (
                 "; enzymexla_* targets exist only inside Reactant/Enzyme-JAX runtimes, "

@@ -77,12 +77,25 @@ def _filter_arg_attrs(
 
 
 def walk(op: ir.Operation):  # type: ignore[no-untyped-def]
-    """Every operation nested in `op` (not `op` itself), outer before inner."""
+    """Every operation nested in `op` (not `op` itself), outer before inner (pre-order).
+
+    Iterative, so a deeply nested module cannot exhaust Python's recursion limit.
+    """
+    stack = [_children(op)]
+    while stack:
+        child = next(stack[-1], None)
+        if child is None:
+            stack.pop()
+            continue
+        yield child
+        stack.append(_children(child))
+
+
+def _children(op: ir.Operation):  # type: ignore[no-untyped-def]
     for region in op.regions:
         for block in region.blocks:
             for child in block.operations:
                 yield child.operation
-                yield from walk(child.operation)
 
 
 def strip_reactant_attributes(module: ir.Module, report: SanitizeReport) -> None:

@@ -1,0 +1,113 @@
+"""Child process for tests/test_fuzz.py: loads and calls one bundle per request, reports how.
+
+Run as ``python -m tests.fuzz_runner`` from the repository root. Requests and replies are JSON
+lines on stdin and on the original stdout (everything else printed goes to stderr). A crash or
+hang of this process is how the parent detects that juliabridge took a process down.
+
+Each request is ``{"path": ..., "verify_checksums": bool, "trust": bool}``; the reply says
+``outcome``: ``ok`` (loaded and called; numbers compared here), ``error`` (a JuliaBridgeError,
+with its class and message) or ``other`` (any other exception: always a bug).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+import numpy as np
+
+# Replies go to a private copy of stdout; fd 1 itself then points at stderr, so nothing a
+# library prints (from Python or C) can corrupt the protocol.
+_PROTOCOL = os.fdopen(os.dup(1), "w", buffering=1)
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+
+import jax  # noqa: E402
+
+import juliabridge  # noqa: E402
+from juliabridge.trees import lookup  # noqa: E402
+from tests.bundle_factory import dense_bn_arrays, dense_bn_reference  # noqa: E402
+
+jax.config.update("jax_platforms", "cpu")
+
+ORIGINAL = dense_bn_arrays()
+REFERENCE = dense_bn_reference(ORIGINAL)
+ORIGINAL_MAP = [
+    ("input", None),
+    ("parameter", "/params/layer_1/weight"),
+    ("parameter", "/params/layer_1/bias"),
+    ("parameter", "/params/layer_2/scale"),
+    ("parameter", "/params/layer_2/bias"),
+    ("state", "/state/layer_2/running_mean"),
+    ("state", "/state/layer_2/running_var"),
+]
+SHAPES = [a.shape for a in ORIGINAL]
+
+
+def _max_err(got: np.ndarray, want: np.ndarray) -> float | None:
+    """Largest error relative to the output scale; None when values are not comparable."""
+    if got.shape != want.shape:
+        return float("inf")
+    if not (np.all(np.isfinite(want)) and np.all(np.abs(want) < 1e15)):
+        return None  # overflow in f32 vs f64 differs legitimately
+    scale = max(1.0, float(np.max(np.abs(want), initial=0.0)))
+    return float(np.max(np.abs(got.astype(np.float64) - want), initial=0.0)) / scale
+
+
+def run(req: dict[str, Any]) -> dict[str, Any]:
+    """Load and call the bundle at req['path']."""
+    model = juliabridge.import_lux(
+        req["path"],
+        backend="xla",
+        verify_checksums=req.get("verify_checksums", True),
+        trust=req.get("trust", False),
+    )
+    m = model.manifest
+    x = ORIGINAL[0]
+    out = model(x)
+    reply: dict[str, Any] = {"outcome": "ok", "err_self": None, "err_orig": None}
+    results = [r for r in m.results]
+    if len(results) != 1 or results[0].paths != (("output",),):
+        reply["note"] = "result structure changed"
+        return reply
+    y = np.asarray(out)
+    reply["shape"] = list(y.shape)
+    reply["dtype"] = str(y.dtype)
+    flat = []
+    for a in m.arguments:
+        if a.role == "input":
+            flat.append(x)
+        else:
+            tree = model.params if a.role == "parameter" else model.state
+            flat.append(np.asarray(lookup(tree, a.path, a.role)))
+    if len(flat) == 7 and [f.shape for f in flat] == SHAPES:
+        if all(f.dtype == np.float32 for f in flat):
+            reply["err_self"] = _max_err(y, dense_bn_reference(flat))
+        reply["mapping_same"] = [(a.role, a.dataset) for a in m.arguments] == ORIGINAL_MAP
+        reply["err_orig"] = _max_err(y, REFERENCE)
+    return reply
+
+
+def main() -> None:
+    """Serve requests until stdin closes."""
+    for line in sys.stdin:
+        req = json.loads(line)
+        try:
+            reply = run(req)
+        except juliabridge.JuliaBridgeError as e:
+            reply = {"outcome": "error", "cls": type(e).__name__, "message": str(e)}
+        except Exception as e:
+            reply = {
+                "outcome": "other",
+                "cls": type(e).__name__,
+                "message": f"{e}\n{traceback.format_exc()}",
+            }
+        _PROTOCOL.write(json.dumps(reply) + "\n")
+        _PROTOCOL.flush()
+
+
+if __name__ == "__main__":
+    main()

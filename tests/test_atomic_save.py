@@ -1,0 +1,177 @@
+"""Saving is atomic: a save_params or write_bundle killed midway (SIGKILL) leaves the previous
+file or bundle intact under its name, never a partial one. The writer's hidden temporary
+(``.NAME.jbtmp~HOST~PID~RANDOM``) may survive the kill; juliabridge never reads it, and the
+next save to the same target removes it (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import juliabridge
+from juliabridge.bundle import atomic
+from juliabridge.bundle.checksum import sha256_file
+from juliabridge.errors import SaveError
+from tests.bundle_factory import dense_bn_arrays, make_dense_bn
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="SIGKILL and renames: POSIX only")
+
+
+def _temporaries(target: Path) -> list[Path]:
+    return sorted(target.parent.glob(f".{target.name}{atomic.TMP_MARK}*"))
+
+
+def _kill_while_writing(code: str, target: Path, min_bytes: int = 1 << 20) -> None:
+    """Run `code` in a child and SIGKILL it once its temporary for `target` holds data."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=env)
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, "the writer finished before it could be killed"
+            tmps = _temporaries(target)
+            size = 0
+            for t in tmps:
+                files = [t] if t.is_file() else list(t.rglob("*"))
+                size += sum(f.stat().st_size for f in files if f.is_file())
+            if size >= min_bytes:
+                proc.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.001)
+        else:
+            pytest.fail("the writer never started writing")
+    finally:
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+
+
+BIG = 64 << 20  # 64 Mi float32 = 256 MiB: long enough to be caught midway
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_killed_save_params_leaves_the_previous_file_intact(tmp_path: Path, attempt: int) -> None:
+    bundle = make_dense_bn(tmp_path / "dense_bn.bundle")
+    model = juliabridge.import_lux(bundle, backend="xla")
+    target = tmp_path / "finetuned.h5"
+    # The "previous" fine-tuned weights.
+    tuned = {k: {n: np.asarray(v) + 1 for n, v in d.items()} for k, d in model.params.items()}
+    juliabridge.save_params(tuned, target, state=model.state)
+    before = sha256_file(target)
+    code = f"""
+        import numpy as np, juliabridge
+        model = juliabridge.import_lux({str(bundle)!r}, backend="xla")
+        params = {{k: dict(v) for k, v in model.params.items()}}
+        params["extra"] = {{"big": np.full({BIG}, {attempt + 2}, np.float32)}}
+        juliabridge.save_params(params, {str(target)!r}, state=model.state)
+    """
+    _kill_while_writing(code, target)
+    # Under the final name: exactly the previous file, still loadable.
+    assert sha256_file(target) == before
+    params, _state = juliabridge.load_params(target)
+    np.testing.assert_array_equal(params["layer_1"]["weight"], tuned["layer_1"]["weight"])
+    assert "extra" not in params
+    # The killed writer's temporary is the documented hidden name, marked with its PID ...
+    leftovers = _temporaries(target)
+    assert len(leftovers) == 1, leftovers
+    assert leftovers[0].name.startswith(f".{target.name}{atomic.TMP_MARK}")
+    assert atomic.stale_temporaries(target) == leftovers
+    # ... and the next save to the same target removes it.
+    juliabridge.save_params(tuned, target, state=model.state)
+    assert _temporaries(target) == []
+    assert sha256_file(target) != ""
+
+
+def test_killed_write_bundle_leaves_the_previous_bundle_intact(tmp_path: Path) -> None:
+    target = make_dense_bn(tmp_path / "model.bundle")
+    before = {p.name: sha256_file(p) for p in target.iterdir()}
+    code = f"""
+        import jax, numpy as np
+        from juliabridge.bundle.writer import ArgumentSpec, write_bundle
+        w = np.ones({BIG}, np.float32)
+        x = np.ones(3, np.float32)
+        text = jax.jit(lambda x, w: x * w[:3]).lower(x, w).as_text()
+        write_bundle({str(target)!r}, name="big", mlir_text=text,
+                     arguments=[ArgumentSpec("input", [], x), ArgumentSpec("parameter", ["w"], w)],
+                     result_paths=[[["output"]]], overwrite=True)
+    """
+    _kill_while_writing(code, target)
+    assert {p.name: sha256_file(p) for p in target.iterdir()} == before
+    model = juliabridge.import_lux(target, backend="xla")
+    assert model.manifest.name == "dense_bn"
+    np.asarray(model(dense_bn_arrays()[0]))
+    leftovers = _temporaries(target)
+    assert len(leftovers) == 1 and leftovers[0].is_dir(), leftovers
+    make_dense_bn(target, seed=1)  # overwrite=True; removes the dead writer's directory
+    assert _temporaries(target) == []
+    assert juliabridge.import_lux(target, backend="xla").manifest.name == "dense_bn"
+
+
+def test_exchange_swaps_two_directories(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "x").write_text("a")
+    (b / "x").write_text("b")
+    if not atomic.exchange(a, b):
+        pytest.skip("renameat2(RENAME_EXCHANGE) is not available here; the writer falls back")
+    assert (a / "x").read_text() == "b" and (b / "x").read_text() == "a"
+
+
+def test_temporaries_of_live_writers_are_kept(tmp_path: Path) -> None:
+    target = tmp_path / "w.h5"
+    mine = atomic.temp_path(target)
+    mine.write_bytes(b"in progress")
+    other_host = tmp_path / f".w.h5{atomic.TMP_MARK}otherhost~1~abcd"
+    other_host.write_bytes(b"?")
+    assert atomic.stale_temporaries(target) == []  # our own PID is alive; other hosts unknown
+    dead = tmp_path / f".w.h5{atomic.TMP_MARK}{atomic._HOST}~{_dead_pid()}~abcd"
+    dead.write_bytes(b"!")
+    assert atomic.stale_temporaries(target) == [dead]
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_saved_files_have_ordinary_permissions(tmp_path: Path) -> None:
+    """Not mkstemp's 0600: a saved weights file or bundle is shared data (umask applies)."""
+    old = os.umask(0o022)
+    try:
+        target = juliabridge.save_params({"w": np.ones(3, np.float32)}, tmp_path / "w.h5")
+        bundle = make_dense_bn(tmp_path / "b.bundle")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert stat.S_IMODE(bundle.stat().st_mode) == 0o755
+    assert stat.S_IMODE((bundle / "weights.h5").stat().st_mode) == 0o644
+
+
+def test_overwrite_only_replaces_bundles(tmp_path: Path) -> None:
+    precious = tmp_path / "documents"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work")
+    with pytest.raises(SaveError, match="not a bundle"):
+        make_dense_bn(precious)
+    assert (precious / "thesis.tex").read_text() == "years of work"
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    with pytest.raises(SaveError, match="not a directory"):
+        make_dense_bn(a_file)
+
+
+def test_save_errors_name_the_target(tmp_path: Path) -> None:
+    with pytest.raises(SaveError, match="is a directory") as info:
+        juliabridge.save_params({"w": np.ones(3, np.float32)}, tmp_path)
+    assert isinstance(info.value, OSError) and isinstance(info.value, juliabridge.JuliaBridgeError)
