@@ -150,7 +150,7 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     )
     report = verify(path, backend=args.backend)
     console.print(
-        f"verify against the bundled reference outputs [{report.backend}]: max abs err "
+        f"verify against the bundled reference outputs (backend {report.backend}): max abs err "
         f"{report.max_abs:.3g}, max rel err {report.max_rel:.3g} -> "
         f"{'OK' if report.ok else 'MISMATCH'}"
     )
