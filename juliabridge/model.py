@@ -114,9 +114,14 @@ class LuxModel:
 
     def _input_tree(self, inputs: tuple[Any, ...]) -> Any:
         paths = [a.path for a in self._input_entries]
-        if len(inputs) == 1 and not all(p and isinstance(p[0], int) for p in paths):
-            return inputs[0]
-        return tuple(inputs)
+        positional = bool(paths) and all(p and isinstance(p[0], int) for p in paths)
+        expected = max(int(p[0]) for p in paths) if positional else 1
+        if len(inputs) != expected:
+            raise CallArgumentError(
+                f"{self.manifest.name}: the model takes {expected} input(s) "
+                f"({', '.join(a.label for a in self._input_entries[:6])}), got {len(inputs)}"
+            )
+        return tuple(inputs) if positional else inputs[0]
 
     def _to_mlir(self, x: Any) -> Any:
         # Julia order is the MLIR order reversed; a transpose inside the jitted program.
@@ -176,7 +181,13 @@ class LuxModel:
         for a in self._input_entries:
             leaf = lookup(x, a.path, "x")
             want = dtypes.to_numpy(a.dtype)
-            if hasattr(leaf, "dtype") and np.dtype(leaf.dtype) != want:
+            if not hasattr(leaf, "dtype"):
+                raise CallArgumentError(
+                    f"{self.manifest.name}: {a.label} expects an array of {a.dtype} "
+                    f"({dtypes.MLIR_TO_JULIA[a.dtype]}), got a {type(leaf).__name__}; pass "
+                    f"np.asarray(x, dtype=np.{want.name})"
+                )
+            if np.dtype(leaf.dtype) != want:
                 raise CallArgumentError(
                     f"{self.manifest.name}: {a.label} expects {a.dtype} "
                     f"({dtypes.MLIR_TO_JULIA[a.dtype]}), got "
