@@ -15,7 +15,7 @@ from .backends import make_backend, resolve_backend_name
 from .batchsize import batch_size_of, call_with_batch
 from .bundle import Bundle, open_bundle
 from .bundle.manifest import ArgumentEntry, Manifest
-from .bundle.weights import open_weights, read_array
+from .bundle.weights import open_weights
 from .errors import CallArgumentError, JuliaBridgeError
 from .function import ImportedFunction
 from .stablehlo import parse_module
@@ -244,7 +244,7 @@ def import_lux(
         for a in m.arguments:
             if a.role == "input" or a.dataset is None:
                 continue
-            host = read_array(f, a.dataset, a.shape, a.dtype, a.label)
+            host = f.read_array(a.dataset, a.shape, a.dtype, a.label)
             leaves[a.role].append((a.path, jax.device_put(host.T if layout == "julia" else host)))
             del host
     params = build_tree(leaves["parameter"], empty=m.empty.get("params", ()))

@@ -18,6 +18,18 @@ def _forward(x, w, b, scale, bias, mean, var):  # type: ignore[no-untyped-def]
     return (y - mean) / jnp.sqrt(var + 1e-5) * scale + bias
 
 
+#: (role, Lux path) of each @main argument, in Reactant's order.
+DENSE_BN_ARGUMENTS: list[tuple[str, list[str]]] = [
+    ("input", []),
+    ("parameter", ["layer_1", "weight"]),
+    ("parameter", ["layer_1", "bias"]),
+    ("parameter", ["layer_2", "scale"]),
+    ("parameter", ["layer_2", "bias"]),
+    ("state", ["layer_2", "running_mean"]),
+    ("state", ["layer_2", "running_var"]),
+]
+
+
 def dense_bn_arrays(seed: int = 0) -> list[np.ndarray]:
     """x (5, 2), then the Lux ps/st leaves in Reactant order, all MLIR-shaped."""
     rng = np.random.default_rng(seed)
@@ -43,15 +55,7 @@ def make_dense_bn(path: Path, *, seed: int = 0) -> Path:
     """Write the bundle (with examples) at `path`."""
     arrays = dense_bn_arrays(seed)
     text = jax.jit(_forward).lower(*arrays).as_text()
-    names = [
-        ("input", []),
-        ("parameter", ["layer_1", "weight"]),
-        ("parameter", ["layer_1", "bias"]),
-        ("parameter", ["layer_2", "scale"]),
-        ("parameter", ["layer_2", "bias"]),
-        ("state", ["layer_2", "running_mean"]),
-        ("state", ["layer_2", "running_var"]),
-    ]
+    names = DENSE_BN_ARGUMENTS
     return write_bundle(
         path,
         name="dense_bn",

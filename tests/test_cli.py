@@ -29,25 +29,18 @@ def test_verify_ok_and_mismatch(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
     # A bundle whose reference outputs disagree with its module must fail verify.
     from juliabridge.bundle.writer import ArgumentSpec, write_bundle
-    from tests.bundle_factory import dense_bn_arrays
+    from tests.bundle_factory import DENSE_BN_ARGUMENTS, dense_bn_arrays
 
     arrays = dense_bn_arrays()
     text = (good / "model.mlir").read_text()
-    roles = ["input", "parameter", "parameter", "parameter", "parameter", "state", "state"]
-    paths = [
-        [],
-        ["layer_1", "weight"],
-        ["layer_1", "bias"],
-        ["layer_2", "scale"],
-        ["layer_2", "bias"],
-        ["layer_2", "running_mean"],
-        ["layer_2", "running_var"],
-    ]
     bad = write_bundle(
         tmp_path / "bad.bundle",
         name="bad",
         mlir_text=text,
-        arguments=[ArgumentSpec(r, p, a) for r, p, a in zip(roles, paths, arrays, strict=True)],
+        arguments=[
+            ArgumentSpec(role, p, a)
+            for (role, p), a in zip(DENSE_BN_ARGUMENTS, arrays, strict=True)
+        ],
         result_paths=[[["output"]]],
         example_outputs=[np.zeros((5, 3), np.float32) + 100.0],
     )

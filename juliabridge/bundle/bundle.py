@@ -31,15 +31,6 @@ class Bundle:
         """Absolute path of a file the manifest names."""
         return self.root / ref.file
 
-    def read_state_and_params(self) -> dict[int, np.ndarray]:
-        """Values of every parameter and state argument, by @main argument index."""
-        out: dict[int, np.ndarray] = {}
-        with open_weights(self.file(self.manifest.weights)) as f:
-            for a in self.manifest.arguments:
-                if a.dataset is not None and a.role != "input":
-                    out[a.index] = f.read_array(a.dataset, a.shape, a.dtype, a.label)
-        return out
-
     def read_examples(self) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]] | None:
         """(inputs by argument index, Julia's outputs by result index), or None without examples."""
         ex = self.manifest.examples

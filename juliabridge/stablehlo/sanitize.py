@@ -22,7 +22,6 @@ DROPPED_ARG_ATTRS = ("tf.aliasing_output", "mhlo.sharding", "mhlo.layout_mode", 
 _MODULE_HEADER = re.compile(
     r'^(?P<lead>[ \t]*module)[ \t]+@(?P<name>"(?:[^"\\]|\\.)*"|[^\s{]+)', re.MULTILINE
 )
-_BARE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*\Z")
 
 
 @dataclass
@@ -121,8 +120,3 @@ def strip_reactant_attributes(module: ir.Module, report: SanitizeReport) -> None
         if name.startswith(DROPPED_PREFIXES):
             del mod_attrs[name]
             report.dropped.add(name)
-
-
-def is_bare_symbol(name: str) -> bool:
-    """Whether `name` may be printed as ``@name`` without quotes."""
-    return _BARE_ID.match(name) is not None
