@@ -18,6 +18,7 @@ from .errors import (
     TransformError,
     UnsafeBundleError,
     UnsupportedModuleError,
+    UnsupportedOpError,
     X64DisabledError,
 )
 from .function import ImportedFunction
@@ -43,6 +44,7 @@ __all__ = [
     "TransformError",
     "UnsafeBundleError",
     "UnsupportedModuleError",
+    "UnsupportedOpError",
     "VerifyReport",
     "X64DisabledError",
     "__version__",

@@ -43,6 +43,23 @@ class UnsupportedModuleError(JuliaBridgeError):
     """The module holds ops or custom calls that stock XLA cannot run, or that policy refuses."""
 
 
+class UnsupportedOpError(UnsupportedModuleError):
+    """The lax backend cannot lift or evaluate one op; `op` and `where` name it and its line."""
+
+    def __init__(self, message: str, *, op: str, where: str) -> None:
+        super().__init__(message)
+        self.op = op
+        self.where = where
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        # Keyword-only arguments need an explicit reduce to survive pickling (multiprocessing).
+        return (_rebuild_op_error, (self.args[0], self.op, self.where))
+
+
+def _rebuild_op_error(message: str, op: str, where: str) -> UnsupportedOpError:
+    return UnsupportedOpError(message, op=op, where=where)
+
+
 class X64DisabledError(JuliaBridgeError):
     """A 64-bit element type is used while jax_enable_x64 is off (JAX would truncate it)."""
 

@@ -92,7 +92,7 @@ class ImportedFunction:
 
     @property
     def backend_name(self) -> str:
-        """Name of the backend running the module ("xla" or "enzyme")."""
+        """Name of the backend running the module ("lax", "xla" or "enzyme")."""
         return self.backend.name
 
     @property
@@ -143,12 +143,29 @@ class ImportedFunction:
                 return False
         return True
 
+    @cached_property
+    def _jit_call(self) -> Any:
+        return jax.jit(self.backend.call)
+
     def __call__(self, *args: Any) -> tuple[jax.Array, ...]:
         self._check_x64()
         if self._is_plain_eager_call(args):
+            if self.traceable:
+                return tuple(self._jit_call(*args))
             return tuple(self.target.jit_primal(*args))
         arrays = check_call_args(args, self.module.arguments, self.arg_labels, self.module.origin)
+        if self.traceable:
+            # Made of JAX primitives: JAX's own rules transform it. Outside any trace, one
+            # compiled program instead of op-by-op dispatch.
+            if any(isinstance(a, jax.core.Tracer) for a in arrays):
+                return tuple(self.backend.call(*arrays))
+            return tuple(self._jit_call(*arrays))
         return tuple(call_p.bind(*arrays, target=self.target))
+
+    @property
+    def traceable(self) -> bool:
+        """Whether the backend is plain JAX (lax): no juliabridge primitive around the call."""
+        return bool(getattr(self.backend, "traceable", False))
 
     def __repr__(self) -> str:
         ins = ", ".join(str(s) for s in self.module.arguments[:4])

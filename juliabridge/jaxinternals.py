@@ -7,6 +7,8 @@ through this module, and tests/test_jaxinternals.py checks each piece against th
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from collections.abc import Callable, Sequence
 
 import jax
@@ -28,7 +30,17 @@ __all__ = [
     "make_context",
     "make_primitive",
     "serialize_portable",
+    "x64_scope",
 ]
+
+
+def x64_scope() -> contextlib.AbstractContextManager[None]:
+    """A scope in which JAX keeps 64-bit types, whatever jax_enable_x64 says outside it.
+
+    The lax backend evaluates a module inside it so that 64-bit values internal to the module
+    (Reactant's i64 loop counters and indices) keep their StableHLO types exactly.
+    """
+    return jax.enable_x64(True)  # type: ignore[no-any-return]
 
 
 def make_primitive(name: str) -> Primitive:
@@ -73,6 +85,10 @@ def current_platform() -> str:
     return str(xla_bridge.canonicalize_platform(jax.default_backend()))
 
 
+def _exported_fields(_export: object) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(_export.Exported))  # type: ignore[attr-defined]
+
+
 def build_exported(
     *,
     name: str,
@@ -93,13 +109,17 @@ def build_exported(
     out_tree = jax.tree_util.tree_structure(tuple(range(n_out)))
     checks = [jax_export.DisabledSafetyCheck.platform()]
     checks += [jax_export.DisabledSafetyCheck.custom_call(t) for t in extra_custom_calls]
+    fields: dict[str, object] = {}
+    if "_has_named_shardings" in _exported_fields(_export):
+        # jax <= 0.11.0 has this field (and requires it); 0.11.1 removed it.
+        fields["_has_named_shardings"] = True
     return _export.Exported(
+        **fields,
         fun_name=name,
         in_tree=in_tree,
         in_avals=tuple(in_avals),
         out_tree=out_tree,
         out_avals=tuple(out_avals),
-        _has_named_shardings=True,
         _in_named_shardings=(None,) * n_in,
         _out_named_shardings=(None,) * n_out,
         in_shardings_hlo=(None,) * n_in,

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-from ..errors import JuliaBridgeError
+from ..errors import JuliaBridgeError, UnsupportedModuleError
 from ..stablehlo import StableHLOModule
 from .base import Backend
 from .enzyme import EnzymeBackend, enzyme_available
+from .lax import LaxBackend
 from .xla import XlaBackend
 
-BACKENDS = ("auto", "enzyme", "xla")
+BACKENDS = ("auto", "lax", "enzyme", "xla")
 
 
 def resolve_backend_name(name: str) -> str:
-    """Map "auto" to "enzyme" where enzyme-ad imports, else "xla"; validate the name."""
-    if name not in BACKENDS:
+    """Validate a backend name ("auto" stays "auto": it is resolved per module)."""
+    if not isinstance(name, str) or name not in BACKENDS:
         raise JuliaBridgeError(f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)}")
-    if name == "auto":
-        return "enzyme" if enzyme_available() else "xla"
     return name
+
+
+def foreign_backend_name() -> str:
+    """The backend "auto" falls back to when a module does not lift: enzyme where importable."""
+    return "enzyme" if enzyme_available() else "xla"
 
 
 def make_backend(
@@ -29,19 +33,40 @@ def make_backend(
 ) -> Backend:
     """Build the named backend for `module` (all load-time work happens here).
 
+    "auto" lifts the module onto the lax backend when every op lifts, and otherwise falls back
+    to enzyme (where importable) or xla, recording why on the backend as `fallback_reason`.
     `vjp_source` is a VJP module (spec §5) for the xla backend's gradients.
+
+    Raises:
+        UnsupportedOpError: backend="lax" and an op does not lift.
+        BackendUnavailableError: backend="enzyme" without enzyme-ad.
     """
     resolved = resolve_backend_name(name)
+    reason = None
+    if resolved in ("auto", "lax"):
+        try:
+            return LaxBackend(module, trust=trust)
+        except UnsupportedModuleError as e:
+            if resolved == "lax":
+                raise
+            reason = str(e)
+        resolved = foreign_backend_name()
+    backend: Backend
     if resolved == "enzyme":
-        return EnzymeBackend(module, trust=trust)
-    return XlaBackend(module, trust=trust, vjp_source=vjp_source)
+        backend = EnzymeBackend(module, trust=trust)
+    else:
+        backend = XlaBackend(module, trust=trust, vjp_source=vjp_source)
+    backend.fallback_reason = reason
+    return backend
 
 
 __all__ = [
     "BACKENDS",
     "Backend",
     "EnzymeBackend",
+    "LaxBackend",
     "XlaBackend",
+    "foreign_backend_name",
     "make_backend",
     "resolve_backend_name",
 ]

@@ -15,6 +15,8 @@ class Backend(Protocol):
 
     name: str
     module: StableHLOModule
+    #: Why "auto" did not pick the lax backend for this module (None when it was not asked).
+    fallback_reason: str | None
 
     def call(self, *args: jax.Array) -> tuple[jax.Array, ...]:
         """Run @main on arrays whose shapes and dtypes were already checked."""

@@ -97,6 +97,7 @@ class EnzymeBackend:
     """Calls enzyme_ad.jax.hlo_call on the (boundary-wrapped) module inside a cached jit."""
 
     name = "enzyme"
+    fallback_reason: str | None = None
 
     def __init__(self, module: StableHLOModule, *, trust: bool = False) -> None:
         if not enzyme_available():

@@ -33,6 +33,7 @@ class XlaBackend:
     """Serializes the module once at load time; calls go through Exported.call."""
 
     name = "xla"
+    fallback_reason: str | None = None
 
     def __init__(
         self, module: StableHLOModule, *, trust: bool = False, vjp_source: VjpSource = None

@@ -7,6 +7,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .. import dtypes
 from ..errors import JuliaBridgeError, MLIRParseError, UnsupportedModuleError
@@ -59,6 +60,9 @@ class StableHLOModule:
     aliasing: dict[int, int] = field(default_factory=dict)
     arg_shardings: dict[int, str] = field(default_factory=dict)
     num_partitions: int = 1
+    #: The sanitized MLIR module itself, with the source's line numbers in its locations, for
+    #: backends that read ops directly (lax); not part of the value.
+    parsed: Any = field(default=None, compare=False, repr=False)
 
 
 def _read_source(source: str | os.PathLike[str]) -> tuple[str, str]:
@@ -299,4 +303,5 @@ def parse_module(source: str | os.PathLike[str], *, trust: bool = False) -> Stab
         aliasing=dict(report.aliasing),
         arg_shardings=dict(report.arg_shardings),
         num_partitions=int(parts),
+        parsed=module,
     )

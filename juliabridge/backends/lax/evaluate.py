@@ -1,0 +1,81 @@
+"""Evaluating a lifted program with JAX values: each step's implementation on its operands.
+
+Evaluation is what JAX traces: under jax.jit, grad, vmap... every step emits JAX primitives,
+so JAX's own rules apply to the module. Slots live in a list per function call, so two threads
+(or two nested traces) evaluating the same program never share state.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ...errors import JuliaBridgeError, UnsupportedOpError
+from .program import Block, Function, Step
+from .valtypes import TensorType
+
+
+def run_function(fn: Function, args: Sequence[Any]) -> list[Any]:
+    """Evaluate `fn` on `args` (values in argument order); returns its results in order."""
+    slots: list[Any] = [None] * fn.n_slots
+    return run_block(fn.body, slots, args)
+
+
+def run_block(block: Block, slots: list[Any], args: Sequence[Any]) -> list[Any]:
+    """Evaluate one block in the slots of its function; returns its terminator's operands."""
+    if len(args) != len(block.args):
+        raise UnsupportedOpError(
+            f"a region with {len(block.args)} arguments was called with {len(args)}",
+            op="region",
+            where="",
+        )
+    for slot, value in zip(block.args, args):
+        slots[slot] = value
+    for step in block.steps:
+        operands = [slots[i] for i in step.operands]
+        try:
+            if step.with_regions:
+                bound = tuple(functools.partial(run_block, r, slots) for r in step.regions)
+                outs = step.impl(bound, *operands)
+            else:
+                outs = step.impl(*operands)
+        except JuliaBridgeError:
+            raise
+        except Exception as e:
+            # JAX refusing an op's operands (a shape rule, an unsupported dtype) is reported at
+            # the op that caused it instead of deep inside JAX.
+            first = (str(e).strip().splitlines() or [""])[0][:300]
+            raise UnsupportedOpError(
+                f"{step.name} at {step.where} could not be evaluated with JAX "
+                f"({type(e).__name__}: {first})",
+                op=step.name,
+                where=step.where,
+            ) from e
+        if len(outs) != len(step.results):
+            raise UnsupportedOpError(
+                f"{step.name} at {step.where}: the lift produced {len(outs)} values for "
+                f"{len(step.results)} results",
+                op=step.name,
+                where=step.where,
+            )
+        for slot, value, t in zip(step.results, outs, step.result_types):
+            if isinstance(t, TensorType):
+                _check(step, value, t)
+            slots[slot] = value
+    return [slots[i] for i in block.returns]
+
+
+def _check(step: Step, value: Any, t: TensorType) -> None:
+    """A lifted op must produce exactly the MLIR result type (catches lift bugs at the op)."""
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is None or tuple(shape) != t.shape or np.dtype(dtype) != t.dtype:
+        got = f"{getattr(value, 'dtype', type(value).__name__)}{list(shape or ())}"
+        raise UnsupportedOpError(
+            f"{step.name} at {step.where}: the lifted op produced {got}, not the declared {t}",
+            op=step.name,
+            where=step.where,
+        )

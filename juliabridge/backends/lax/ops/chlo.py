@@ -1,0 +1,1 @@
+"""Lift functions: chlo (to be written)."""

@@ -1,0 +1,1 @@
+"""Lift functions: control (to be written)."""

@@ -1,0 +1,1 @@
+"""Lift functions: conv (to be written)."""

@@ -1,0 +1,1 @@
+"""Lift functions: custom_call (to be written)."""

@@ -1,0 +1,1 @@
+"""Lift functions: dot (to be written)."""

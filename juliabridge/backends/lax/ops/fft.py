@@ -1,0 +1,1 @@
+"""Lift functions: fft (to be written)."""

@@ -1,0 +1,1 @@
+"""Lift functions: indexing (to be written)."""

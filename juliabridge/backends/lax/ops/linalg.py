@@ -1,0 +1,1 @@
+"""Lift functions: linalg (to be written)."""

@@ -1,0 +1,1 @@
+"""Lift functions: normalization (to be written)."""

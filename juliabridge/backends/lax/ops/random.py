@@ -1,0 +1,1 @@
+"""Lift functions: random (to be written)."""

@@ -1,0 +1,1 @@
+"""Lift functions: reduction (to be written)."""

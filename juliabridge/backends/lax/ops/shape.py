@@ -1,0 +1,1 @@
+"""Lift functions: shape (to be written)."""

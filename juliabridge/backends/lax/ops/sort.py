@@ -1,0 +1,1 @@
+"""Lift functions: sort (to be written)."""
