@@ -4,7 +4,8 @@ Only outputs with a recorded batch axis can be split; state results without one 
 for every chunk when samples are independent, so the first chunk's value is returned.
 Inputs are edge-padded to a multiple of B (repeating a real sample keeps padded rows finite, so
 their zero cotangents cannot turn into NaN in parameter gradients), split into B-sized chunks
-run with lax.map inside the caller's program, and the results cut back to N.
+run inside the caller's program (batched with vmap on the lax backend, lax.map otherwise),
+and the results cut back to N.
 """
 
 from __future__ import annotations
@@ -80,8 +81,17 @@ def call_with_batch(
     fn: Callable[..., tuple[jax.Array, ...]],
     flat: list[Any],
     n: int,
+    *,
+    batched_chunks: bool = False,
 ) -> tuple[jax.Array, ...]:
-    """Run `fn` (traced for batch B) on inputs carrying N samples."""
+    """Run `fn` (traced for batch B) on inputs carrying N samples.
+
+    `batched_chunks`: run the ceil(N/B) chunks under jax.vmap (for functions JAX can batch)
+    instead of a sequential lax.map.
+
+    Raises:
+        CallArgumentError: the manifest does not allow another batch size.
+    """
     if manifest.batch is None:
         raise CallArgumentError(
             "the inputs carry a batch size other than the traced one, and the manifest does not "
@@ -124,7 +134,9 @@ def call_with_batch(
             args[i] = v
         return tuple(fn(*args))
 
-    outs = lax.map(one, chunks)
+    # A module made of JAX primitives (lax backend) runs the chunks batched; a foreign call
+    # (enzyme, xla) has no batching rule of its own, so its chunks run one after another.
+    outs = jax.vmap(one)(chunks) if batched_chunks else lax.map(one, chunks)
     return tuple(
         _unchunk(o, r.batch_axis, n) if r.batch_axis is not None else o[0]
         for o, r in zip(outs, manifest.results)

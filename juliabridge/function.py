@@ -96,6 +96,11 @@ class ImportedFunction:
         return self.backend.name
 
     @property
+    def fallback_reason(self) -> str | None:
+        """Why backend="auto" could not use the lax backend (None when it did, or was not asked)."""
+        return getattr(self.backend, "fallback_reason", None)
+
+    @property
     def in_specs(self) -> tuple[TensorSpec, ...]:
         """Shapes and dtypes of the arguments, in @main order."""
         return self.module.arguments

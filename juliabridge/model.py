@@ -47,6 +47,11 @@ class LuxModel:
     # --- description -----------------------------------------------------------------------
 
     @property
+    def backend(self) -> str:
+        """The backend running the module: "lax", "enzyme" or "xla"."""
+        return self.fn.backend_name
+
+    @property
     def manifest(self) -> Manifest:
         """The validated manifest."""
         return self.bundle.manifest
@@ -61,6 +66,7 @@ class LuxModel:
             "producer": vars(m.producer).copy(),
             "format_version": m.format_version,
             "backend": self.fn.backend_name,
+            "backend_fallback": self.fn.fallback_reason,
             "checksums_verified": self.bundle.checksums_verified,
             **({"batch": vars(m.batch).copy()} if m.batch else {}),
             # Shardings Reactant recorded on @main; juliabridge reports them and leaves the
@@ -145,7 +151,9 @@ class LuxModel:
         if n is None or self.manifest.batch is None or n == self.manifest.batch.size:
             results = self.fn(*flat)
         else:
-            results = call_with_batch(self.manifest, self.fn, flat, n)
+            results = call_with_batch(
+                self.manifest, self.fn, flat, n, batched_chunks=self.fn.traceable
+            )
         results = tuple(self._to_mlir(r) for r in results)  # transpose is its own inverse
         flat = [self._to_mlir(v) for v in flat]
         outs: list[tuple[tuple[Any, ...], Any]] = []

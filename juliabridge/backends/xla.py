@@ -1,7 +1,8 @@
 """The `xla` backend: the module wrapped as a jax.export.Exported (no enzyme-ad needed).
 
-Reverse mode comes from a VJP module (spec §5): one shipped in a bundle, or derived once with
-Enzyme where enzyme-ad is importable. Forward mode is not available on this backend.
+Reverse mode comes from a VJP module (spec §5): one shipped in a bundle, or derived once through
+the lax backend (or with Enzyme where the module does not lift and enzyme-ad is importable).
+Forward mode is not available on this backend.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from .. import dtypes
 from ..errors import TransformError, UnsupportedModuleError
 from ..jaxinternals import build_exported, ir, make_context, serialize_portable
 from ..stablehlo import StableHLOModule, TensorSpec, parse_module
+from ..transforms.derive import vjp_module_text
 
 VjpSource = StableHLOModule | str | None
 
@@ -75,13 +77,26 @@ class XlaBackend:
             return src
         if isinstance(src, str):
             return parse_module(src, trust=self.trust)
+        from ..errors import UnsupportedModuleError
+        from .lax import LaxBackend
+
+        # Derived once: through the lax backend (JAX's own rules; right for batch_norm_*) when
+        # the module lifts, else with Enzyme where enzyme-ad imports.
+        try:
+            lifted = LaxBackend(self.module, trust=self.trust)
+        except UnsupportedModuleError as lax_error:
+            why_not_lax = str(lax_error)
+        else:
+            text = vjp_module_text(lifted.call, self.module.arguments, self.module.results)
+            return parse_module(text, trust=True)
         from .enzyme import EnzymeBackend, enzyme_available
 
         if not enzyme_available():
             raise TransformError(
                 f"{self.module.origin}: gradients on backend='xla' need a VJP module and none "
-                "is available: the bundle carries none and enzyme-ad (which could derive one) "
-                "is not importable. Export with `JuliaBridge.export_lux(...; vjp=true)`, or run "
+                "is available: the bundle carries none, the lax backend cannot lift the module "
+                f"({why_not_lax}), and enzyme-ad (which could derive one) is not importable. "
+                "Export with `JuliaBridge.export_lux(...; vjp=true)`, or run "
                 "`juliabridge vjp BUNDLE` once on a machine with enzyme-ad (CPython 3.11)."
             )
         text = EnzymeBackend(self.module, trust=self.trust).vjp_module_text()
