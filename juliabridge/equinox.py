@@ -1,0 +1,64 @@
+"""An imported Lux model as an Equinox module (optional extra: `juliabridge[equinox]`).
+
+`LuxModule` holds the parameters and state as array leaves (nested dicts keyed by Lux names),
+so `eqx.filter_jit`, `eqx.filter_grad` and optax work on it as on any Equinox model. Equinox
+modules are immutable: `module(x)` returns the outputs, and `module.apply(x)` also returns a new
+module carrying the returned Lux state (running statistics in train mode).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .errors import JuliaBridgeError
+
+try:
+    import equinox as eqx
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise JuliaBridgeError(
+        "juliabridge.equinox needs Equinox: pip install 'juliabridge[equinox]' or "
+        "pip install equinox"
+    ) from e
+
+from .model import LuxModel, import_lux
+
+__all__ = ["LuxModule"]
+
+
+class LuxModule(eqx.Module):  # type: ignore[misc]
+    """A Lux model imported from a bundle, as an `eqx.Module`.
+
+    Attributes:
+        params: nested dict of parameter arrays (trainable leaves).
+        state: nested dict of Lux state arrays. Mark it non-trainable when filtering, e.g.
+            ``eqx.filter_grad`` over a partition that takes only ``params`` (see tests).
+        lux: the `LuxModel` (a static field).
+    """
+
+    params: Any
+    state: Any
+    lux: LuxModel = eqx.field(static=True)
+
+    def __init__(self, model: LuxModel | str | os.PathLike[str], **import_options: Any) -> None:
+        """Wrap `model`, or import the bundle at that path with `import_options`.
+
+        Raises:
+            JuliaBridgeError (and subclasses): as `juliabridge.import_lux` does.
+        """
+        if not isinstance(model, LuxModel):
+            model = import_lux(model, **import_options)
+        elif import_options:
+            raise JuliaBridgeError("import options only apply when a bundle path is given")
+        self.lux = model
+        self.params = model.params
+        self.state = model.state
+
+    def __call__(self, *inputs: Any) -> Any:
+        """The model's outputs for `inputs` with this module's parameters and state."""
+        return self.lux.apply(self.params, self.state, *inputs)[0]
+
+    def apply(self, *inputs: Any) -> tuple[Any, LuxModule]:
+        """``(outputs, module)``, the module carrying the state the model returned."""
+        outputs, new_state = self.lux.apply(self.params, self.state, *inputs)
+        return outputs, eqx.tree_at(lambda m: m.state, self, new_state)
