@@ -1,0 +1,124 @@
+"""Replacing chosen ops of a module by JAX's lowering of their lax lift, for other backends.
+
+Enzyme has wrong or missing derivative rules for `batch_norm_*` (it ignores the cotangents of
+the returned batch statistics, has no rule for batch_norm_inference and aborts on Lux's
+BatchNorm modules). Before a module reaches Enzyme, each such op becomes a call of a private
+function whose body is what JAX lowers the op's lax implementation (its defining formula) to:
+elementary StableHLO that every backend differentiates. Ops with the same name, attributes and
+types share one function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import jax
+
+from ... import dtypes
+from ...errors import UnsupportedModuleError
+from ...jaxinternals import ir, make_context, x64_scope
+from ...stablehlo import StableHLOModule, parse_module
+from ...stablehlo.sanitize import walk
+
+#: The ops rewritten before a module reaches Enzyme (see the module docstring).
+ENZYME_UNSAFE_OPS = frozenset(
+    {"stablehlo.batch_norm_training", "stablehlo.batch_norm_inference", "stablehlo.batch_norm_grad"}
+)
+_PREFIX = "__juliabridge_lifted"
+
+
+def _standalone(op: ir.Operation) -> str:
+    """A module whose @main is just `op` on its own arguments (generic syntax)."""
+    ins = [str(v.type) for v in op.operands]
+    outs = [str(r.type) for r in op.results]
+    named = [op.attributes[i] for i in range(len(op.attributes))]
+    attrs = ", ".join(f"{a.name} = {a.attr}" for a in named)
+    args = ", ".join(f"%a{i}" for i in range(len(ins)))
+    sig = ", ".join(f"%a{i}: {t}" for i, t in enumerate(ins))
+    res = "%r" if len(outs) == 1 else f"%r:{len(outs)}"
+    rets = ", ".join("%r" if len(outs) == 1 else f"%r#{k}" for k in range(len(outs)))
+    return (
+        f"module {{\n  func.func @main({sig}) -> ({', '.join(outs)}) {{\n"
+        f'    {res} = "{op.name}"({args}) {{{attrs}}} : ({", ".join(ins)}) -> ({", ".join(outs)})\n'
+        f"    return {rets} : {', '.join(outs)}\n  }}\n}}\n"
+    )
+
+
+def _lowered(text: str) -> str:
+    """JAX's StableHLO for the lax lift of a one-op module."""
+    from . import LaxBackend
+
+    small = parse_module(text, trust=True)
+    backend = LaxBackend(small)
+    avals = [jax.ShapeDtypeStruct(s.shape, dtypes.to_numpy(s.dtype)) for s in small.arguments]
+    with x64_scope():
+        return str(jax.jit(backend.call, keep_unused=True).lower(*avals).as_text())
+
+
+def rewrite_through_lax(
+    module: StableHLOModule, names: Collection[str] = ENZYME_UNSAFE_OPS, *, trust: bool = False
+) -> StableHLOModule:
+    """`module` with every op named in `names` replaced by a call of its lowered lax lift.
+
+    Returns `module` itself when it holds none of them.
+
+    Raises:
+        UnsupportedOpError: such an op cannot be lifted (its attributes or types).
+        UnsupportedModuleError: the rewritten module does not verify.
+    """
+    if not module.ops & set(names):
+        return module
+    with make_context(allow_unregistered=trust) as ctx:
+        parsed = ir.Module.parse(module.text)
+        targets = [op for op in walk(parsed.operation) if op.name in names]
+        functions: dict[str, str] = {}
+        for op in targets:
+            if len(op.regions):
+                raise UnsupportedModuleError(
+                    f"{module.origin}: {op.name} has regions; it cannot be rewritten"
+                )
+            text = _standalone(op)
+            callee = functions.get(text)
+            if callee is None:
+                callee = f"{_PREFIX}_{len(functions)}"
+                _append_functions(parsed, _lowered(text), callee, ctx)
+                functions[text] = callee
+            call = ir.Operation.create(
+                "func.call",
+                results=[r.type for r in op.results],
+                operands=list(op.operands),
+                attributes={"callee": ir.FlatSymbolRefAttr.get(callee)},
+                loc=op.location,
+                ip=ir.InsertionPoint(op),
+            )
+            for old, new in zip(op.results, call.results):
+                old.replace_all_uses_with(new)
+            op.erase()
+        if not parsed.operation.verify():
+            raise UnsupportedModuleError(f"{module.origin}: the rewritten module does not verify")
+        text = str(parsed.operation.get_asm(enable_debug_info=False))
+    return parse_module(text, trust=trust)
+
+
+def _append_functions(target: ir.Module, lowered: str, name: str, ctx: ir.Context) -> None:
+    """Move the functions of JAX's module into `target`, @main renamed `name`, all private."""
+    source = ir.Module.parse(lowered, ctx)
+    renames = {}
+    for child in source.body.operations:
+        op = child.operation
+        old = ir.StringAttr(op.attributes["sym_name"]).value
+        renames[old] = name if old == "main" else f"{name}__{old}"
+    for old, new in renames.items():
+        ir.SymbolTable.replace_all_symbol_uses(old, new, source.operation)
+    for child in list(source.body.operations):
+        op = child.operation
+        old = ir.StringAttr(op.attributes["sym_name"]).value
+        op.attributes["sym_name"] = ir.StringAttr.get(renames[old])
+        op.attributes["sym_visibility"] = ir.StringAttr.get("private")
+        for key in ("arg_attrs", "res_attrs"):
+            if key in op.attributes:
+                del op.attributes[key]
+        target.body.append(op)
+
+
+__all__ = ["ENZYME_UNSAFE_OPS", "rewrite_through_lax"]
