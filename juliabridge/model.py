@@ -224,8 +224,28 @@ def import_lux(
 ) -> LuxModel:
     """Load a bundle directory as a LuxModel (checksums verified unless told otherwise).
 
-    `layout="mlir"` (default) uses the module's row-major shapes, Julia's dims reversed;
-    `layout="julia"` presents params, state, inputs and outputs in Julia's dimension order.
+    Args:
+        path: the bundle directory (``NAME.bundle``, docs/bundle-format.md).
+        backend: "auto" (default: "lax" when every op lifts, else "enzyme" where enzyme-ad
+            imports, else "xla"; ``model.metadata["backend_fallback"]`` says why), "lax",
+            "enzyme" or "xla". See the README's backend table for what each can do.
+        layout: "mlir" (default) uses the module's row-major shapes, Julia's dims reversed;
+            "julia" presents params, state, inputs and outputs in Julia's dimension order.
+        verify_checksums: check the sha256 digests the manifest records (default); False
+            skips them and the model records ``checksums_verified=False``.
+        trust: admit ops and custom calls outside the allowlist (only for bundles you made).
+
+    Returns:
+        A LuxModel: ``model.apply(params, state, *inputs) -> (outputs, new_state)``,
+        ``model(x)``, ``model.params``/``model.state`` as nested dicts by Lux name.
+
+    Raises:
+        BundleError: the directory is not a readable bundle; ManifestError,
+            ChecksumError, BundleVersionError and UnsafeBundleError are its subclasses.
+        SignatureMismatchError: manifest, module and weights disagree.
+        UnsupportedModuleError / MLIRParseError: the module is refused or does not parse.
+        X64DisabledError: 64-bit weights while jax_enable_x64 is off.
+        BackendUnavailableError: backend="enzyme" without enzyme-ad.
     """
     if layout not in LAYOUTS:
         raise JuliaBridgeError(f"unknown layout {layout!r}; expected 'mlir' or 'julia'")
