@@ -127,6 +127,32 @@ def test_wrong_shapes_and_kinds_are_reported(lenet: juliabridge.LuxModel) -> Non
         compare_with_julia(lambda x: x)
 
 
+def test_an_output_the_candidate_lacks_is_reported(tmp_path: Path) -> None:
+    copy = tmp_path / "lenet.bundle"
+    shutil.copytree(SHIPPED, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["results"][0]["paths"] = [["output", "logits"]]  # y is a NamedTuple (; logits)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    model = juliabridge.import_lux(copy, backend="xla")
+    as_dict = assert_matches_julia(lambda x: {"logits": model.fn(x, *params_of(model))[0]}, copy)
+    assert [d.name for d in as_dict.diffs] == ["output.logits"]
+    with pytest.raises(
+        ReferenceMismatch, match=r"output\.logits .*: the candidate returns no output\.logits"
+    ):
+        assert_matches_julia(lambda x: model.fn(x, *params_of(model))[0], copy)
+
+
+def params_of(model: juliabridge.LuxModel) -> list[Any]:
+    """The flat @main parameter arguments of `model`, in argument order."""
+    out = []
+    for a in model.manifest.arguments[1:]:
+        node = model.params
+        for step in a.path:
+            node = node[step]
+        out.append(node)
+    return out
+
+
 def test_a_bundle_without_reference_outputs_is_a_bundle_error(tmp_path: Path) -> None:
     copy = tmp_path / "lenet.bundle"
     shutil.copytree(SHIPPED, copy)

@@ -14,7 +14,7 @@ import numpy as np
 from ..bundle import Bundle, open_bundle
 from ..bundle.manifest import Manifest
 from ..errors import BundleError, CallArgumentError, JuliaBridgeError
-from ..trees import build_tree
+from ..trees import build_tree, lookup
 
 #: (rtol, atol) by dtype when neither the caller nor the manifest gives them (the spec's
 #: writer defaults): 16-bit, 32-bit and 64-bit floats; integers and Bool compare exactly.
@@ -208,8 +208,8 @@ def _compare_path(
     name = ".".join(str(s) for s in path)
     head = dataclasses.replace(head, name=name)
     try:
-        got = np.asarray(_lookup(tree, list(path[1:])))
-    except (KeyError, IndexError, TypeError):
+        got = np.asarray(lookup(tree, tuple(path[1:]), str(path[0])))
+    except CallArgumentError:
         return dataclasses.replace(head, problem=f"the candidate returns no {name}")
     if layout == "julia":
         got = got.T
@@ -222,16 +222,6 @@ def _compare_path(
         )
     found = compare_arrays(got, want, rtol=head.rtol, atol=head.atol)
     return dataclasses.replace(head, **found)
-
-
-def _lookup(tree: Any, path: list[Any]) -> Any:
-    node = tree
-    for step in path:
-        if isinstance(step, int) and isinstance(node, (tuple, list)):
-            node = node[step - 1]
-        else:
-            node = node[step]
-    return node
 
 
 def _open(bundle: Any, candidate: Any) -> Bundle:
