@@ -22,6 +22,7 @@ from .errors import (
     X64DisabledError,
 )
 from .function import ImportedFunction
+from .julia.session import export_lux
 from .model import LuxModel, import_lux
 from .params_io import load_params, save_params
 from .verify import VerifyReport, verify
@@ -48,6 +49,7 @@ __all__ = [
     "VerifyReport",
     "X64DisabledError",
     "__version__",
+    "export_lux",
     "import_lux",
     "load_mlir",
     "load_params",

@@ -1,5 +1,8 @@
 """`juliabridge export SCRIPT.jl --out DIR`: export a Lux model defined in a Julia script.
 
+The CLI always uses the `julia` subprocess route (juliabridge.julia.driver); Julia objects of a
+running juliacall session are exported with juliabridge.export_lux instead.
+
 Errors print one readable line on stderr (no traceback) and give a non-zero exit status:
 1 for an export that failed, 3 when no Julia is available, 130 when interrupted.
 """
@@ -64,10 +67,10 @@ def _one_line(message: str) -> str:
 
 def run_export(args: argparse.Namespace) -> int:
     """Run the export the parsed `args` describe; return the process exit status."""
-    from .julia import export_lux
+    from .julia import export_script
 
     try:
-        path = export_lux(
+        path = export_script(
             args.script,
             args.out,
             overwrite=args.overwrite,

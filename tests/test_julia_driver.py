@@ -1,9 +1,11 @@
-"""The Python driver of the Julia side, the `export` CLI, and the Julia syntax check.
+"""The Python driver of the Julia side (subprocess route), the `export` CLI, and the Julia
+syntax check.
 
 Without Julia (every machine here) these test the error paths, the subprocess plumbing with a
 fake `julia`, and tools/check_julia_syntax.py. Tests marked `julia` export real models with
-JuliaBridge.jl, import them in JAX and compare with Lux's own outputs; they skip, saying
-why, when no Julia is found.
+JuliaBridge.jl through the pytest plugin's cached `julia_export` fixture, import them in JAX and
+compare with Julia's reference outputs and with Lux's own CPU outputs; the plugin skips them,
+saying why, when no Julia is found.
 """
 
 from __future__ import annotations
@@ -29,10 +31,11 @@ from juliabridge.julia import driver
 from juliabridge.julia.driver import (
     JULIABRIDGE_UUID,
     JuliaInstallation,
-    export_lux,
     find_julia,
     julia_project_dir,
 )
+from juliabridge.julia.driver import export_script as export_lux
+from juliabridge.testing import assert_matches_julia
 
 REPO = Path(__file__).resolve().parents[1]
 TOOL = REPO / "tools" / "check_julia_syntax.py"
@@ -158,11 +161,11 @@ def test_missing_julia_never_imports_juliacall(no_julia: Path, tmp_path: Path) -
     code = textwrap.dedent(
         """
         import json, sys, time
-        from juliabridge.julia import export_lux
+        from juliabridge.julia import export_script
         from juliabridge.errors import JuliaUnavailable
         start = time.monotonic()
         try:
-            export_lux(sys.argv[1], sys.argv[2])
+            export_script(sys.argv[1], sys.argv[2])
         except JuliaUnavailable:
             pass
         print(json.dumps({"seconds": time.monotonic() - start,
@@ -225,13 +228,27 @@ def test_julia_project_is_the_checkout_julia_dir() -> None:
     assert toml["uuid"] == JULIABRIDGE_UUID
     assert (project / "src" / "JuliaBridge.jl").is_file()
     compat = toml["compat"]
-    assert compat["Reactant"] == "0.2.280"
+    # Reactant exactly: JuliaBridge relies on its internals (julia/README.md, Pins).
+    assert compat["Reactant"] == "=0.2.280"
     assert compat["Lux"] == "1.31.4"
     assert "0.18" in compat["HDF5"]
     assert compat["julia"] == "1.10"
-    for name, (uuid, version) in driver.SCRIPT_PACKAGES.items():
-        assert toml["deps"][name] == uuid
-        assert compat[name] == version
+
+
+def test_juliapkg_json_declares_what_project_toml_says() -> None:
+    """The juliapkg declaration (shipped in the package) matches julia/Project.toml."""
+    declared = json.loads(driver.JULIAPKG_JSON.read_text())
+    toml = tomllib.loads((REPO / "julia" / "Project.toml").read_text())
+    bridge = declared["packages"]["JuliaBridge"]
+    assert bridge["uuid"] == toml["uuid"] == JULIABRIDGE_UUID
+    assert bridge["dev"] is True
+    # The path is relative to juliapkg.json: the Julia package inside the wheel, a symlink to
+    # julia/ in a checkout.
+    assert (driver.JULIAPKG_JSON.parent / bridge["path"]).resolve() == (REPO / "julia").resolve()
+    for name in ("Lux", "Reactant"):
+        assert declared["packages"][name]["uuid"] == toml["deps"][name]
+        assert declared["packages"][name]["version"] == toml["compat"][name]
+    assert declared["julia"] == "^" + toml["compat"]["julia"]
 
 
 def test_julia_project_override_must_be_juliabridge(
@@ -247,7 +264,7 @@ def test_prepared_environment_skips_juliapkg(
 ) -> None:
     monkeypatch.setenv("JULIABRIDGE_JULIA_ENV", str(tmp_path))
     julia = JuliaInstallation("/usr/bin/julia", (1, 11, 5), "PATH")
-    env = driver.prepare_environment(julia, REPO / "julia", notify=print)
+    env = driver.prepare_environment(julia, notify=print)
     assert env == tmp_path
 
 
@@ -268,8 +285,9 @@ else:
 
 @posix_only
 def test_environment_is_set_up_the_juliapkg_way(no_julia: Path, tmp_path: Path) -> None:
-    """juliapkg records JuliaBridge (dev, absolute path), Lux and Reactant and installs them
-    with the Julia we found; run in a fresh interpreter, as juliapkg's state is global."""
+    """juliapkg finds juliabridge/juliapkg.json and installs JuliaBridge (dev, the package's
+    julia_project), Lux and Reactant with the Julia we found; run in a fresh interpreter, as
+    juliapkg's state is global."""
     pytest.importorskip("juliapkg", reason="needs juliapkg (pip install 'juliabridge[julia]')")
     fake_executable(no_julia / "julia", PKG_JULIA)
     log = tmp_path / "julia.log"
@@ -277,7 +295,7 @@ def test_environment_is_set_up_the_juliapkg_way(no_julia: Path, tmp_path: Path) 
         """
         from juliabridge.julia import driver
         julia = driver.find_julia()
-        env = driver.prepare_environment(julia, driver.julia_project_dir(), notify=print)
+        env = driver.prepare_environment(julia, notify=print)
         print("ENV=" + str(env))
         """
     )
@@ -294,9 +312,9 @@ def test_environment_is_set_up_the_juliapkg_way(no_julia: Path, tmp_path: Path) 
     project = tomllib.loads((env / "Project.toml").read_text())
     assert project["deps"]["JuliaBridge"] == JULIABRIDGE_UUID
     assert project["compat"]["Lux"] == "^1.31.4"
-    assert project["compat"]["Reactant"] == "^0.2.280"
+    assert project["compat"]["Reactant"] == "=0.2.280"
     installed = log.read_text()
-    assert f'path=raw"{(REPO / "julia").resolve()}"' in installed
+    assert f'path=raw"{REPO / "juliabridge" / "julia_project"}"' in installed
     assert "Pkg.develop" in installed and "Pkg.precompile()" in installed
     assert "installing JuliaBridge.jl's Julia packages" in proc.stdout
 
@@ -462,16 +480,20 @@ def test_julia_notebook_cells_are_checked(tmp_path: Path) -> None:
     assert "cell 2]" not in proc.stdout
 
 
+# -- argument checks shared with the juliacall route --------------------------------------------
+
+
+def test_train_mode_with_samples_independent_is_refused_before_julia(
+    no_julia: Path, tmp_path: Path
+) -> None:
+    with pytest.raises(ValueError, match="samples_independent=True contradicts mode='train'"):
+        export_lux(script(tmp_path), tmp_path / "o.bundle", mode="train", samples_independent=True)
+
+
 # -- real exports (need Julia) -------------------------------------------------------------------
 
-
-def julia_or_skip() -> None:
-    try:
-        find_julia()
-    except JuliaUnavailable as exc:
-        pytest.skip(f"needs Julia: {exc}")
-
-
+# Each script stores Lux's own CPU output (plain Julia, no Reactant) in the bundle's metadata, an
+# independent reference next to the compiled function's outputs the bundle's examples hold.
 LENET = """
 using Lux, Random
 rng = Random.Xoshiro(0)
@@ -480,7 +502,7 @@ model = Chain(Conv((5, 5), 1 => 6, relu), MaxPool((2, 2)), Conv((5, 5), 6 => 16,
 ps, st = Lux.setup(rng, model)
 x = randn(rng, Float32, 28, 28, 1, 4)
 y, _ = model(x, ps, Lux.testmode(st))
-write(joinpath(@__DIR__, "y.bin"), y)      # Lux's own CPU output, column-major
+metadata = Dict("lux_y" => vec(y))                # column-major, the MLIR (4, 10) row-major
 """
 
 BATCHNORM = """
@@ -490,15 +512,62 @@ model = Chain(Dense(3 => 4), BatchNorm(4, relu))
 ps, st = Lux.setup(rng, model)
 x = randn(rng, Float32, 3, 6)
 y, st2 = model(x, ps, MODE(st))
-write(joinpath(@__DIR__, "y.bin"), y)
-write(joinpath(@__DIR__, "mean.bin"), st2.layer_2.running_mean)
-write(joinpath(@__DIR__, "var.bin"), st2.layer_2.running_var)
+metadata = Dict("lux_y" => vec(y), "lux_mean" => st2.layer_2.running_mean,
+                "lux_var" => st2.layer_2.running_var)
 """
 
+CLOSE = {"rtol": 1e-4, "atol": 1e-5}
 
-def raw(path: Path, julia_shape: tuple[int, ...]) -> np.ndarray:
-    """A Float32 array Julia wrote with `write`, in MLIR (row-major, dims reversed) layout."""
-    return np.fromfile(path, dtype=np.float32).reshape(julia_shape[::-1])
+
+def lux_array(model: Any, key: str, julia_shape: tuple[int, ...]) -> np.ndarray:
+    """A Float32 array the script stored column-major, in MLIR (row-major, dims reversed) layout."""
+    flat = np.asarray(model.manifest.metadata[key], dtype=np.float32)
+    return flat.reshape(julia_shape[::-1])
+
+
+@pytest.fixture(scope="session")
+def scripts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("julia-scripts")
+    (d / "lenet.jl").write_text(LENET)
+    for mode in ("test", "train"):
+        (d / f"bn_{mode}.jl").write_text(BATCHNORM.replace("MODE", f"Lux.{mode}mode"))
+    return d
+
+
+@pytest.mark.julia
+def test_lenet_from_julia_matches_lux(julia_export: Any, scripts: Path) -> None:
+    import juliabridge
+
+    out = julia_export(scripts / "lenet.jl")
+    model = juliabridge.import_lux(out)
+    assert model.manifest.producer.made_with_julia
+    assert_matches_julia(model, out)  # Julia's reference outputs, the manifest's tolerances
+    x = example_input(out)
+    assert x.shape == (4, 1, 28, 28)
+    y, _ = model.apply(model.params, model.state, x)
+    np.testing.assert_allclose(np.asarray(y), lux_array(model, "lux_y", (10, 4)), **CLOSE)
+    assert juliabridge.verify(out, **CLOSE).ok
+
+
+@pytest.mark.julia
+@pytest.mark.parametrize("mode", ["test", "train"])
+def test_batchnorm_from_julia_matches_lux(julia_export: Any, scripts: Path, mode: str) -> None:
+    import juliabridge
+
+    out = julia_export(scripts / f"bn_{mode}.jl", mode=mode)
+    model = juliabridge.import_lux(out)
+    assert model.manifest.mode == mode
+    assert_matches_julia(model, out)
+    y, new_state = model.apply(model.params, model.state, example_input(out))
+    np.testing.assert_allclose(np.asarray(y), lux_array(model, "lux_y", (4, 6)), **CLOSE)
+    bn = new_state["layer_2"]
+    np.testing.assert_allclose(
+        np.asarray(bn["running_mean"]), lux_array(model, "lux_mean", (4,)), **CLOSE
+    )
+    np.testing.assert_allclose(
+        np.asarray(bn["running_var"]), lux_array(model, "lux_var", (4,)), **CLOSE
+    )
+    assert juliabridge.verify(out, **CLOSE).ok
 
 
 def example_input(bundle: Path) -> np.ndarray:
@@ -506,46 +575,3 @@ def example_input(bundle: Path) -> np.ndarray:
 
     with h5py.File(bundle / "weights.h5", "r") as f:
         return np.asarray(f["examples/inputs/0"][()])
-
-
-@pytest.mark.julia
-def test_lenet_from_julia_matches_lux(tmp_path: Path) -> None:
-    julia_or_skip()
-    import juliabridge
-
-    s = tmp_path / "lenet.jl"
-    s.write_text(LENET)
-    out = export_lux(s, tmp_path / "lenet.bundle", progress=False, timeout=3600)
-    model = juliabridge.import_lux(out)
-    assert model.manifest.producer.made_with_julia
-    x = example_input(out)
-    assert x.shape == (4, 1, 28, 28)
-    y, _ = model.apply(model.params, model.state, x)
-    np.testing.assert_allclose(
-        np.asarray(y), raw(tmp_path / "y.bin", (10, 4)), rtol=1e-4, atol=1e-5
-    )
-    assert juliabridge.verify(out, rtol=1e-4, atol=1e-5).ok
-
-
-@pytest.mark.julia
-@pytest.mark.parametrize("mode", ["test", "train"])
-def test_batchnorm_from_julia_matches_lux(tmp_path: Path, mode: str) -> None:
-    julia_or_skip()
-    import juliabridge
-
-    s = tmp_path / "bn.jl"
-    s.write_text(BATCHNORM.replace("MODE", f"Lux.{mode}mode"))
-    out = export_lux(s, tmp_path / "bn.bundle", mode=mode, progress=False, timeout=3600)
-    model = juliabridge.import_lux(out)
-    assert model.manifest.mode == mode
-    y, new_state = model.apply(model.params, model.state, example_input(out))
-    close = {"rtol": 1e-4, "atol": 1e-5}
-    np.testing.assert_allclose(np.asarray(y), raw(tmp_path / "y.bin", (4, 6)), **close)
-    bn = new_state["layer_2"]
-    np.testing.assert_allclose(
-        np.asarray(bn["running_mean"]), raw(tmp_path / "mean.bin", (4,)), **close
-    )
-    np.testing.assert_allclose(
-        np.asarray(bn["running_var"]), raw(tmp_path / "var.bin", (4,)), **close
-    )
-    assert juliabridge.verify(out, rtol=1e-4, atol=1e-5).ok

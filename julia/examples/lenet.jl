@@ -1,14 +1,21 @@
-# Regenerate the example bundle shipped in the Python package from real Julia:
+# Export LeNet-5 from real Julia:
 #   julia --project=julia julia/examples/lenet.jl [--vjp] [OUT_DIR]
-# (default OUT_DIR: juliabridge/examples/lenet.bundle). The same LeNet as issue 3 and as the
-# Python-made placeholder, with a fixed seed, traced in test mode; `--vjp` adds the pullback.
+# (default OUT_DIR: ./lenet.bundle, in the current directory). The same LeNet as the Python
+# tests use, with a fixed seed, traced in test mode; `--vjp` adds the pullback.
+#
+# This never writes juliabridge/examples/lenet.bundle: that bundle is made without Julia by
+# tools/make_example_bundles.py (its weights come from a Python generator, and the Python tests
+# compare it with that generator and use its vjp.mlir), so a Julia export there would break them.
 using JuliaBridge
 using Lux
 using Random
 
 const WITH_VJP = "--vjp" in ARGS
 const POSITIONAL = filter(a -> !startswith(a, "--"), ARGS)
-const OUT = get(POSITIONAL, 1, joinpath(@__DIR__, "..", "..", "juliabridge", "examples", "lenet.bundle"))
+const OUT = abspath(get(POSITIONAL, 1, "lenet.bundle"))
+const SHIPPED = normpath(joinpath(@__DIR__, "..", "..", "juliabridge", "examples", "lenet.bundle"))
+
+rstrip(OUT, '/') == SHIPPED && error("$OUT is the bundle shipped with the Python package; regenerate it with tools/make_example_bundles.py")
 
 rng = Random.Xoshiro(0)
 model = Chain(

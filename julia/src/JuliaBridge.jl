@@ -1,9 +1,9 @@
 """
     JuliaBridge
 
-Export a Lux.jl model to a juliabridge bundle (StableHLO text + HDF5 weights + JSON manifest,
-`docs/bundle-format.md`) that the Python package `juliabridge` loads as a JAX function, and
-read parameters saved from Python back into Lux's NamedTuples.
+Export a Lux.jl model to a juliabridge bundle (format 2: StableHLO text and portable artifact,
+HDF5 weights, JSON manifest; `docs/bundle-format.md`) that the Python package `juliabridge`
+loads as a JAX function, and read parameters saved from Python back into Lux's NamedTuples.
 
     export_lux(dir, model, ps, st, inputs...; name, mode=:test, overwrite=false,
                reference=true, vjp=false, metadata=Dict())
@@ -24,11 +24,13 @@ using SHA: SHA
 export export_lux, load_params
 
 const FORMAT = "juliabridge.bundle"
-const FORMAT_VERSION = 1
+const FORMAT_VERSION = 2
 const WEIGHTS_FORMAT = "juliabridge.weights"
 const MODULE_FILE = "model.mlir"
+const ARTIFACT_FILE = "model.mlirbc"
 const WEIGHTS_FILE = "weights.h5"
 const VJP_FILE = "vjp.mlir"
+const VJP_ARTIFACT_FILE = "vjp.mlirbc"
 const MANIFEST_FILE = "manifest.json"
 
 include("errors.jl")
@@ -36,6 +38,7 @@ include("dtypes.jl")
 include("paths.jl")
 include("leaves.jl")
 include("mlir_text.jl")
+include("artifact.jl")
 include("tracing.jl")
 include("reference.jl")
 include("vjp.jl")

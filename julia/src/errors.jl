@@ -3,21 +3,28 @@
 """Supertype of every error JuliaBridge throws for an unexportable model or an unreadable file."""
 abstract type JuliaBridgeError <: Exception end
 
-"""A leaf of `x`, `ps` or `st` is not a Reactant array; traced, it would become a constant."""
+"""
+A leaf of `x`, `ps` or `st` that tracing would freeze into the module as a constant instead
+of making it an argument: a plain (non-Reactant) numeric array, a plain float number, a number
+in `x`/`ps`, or a non-numeric array (`Vector{String}`, `Vector{Any}` of numbers...).
+"""
 struct NonReactantLeafError <: JuliaBridgeError
     role::String
     path::Vector{Any}
     type::Type
+    why::String
 end
+
+NonReactantLeafError(role, path, type) = NonReactantLeafError(role, path, type, "")
 
 function Base.showerror(io::IO, e::NonReactantLeafError)
     where_ = isempty(e.path) ? e.role : string(e.role, " at ", join(string.(e.path), "."))
     return print(
         io,
-        "NonReactantLeafError: the $where_ is a $(e.type), not a Reactant array. Reactant ",
-        "would bake it into the module as a constant instead of making it an argument. ",
+        "NonReactantLeafError: the $where_ is a $(e.type), not a Reactant array. ",
+        isempty(e.why) ? "Reactant would bake it into the module as a constant instead of making it an argument. " : e.why * " ",
         "Use arrays of Float16/BFloat16/Float32/Float64/Int/UInt/Bool/Complex numbers ",
-        "(JuliaBridge moves them to Reactant itself), or a 0-dimensional array for a scalar.",
+        "(JuliaBridge moves them to Reactant itself), or a 0-dimensional array (`fill(x)`) for a scalar.",
     )
 end
 

@@ -33,12 +33,19 @@ end
                reference=true, vjp=false, metadata=Dict{String,Any}(),
                allow_custom_calls=false, samples_independent=nothing, progress=nothing) -> String
 
-Write a juliabridge bundle for `model(x, ps, st)` to directory `dir` and return its path.
-`x` is the single example input, or the tuple `inputs` when several are given. Arrays may be
-plain CPU arrays or Reactant arrays; `mode` (`:test`/`:train`) is applied with
+Write a juliabridge bundle (format 2) for `model(x, ps, st)` to directory `dir` and return its
+path. `x` is the single example input, or the tuple `inputs` when several are given. Arrays may
+be plain CPU arrays or Reactant arrays; `mode` (`:test`/`:train`) is applied with
 `Lux.testmode`/`Lux.trainmode`. With `reference`, the example inputs and the outputs of the
 compiled function are stored for `juliabridge.verify`; with `vjp`, the pullback module too.
-`progress(step, nsteps, message)` is called before each stage.
+`samples_independent=true` may not be combined with `mode=:train` (Lux's training mode mixes
+the samples of a batch, e.g. BatchNorm's batch statistics). `progress(step, nsteps, message)` is
+called before each stage.
+
+Throws `ArgumentError` for bad keywords, `NonReactantLeafError` for a leaf tracing would freeze,
+`UnsupportedOpsError` for ops stock XLA cannot run, `BundleExistsError` for an existing target and
+`ExportError` for a model that cannot be exported (it mutates an argument in place, changes a
+plain number of its state, returns a state of another structure, ...).
 """
 function export_lux(dir::AbstractString, model, ps, st, inputs...; kwargs...)::String
     isempty(inputs) && throw(ArgumentError("export_lux needs at least one example input"))
@@ -64,6 +71,11 @@ function export_model(
     progress=nothing,
 )::String
     mode in (:test, :train) || throw(ArgumentError("mode must be :test or :train, got :$mode"))
+    (mode === :train && samples_independent === true) && throw(
+        ArgumentError(
+            "samples_independent=true contradicts mode=:train: Lux's training mode mixes the samples of a batch (BatchNorm uses the batch statistics), so a reader must not split batches; readers refuse such a bundle. Leave samples_independent unset in train mode.",
+        ),
+    )
     target = String(rstrip(abspath(dir), ['/', '\\']))
     bname = bundle_name(name, target)
     check_target(target, overwrite)
@@ -75,31 +87,61 @@ function export_model(
     report("moving the example input, parameters and states to Reactant")
     client = export_client()
     st_mode = mode === :test ? Lux.testmode(copy_rngs(st)) : Lux.trainmode(copy_rngs(st))
-    # One call, so an array shared between x, ps and st stays one Reactant array.
-    xr, psr, str = Reactant.to_rarray((x, ps, st_mode); client)     # R src/Tracing.jl:2160-2185
+    # One conversion per tree (R src/Tracing.jl:2118-2171): an array shared between x and ps/st
+    # becomes one argument per role, each with its own path; within ps (or st) a shared array
+    # stays one argument with `tied_paths`.
+    xr = Reactant.to_rarray(x; client)
+    psr = Reactant.to_rarray(ps; client)
+    str = Reactant.to_rarray(st_mode; client)
     check_leaves(xr, "input x")
     check_leaves(psr, "parameter tree ps")
-    check_leaves(str, "state tree st")
+    check_leaves(str, "state tree st"; static_ok=true)
+    check_not_shared("input x" => xr, "parameter tree ps" => psr, "state tree st" => str)
+    static = static_leaves(str)
 
     report("tracing model(x, ps, st) with Reactant")
-    traced = trace_forward(model, xr, psr, str; client)
-    check_ops(traced.text, "forward"; allow_custom_calls)
-    check_signature(traced)
+    function checked_trace(args_in_result)
+        t = trace_forward(model, xr, psr, str; client, args_in_result)
+        check_ops(t.text, "forward"; allow_custom_calls)
+        check_signature(t)
+        check_state_tree(t)
+        check_static_unchanged(static, t.static_out)
+        return t
+    end
+    traced = checked_trace(:all)
     datasets = Dict{Int,String}(a.index => dataset_path(a.role, a.path) for a in traced.arguments if a.role != "input")
     B = batch_size(traced.arguments)
 
-    # Run the compiled function when references are wanted, or to probe sample independence
-    # (never in train mode, where e.g. BatchNorm mixes the samples of a batch).
+    # Run the compiled function when references are wanted, to classify results that are
+    # arguments (echo or mutation), or to probe sample independence (never in train mode, where
+    # e.g. BatchNorm mixes the samples of a batch).
+    candidates = any(r -> r.argument !== nothing, traced.results)
     probe = samples_independent === nothing && mode === :test && B !== nothing && B >= 2
     outputs = nothing
     independent = something(samples_independent, false)
     report("running the compiled model on the example input")
-    if reference || probe
+    before = snapshot_candidates(traced)
+    if reference || probe || candidates
         thunk = compile_forward(model, xr, psr, str; client)
-        outputs = result_values(thunk(model, xr, psr, str), traced.results)
+        out = thunk(model, xr, psr, str)
+        classify_echoes!(traced, before, out)
+        if any(r -> r.echo_of !== nothing && isempty(r.steps), traced.results)
+            # Arguments Reactant returns only because it saw them written (e.g. passed through
+            # a @trace'd layer) and that came back unchanged: strip them (the spec allows a
+            # writer to), so a reader does not copy them out of every call. Traced again keeping
+            # only the returned (y, st), the same arguments, the same results in the same order.
+            traced = checked_trace(:result)
+            classify_echoes!(traced, before, out)
+        end
+        outputs = result_values(out, traced)
+        # An argument changed in place (and returned) no longer holds the traced value: the
+        # probe would run from another point, so it is not attempted.
+        probe = probe && !mutated_in_place(traced)
         probe && (independent = probe_sample_independence(thunk, model, xr, psr, str, traced, B, outputs; client))
     end
     batch = B === nothing ? nothing : (; size=B, samples_independent=independent)
+    # The values as they were traced: an argument the thunk wrote back keeps its snapshot.
+    values = [haskey(before, a.index) ? before[a.index] : host(a.value) for a in traced.arguments]
 
     vjp_text = nothing
     if vjp
@@ -110,28 +152,50 @@ function export_model(
     report("writing $target")
     examples = nothing
     if reference
-        inputs = [(a.index, host(a.value), a.dtype) for a in traced.arguments if a.role == "input"]
-        rtol, atol = reference_tolerances([r.dtype for r in traced.results])
+        inputs = [(a.index, values[a.index + 1], a.dtype) for a in traced.arguments if a.role == "input"]
+        # An echo's reference value is its argument by definition; storing it again would
+        # duplicate the weights.
+        kept = [(r, A) for (r, A) in zip(traced.results, outputs) if r.echo_of === nothing]
+        rtol, atol = reference_tolerances([r.dtype for (r, _) in kept])
         examples = (;
             arrays=(;
                 inputs=[i => (A, d) for (i, A, d) in inputs],
-                outputs=[r.index => (A, r.dtype) for (r, A) in zip(traced.results, outputs)],
+                outputs=[r.index => (A, r.dtype) for (r, A) in kept],
             ),
             datasets=(;
                 inputs=[i => "/examples/inputs/$i" for (i, _, _) in inputs],
-                outputs=[r.index => "/examples/outputs/$(r.index)" for r in traced.results],
+                outputs=[r.index => "/examples/outputs/$(r.index)" for (r, _) in kept],
                 rtol,
                 atol,
             ),
         )
     end
+    current = stablehlo_current_version()
+    target_version = artifact_target(current)
+    forward_artifact = portable_artifact(traced.text, target_version, "forward")
+    vjp_artifact = vjp_text === nothing ? nothing : portable_artifact(vjp_text, target_version, "vjp")
     write_atomically(target; overwrite) do tmp
         write(joinpath(tmp, MODULE_FILE), traced.text)
+        forward_artifact === nothing || write(joinpath(tmp, ARTIFACT_FILE), forward_artifact)
         vjp_text === nothing || write(joinpath(tmp, VJP_FILE), vjp_text)
-        write_weights(joinpath(tmp, WEIGHTS_FILE), traced.arguments, datasets, examples === nothing ? nothing : examples.arrays)
+        vjp_artifact === nothing || write(joinpath(tmp, VJP_ARTIFACT_FILE), vjp_artifact)
+        shas = write_weights(
+            joinpath(tmp, WEIGHTS_FILE),
+            ("params" => psr, "state" => str),
+            traced.arguments,
+            datasets,
+            values,
+            examples === nothing ? nothing : examples.arrays,
+        )
+        artifacts = (;
+            forward=forward_artifact === nothing ? nothing : artifact_object(tmp, ARTIFACT_FILE, current, target_version),
+            vjp=vjp_artifact === nothing ? nothing : artifact_object(tmp, VJP_ARTIFACT_FILE, current, target_version),
+        )
         manifest = build_manifest(
-            tmp, bname, mode, traced, datasets, examples === nothing ? nothing : examples.datasets, batch, vjp, meta;
+            tmp, bname, mode, traced, datasets, shas, examples === nothing ? nothing : examples.datasets, batch, vjp, meta;
             empty=(; params=empty_containers(ps), state=empty_containers(st_mode)),
+            static,
+            artifacts,
         )
         write_manifest(joinpath(tmp, MANIFEST_FILE), manifest)
     end

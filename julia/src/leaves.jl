@@ -1,5 +1,6 @@
 # Leaves of x, ps and st: moving them to Reactant, checking every array became a Reactant
-# array, and finding arrays reached by more than one path.
+# array, the non-array configuration values of st (`static_state`), and arrays reached by more
+# than one path.
 
 const ReactantLeaf = Union{Reactant.AbstractConcreteArray,Reactant.AbstractConcreteNumber}
 
@@ -8,13 +9,14 @@ const ReactantLeaf = Union{Reactant.AbstractConcreteArray,Reactant.AbstractConcr
 is_opaque(v) = v isa Union{Nothing,Val,Symbol,AbstractString,Function,Type,Module,Lux.AbstractLuxLayer}
 
 """
-Call `f(leaf, path)` for every leaf of `v`, depth-first in field order (Reactant's order,
-R src/Tracing.jl:1182-1320, 1967-2033). Leaves are Reactant arrays/numbers, plain numeric
-arrays and plain numbers; opaque values are skipped.
+Call `f(leaf, path, in_array)` for every leaf of `v`, depth-first in field order (Reactant's
+order, R src/Tracing.jl:1182-1320, 1967-2033). Leaves are Reactant arrays/numbers, plain
+numeric arrays, plain numbers and opaque values; `in_array` says the leaf is an element of a
+non-numeric array (which Reactant indexes linearly, R src/Tracing.jl:1834-1850).
 """
-function foreach_leaf(f, v, path::Vector{Any}=Any[])
+function foreach_leaf(f, v, path::Vector{Any}=Any[], in_array::Bool=false)
     if v isa ReactantLeaf
-        f(v, path)
+        f(v, path, in_array)
     elseif v isa NamedTuple
         for (k, c) in pairs(v)
             foreach_leaf(f, c, vcat(path, string(k)))
@@ -28,15 +30,13 @@ function foreach_leaf(f, v, path::Vector{Any}=Any[])
             foreach_leaf(f, c, vcat(path, string(k)))
         end
     elseif v isa AbstractArray{<:Number}
-        f(v, path)
+        f(v, path, in_array)
     elseif v isa AbstractArray
         for (i, c) in enumerate(v)
-            foreach_leaf(f, c, vcat(path, i))
+            foreach_leaf(f, c, vcat(path, i), true)
         end
-    elseif v isa Number
-        f(v, path)
-    elseif is_opaque(v)
-        nothing
+    elseif v isa Number || is_opaque(v)
+        f(v, path, in_array)
     elseif isstructtype(typeof(v))
         for i in 1:nfields(v)
             isdefined(v, i) || continue
@@ -47,15 +47,36 @@ function foreach_leaf(f, v, path::Vector{Any}=Any[])
 end
 
 """
-Throw `NonReactantLeafError` for a leaf of `root` that tracing would bake in as a constant:
-a plain numeric array, or a plain float/complex number (R src/Tracing.jl:1777-1860,
-docs/src/tutorials/partial-evaluation.md). Integers and Bools are configuration.
+Throw `NonReactantLeafError` for a leaf of `root` that tracing would bake in as a constant
+(R src/Tracing.jl:1777-1860, docs/src/tutorials/partial-evaluation.md): a plain numeric array,
+a plain float/complex number, any element of a non-numeric array that is not itself an array
+or container, and, unless `static_ok` (the state tree, where they are configuration recorded
+as `static_state`), Bool and Integer numbers.
 """
-function check_leaves(root, role::AbstractString)
-    foreach_leaf(root) do leaf, path
+function check_leaves(root, role::AbstractString; static_ok::Bool=false)
+    foreach_leaf(root) do leaf, path, in_array
         leaf isa ReactantLeaf && return nothing
-        leaf isa Union{Bool,Integer} && return nothing
-        throw(NonReactantLeafError(role, path, typeof(leaf)))
+        if in_array && !(leaf isa AbstractArray)
+            throw(
+                NonReactantLeafError(
+                    role, path, typeof(leaf),
+                    "It is an element of a non-numeric array, which Reactant cannot make an argument; the whole array would be frozen into the module.",
+                ),
+            )
+        elseif leaf isa AbstractArray
+            throw(NonReactantLeafError(role, path, typeof(leaf)))
+        elseif leaf isa Union{Bool,Integer}
+            static_ok && return nothing
+            throw(
+                NonReactantLeafError(
+                    role, path, typeof(leaf),
+                    "Reactant would freeze this number into the module (only the state tree may hold Bool/Integer configuration).",
+                ),
+            )
+        elseif leaf isa Number
+            throw(NonReactantLeafError(role, path, typeof(leaf)))
+        end
+        return nothing
     end
     return nothing
 end
@@ -63,10 +84,34 @@ end
 """Every bundle path at which each Reactant leaf of `root` is reachable, keyed by identity."""
 function leaf_paths(root)::IdDict{Any,Vector{Vector{Any}}}
     found = IdDict{Any,Vector{Vector{Any}}}()
-    foreach_leaf(root) do leaf, path
+    foreach_leaf(root) do leaf, path, _
         leaf isa ReactantLeaf && push!(get!(found, leaf, Vector{Any}[]), copy(path))
     end
     return found
+end
+
+"""
+Refuse a Reactant array reached from two of x, ps and st. Reactant traces a shared array once
+(R src/Tracing.jl:1398), so it would be one `@main` argument with the first role only and the
+other path would be lost. Plain arrays never get here: `export_lux` converts x, ps and st
+separately, so a plain array shared between them becomes one argument per role.
+"""
+function check_not_shared(trees::Pair{String}...)
+    owner = IdDict{Any,Tuple{String,Vector{Any}}}()
+    for (role, tree) in trees
+        for (leaf, paths) in leaf_paths(tree)
+            if haskey(owner, leaf) && first(owner[leaf]) != role
+                other_role, other_path = owner[leaf]
+                throw(
+                    ExportError(
+                        "the same Reactant array is the $other_role at $(path_label(other_path)) and the $role at $(path_label(first(paths))); Reactant traces a shared array once, so the bundle could not give it both roles. Pass a copy (`copy(a)`) for one of them.",
+                    ),
+                )
+            end
+            haskey(owner, leaf) || (owner[leaf] = (role, first(paths)))
+        end
+    end
+    return nothing
 end
 
 """
@@ -105,4 +150,84 @@ function empty_containers(root)::Vector{Vector{Any}}
     end
     walk(root, Any[])
     return found
+end
+
+"""One non-array leaf of `st` (spec `static_state`): Lux's `training = Val(true)` and the like."""
+struct StaticLeaf
+    path::Vector{Any}
+    value::Any          # a JSON scalar: Bool, Integer, String or nothing
+    julia_type::String  # e.g. "Val{true}", "Int64", "Symbol"
+end
+
+Base.:(==)(a::StaticLeaf, b::StaticLeaf) = a.path == b.path && isequal(a.value, b.value) && a.julia_type == b.julia_type
+
+"""
+`(value, julia_type)` of a configuration value JuliaBridge records and `load_params` rebuilds
+(see `static_value` in load.jl), or `nothing` for values it leaves alone (layers, functions).
+"""
+function static_entry(v)
+    if v isa Val
+        p = typeof(v).parameters[1]
+        p isa Bool && return (p, string(typeof(v)))
+        p isa Base.BitInteger && return (p, string(typeof(v)))
+        p isa Symbol && return (string(p), string(typeof(v)))
+        return nothing
+    elseif v isa Bool
+        return (v, "Bool")
+    elseif v isa Base.BitInteger
+        return (v, string(typeof(v)))
+    elseif v === nothing
+        return (nothing, "Nothing")
+    elseif v isa Symbol
+        return (string(v), "Symbol")
+    elseif v isa String
+        return (v, "String")
+    end
+    return nothing
+end
+
+"""
+The static leaves of state tree `st`: non-array values directly inside its NamedTuples and
+Tuples (Lux's containers), depth-first. Values inside other structs (a `ReactantRNG`'s
+algorithm name) belong to that struct's type and are not listed.
+"""
+function static_leaves(st)::Vector{StaticLeaf}
+    found = StaticLeaf[]
+    function walk(v, path::Vector{Any})
+        if v isa NamedTuple || v isa Tuple
+            for (k, c) in pairs(v)
+                walk(c, vcat(path, v isa NamedTuple ? string(k) : k))
+            end
+        elseif !(v isa ReactantLeaf || v isa Reactant.TracedRArray || v isa Reactant.TracedRNumber || v isa AbstractArray)
+            entry = static_entry(v)
+            entry === nothing || isempty(path) || push!(found, StaticLeaf(copy(path), entry...))
+        end
+        return nothing
+    end
+    walk(st, Any[])
+    return found
+end
+
+"""
+Refuse a model that changes a static leaf of `st` (say `st.step = st.step + 1` with a plain
+Int): Reactant freezes plain numbers at trace time, so every call of the exported module
+would return the value of the traced call.
+"""
+function check_static_unchanged(before::Vector{StaticLeaf}, after::Vector{StaticLeaf})
+    before == after && return nothing
+    old = Dict(s.path => s for s in before)
+    new = Dict(s.path => s for s in after)
+    for (p, s) in old
+        t = get(new, p, nothing)
+        t == s && continue
+        shown = t === nothing ? "drops it" : "changes it from $(repr(s.value)) to $(repr(t.value))"
+        throw(
+            ExportError(
+                "st.$(path_label(p)) is a plain $(s.julia_type) and the model $shown. Reactant freezes plain numbers at trace time, so the exported module would always return the traced value; make it a 0-dimensional array (`fill(x)`) so it becomes an argument.",
+            ),
+        )
+    end
+    extra = [path_label(p) for p in keys(new) if !haskey(old, p)]
+    isempty(extra) && return nothing
+    throw(ExportError("the model adds configuration values to the state that st does not have: $(join(extra, ", "))"))
 end

@@ -21,7 +21,7 @@ function producer_object()
     )
 end
 
-function argument_object(a::ArgumentInfo, dataset::Union{Nothing,String}, batch_axis)
+function argument_object(a::ArgumentInfo, dataset::Union{Nothing,String}, sha::Union{Nothing,String}, batch_axis)
     o = jobject(
         "index" => a.index,
         "role" => a.role,
@@ -30,58 +30,86 @@ function argument_object(a::ArgumentInfo, dataset::Union{Nothing,String}, batch_
         "shape" => reverse(a.julia_shape),
         "julia_shape" => a.julia_shape,
     )
-    dataset === nothing || (o["dataset"] = dataset)
+    if dataset !== nothing
+        o["dataset"] = dataset
+        o["sha256"] = sha
+    end
     a.role == "input" && (o["batch_axis"] = batch_axis)
     isempty(a.tied_paths) || (o["tied_paths"] = a.tied_paths)
     return o
 end
 
 function result_object(r::ResultInfo, batch_axis)
-    return jobject(
+    o = jobject(
         "index" => r.index,
         "paths" => r.paths,
         "dtype" => r.dtype,
         "shape" => reverse(r.julia_shape),
         "batch_axis" => batch_axis,
     )
+    r.echo_of === nothing || (o["echo_of"] = r.echo_of)
+    return o
 end
 
 """
-The manifest of a bundle whose files are already in `dir`. `examples` is `nothing` or
-`(; inputs, outputs, rtol, atol)` with dataset paths; `batch` is `nothing` or `(; size, samples_independent)`;
-`empty` holds the paths of empty containers in ps and st (spec §3.10).
+`{"file", "sha256"}` of a module file in `dir`, with its portable artifact when one was
+written (`artifact === nothing` otherwise).
+"""
+function module_object(dir, file::AbstractString, artifact)
+    o = jobject("file" => file, "sha256" => file_sha256(joinpath(dir, file)))
+    artifact === nothing || (o["artifact"] = artifact)
+    return o
+end
+
+"""
+The manifest (format 2) of a bundle whose files are already in `dir`.
+- `shas`: what `write_weights` returned (per-dataset sha256);
+- `examples`: `nothing` or `(; inputs, outputs, rtol, atol)` with dataset paths;
+- `batch`: `nothing` or `(; size, samples_independent)`;
+- `empty`: the paths of empty containers in ps and st (spec §3.10);
+- `static`: the static leaves of st (spec `static_state`);
+- `artifacts`: `(; forward, vjp)` artifact objects or `nothing`.
+The whole-file `weights.sha256` of format 1 is optional in format 2 and not written: readers
+verify each dataset's digest instead.
 """
 function build_manifest(
-    dir, name, mode, traced::TracedForward, datasets, examples, batch, has_vjp::Bool, metadata;
+    dir, name, mode, traced::TracedForward, datasets, shas, examples, batch, has_vjp::Bool, metadata;
     empty=(; params=Vector{Any}[], state=Vector{Any}[]),
+    static::Vector{StaticLeaf}=StaticLeaf[],
+    artifacts=(; forward=nothing, vjp=nothing),
 )
     B = batch === nothing ? nothing : batch.size
-    input_axis(a) = (B !== nothing && !isempty(a.julia_shape) && last(a.julia_shape) == B) ? 0 : nothing
     m = jobject(
         "format" => FORMAT,
         "format_version" => FORMAT_VERSION,
         "name" => name,
         "producer" => producer_object(),
-        "module" => jobject("file" => MODULE_FILE, "sha256" => file_sha256(joinpath(dir, MODULE_FILE))),
-        "weights" => jobject("file" => WEIGHTS_FILE, "sha256" => file_sha256(joinpath(dir, WEIGHTS_FILE))),
+        "module" => module_object(dir, MODULE_FILE, artifacts.forward),
+        "weights" => jobject("file" => WEIGHTS_FILE),
         "mode" => String(mode),
-        "arguments" => Any[argument_object(a, get(datasets, a.index, nothing), input_axis(a)) for a in traced.arguments],
-        "results" => Any[result_object(r, result_batch_axis(r, B)) for r in traced.results],
+        "arguments" => Any[
+            argument_object(a, get(datasets, a.index, nothing), get(shas.args, a.index, nothing), input_batch_axis(a, B)) for
+            a in traced.arguments
+        ],
+        "results" => Any[result_object(r, result_batch_axis(r, B, traced)) for r in traced.results],
         "aliases" => Any[jobject("path" => al.path, "argument" => al.argument) for al in traced.aliases],
     )
     if !isempty(empty.params) || !isempty(empty.state)
         m["empty"] = jobject("params" => empty.params, "state" => empty.state)
     end
+    if !isempty(static)
+        m["static_state"] = Any[jobject("path" => s.path, "value" => s.value, "julia_type" => s.julia_type) for s in static]
+    end
     batch === nothing || (m["batch"] = jobject("size" => batch.size, "samples_independent" => batch.samples_independent))
     if examples !== nothing
         m["examples"] = jobject(
-            "inputs" => Any[jobject("argument" => i, "dataset" => d) for (i, d) in examples.inputs],
-            "outputs" => Any[jobject("result" => k, "dataset" => d) for (k, d) in examples.outputs],
+            "inputs" => Any[jobject("argument" => i, "dataset" => d, "sha256" => shas.inputs[i]) for (i, d) in examples.inputs],
+            "outputs" => Any[jobject("result" => k, "dataset" => d, "sha256" => shas.outputs[k]) for (k, d) in examples.outputs],
             "rtol" => examples.rtol,
             "atol" => examples.atol,
         )
     end
-    has_vjp && (m["vjp"] = jobject("file" => VJP_FILE, "sha256" => file_sha256(joinpath(dir, VJP_FILE))))
+    has_vjp && (m["vjp"] = module_object(dir, VJP_FILE, artifacts.vjp))
     isempty(metadata) || (m["metadata"] = metadata)
     return m
 end

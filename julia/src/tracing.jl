@@ -19,19 +19,28 @@ option keywords (R src/CompileOptions.jl:367-374), so everything goes in here.
   valid after running the compiled function (R src/compiler/Compiler.jl:1105-1127);
 - the default `argprefix` is kept (never passed): preserved results are only recognised for
   the literal `:args` prefix (R src/compiler/Compiler.jl:1048).
+The forward trace first keeps `make_mlir_fn`'s default `args_in_result=:all`
+(R src/TracedUtils.jl:307, 745-756): every argument leaf is walked as a possible result
+(`:resargs` paths, R src/TracedUtils.jl:677-697), so an argument the model mutates in place
+stays visible as an `@main` result and `classify_echoes!` can refuse it or record it as an echo.
 """
 export_compile_options() = Reactant.CompileOptions(; optimization_passes=:all, donated_args=:none)
 
 """
-The XLA CPU client: references computed on CPU are what a CPU JAX reader reproduces, and
-lowering for CPU avoids GPU-only rewrites. Falls back to the default client.
+The XLA CPU client (R src/xla/XLA.jl:131-163, src/accelerators/CPU.jl:49-56): references
+computed on CPU are what a CPU JAX reader reproduces (spec §3.7), and lowering for CPU avoids
+GPU-only rewrites. There is no fallback to another backend: a GPU reference would not be what
+the spec promises, so a missing CPU client is an `ExportError`.
 """
 function export_client()
     try
-        return Reactant.XLA.client("cpu")   # R src/xla/XLA.jl:131-163, src/accelerators/CPU.jl:49-56
+        return Reactant.XLA.client("cpu")
     catch err
-        @warn "JuliaBridge: no XLA CPU client ($(sprint(showerror, err))); using the default backend"
-        return Reactant.XLA.default_backend()      # R src/xla/XLA.jl:164
+        throw(
+            ExportError(
+                "Reactant has no XLA CPU client ($(sprint(showerror, err))). JuliaBridge traces for the CPU and computes the reference outputs there (spec §3.7); check that Reactant_jll works on this machine (`using Reactant; Reactant.XLA.client(\"cpu\")`).",
+            ),
+        )
     end
 end
 
@@ -49,14 +58,21 @@ struct ArgumentInfo
     tied_paths::Vector{Vector{Any}} # other paths in the same tree to the same array
 end
 
-"""One `@main` result: where it sits in (y, st_new), its type and shape."""
-struct ResultInfo
+"""
+One `@main` result: where it sits in (y, st_new), its type and shape. `argument` is the 0-based
+`@main` argument whose traced value this result is (Reactant returns an argument it considers
+written to, e.g. passed through a `@trace`d layer or mutated in place); `echo_of` is set to it
+once the compiled model showed the value comes back unchanged (spec `echo_of`).
+"""
+mutable struct ResultInfo
     index::Int                      # 0-based @main result number
-    steps::Vector{Tuple}            # Reactant paths below (y, st_new), first is canonical
+    steps::Vector{Tuple}            # Reactant paths below (y, st_new), first is canonical; may be empty
     paths::Vector{Vector{Any}}      # bundle paths, starting with "output" or "state"
     eltype::Type
     dtype::String
     julia_shape::Vector{Int}
+    argument::Union{Nothing,Int}
+    echo_of::Union{Nothing,Int}
 end
 
 """An output that is `@main` argument `argument` returned unchanged (spec §3.5)."""
@@ -66,26 +82,33 @@ struct AliasInfo
     argument::Int
 end
 
-"""The forward module text with its argument, result and alias tables."""
+"""
+The forward module text with its argument, result and alias tables, and the static leaves of
+the returned state (compared with those of `st` by `check_static_unchanged`).
+"""
 struct TracedForward
     text::String
     arguments::Vector{ArgumentInfo}
     results::Vector{ResultInfo}
     aliases::Vector{AliasInfo}
+    static_out::Vector{StaticLeaf}
 end
 
 """
 Trace `lux_forward(model, x, ps, st)` (all leaves already Reactant arrays) to StableHLO text
 and build its tables. Everything MLIR stays inside the context block, as Reactant's own
-exporter does (R src/serialization/EnzymeJAX.jl:110-126).
+exporter does (R src/serialization/EnzymeJAX.jl:110-126). `args_in_result` is `make_mlir_fn`'s
+keyword, passed through `compile_mlir` (R src/compiler/Compiler.jl:238-288,
+src/TracedUtils.jl:307, 745-756): `:all` (its default) also returns every argument Reactant saw
+written, `:result` only values that are part of the returned (y, st).
 """
-function trace_forward(model, x, ps, st; client)::TracedForward
+function trace_forward(model, x, ps, st; client, args_in_result::Symbol=:all)::TracedForward
     args = (model, x, ps, st)
     return MLIR.IR.@dispose ctx = Reactant.ReactantContext() begin
-        # compile_mlir(ctx, f, args; ...) returns (module, CompiledMlirFnResult)
-        # (R src/compiler/Compiler.jl:49-130). args_in_result=:result keeps an argument as a
-        # result only where it is part of the returned value (R src/TracedUtils.jl:745-753),
-        # so arguments that Lux's @trace'd layers pass through never become extra results.
+        # compile_mlir(ctx, f, args; client, drop_unsupported_attributes, kwargs...) returns
+        # (module, CompiledMlirFnResult) (R src/compiler/Compiler.jl:49-130); the fields read
+        # below are those of R src/TracedUtils.jl:263-287 as rebuilt by compile_mlir!
+        # (R src/compiler/Compiler.jl:1163-1187).
         mod, res = Reactant.Compiler.compile_mlir(
             ctx,
             lux_forward,
@@ -93,7 +116,7 @@ function trace_forward(model, x, ps, st; client)::TracedForward
             client,
             drop_unsupported_attributes=true,
             compile_options=export_compile_options(),
-            args_in_result=:result,
+            args_in_result,
         )
         try
             res.fnwrapped && throw(ExportError("internal: Reactant wrapped lux_forward; argument numbering would shift"))
@@ -101,7 +124,8 @@ function trace_forward(model, x, ps, st; client)::TracedForward
             arguments = argument_table(res, args)
             check_in_types(res, arguments)
             results, aliases = result_tables(res)
-            TracedForward(text, arguments, results, aliases)
+            out = res.traced_result
+            TracedForward(text, arguments, results, aliases, static_leaves(out[2]))
         finally
             MLIR.IR.dispose(mod)
         end
@@ -164,7 +188,9 @@ end
 The result table and the aliases. `res.linear_results` are the kept `@main` results in
 order; `res.preserved_args` are (value, 0-based argument) pairs for returned values that are
 arguments passed through unchanged, which Reactant removed from `@main`
-(R src/compiler/Compiler.jl:1040-1056, 1163-1187).
+(R src/compiler/Compiler.jl:1040-1056, 1163-1187). A kept result that is an argument's own
+traced value (`res.linear_args[i]`, R src/TracedUtils.jl:493-509) records that argument: it is
+an echo or a mutation, which `classify_echoes!` decides by running the compiled model.
 """
 function result_tables(res)
     out = res.traced_result
@@ -174,11 +200,13 @@ function result_tables(res)
         r isa Union{Reactant.TracedRArray,Reactant.TracedRNumber} ||
             throw(ExportError("@main result $(k - 1) is a $(typeof(r)), not an array"))
         steps = result_steps(r)
-        isempty(steps) && throw(
-            ExportError("@main result $(k - 1) is not part of the returned (y, st): the model mutates an argument in place, which JuliaBridge cannot export"),
+        i = findfirst(a -> a === r, res.linear_args)
+        argument = i === nothing ? nothing : i - 1
+        (isempty(steps) && argument === nothing) && throw(
+            ExportError("@main result $(k - 1) is neither part of the returned (y, st) nor an argument: the model stores a new array inside a container of its arguments, which JuliaBridge cannot export; return it in the state instead"),
         )
         T = Reactant.unwrapped_eltype(r)
-        push!(results, ResultInfo(k - 1, steps, [output_path(out, s) for s in steps], T, mlir_dtype(T), collect(Int, size(r))))
+        push!(results, ResultInfo(k - 1, steps, [output_path(out, s) for s in steps], T, mlir_dtype(T), collect(Int, size(r)), argument, nothing))
     end
     aliases = AliasInfo[]
     for (r, argnum) in res.preserved_args
@@ -190,6 +218,38 @@ function result_tables(res)
     allunique(all_paths) || throw(ExportError("internal: an output path is listed twice across results and aliases"))
     return results, aliases
 end
+
+"""
+Check the returned state is the same tree as `st` (spec: `new_state` has `state`'s structure):
+the state paths of results and aliases are exactly the paths of the state arguments.
+A state array the model drops, or returns as a constant (a plain array), would otherwise be
+missing from every reader's `new_state`.
+"""
+function check_state_tree(traced::TracedForward)
+    state_in = Set{Vector{Any}}()
+    for a in traced.arguments
+        a.role == "state" || continue
+        push!(state_in, a.path)
+        foreach(p -> push!(state_in, p), a.tied_paths)
+    end
+    returned = vcat([p for r in traced.results for p in r.paths], [al.path for al in traced.aliases])
+    state_out = Set{Vector{Any}}(p[2:end] for p in returned if first(p) == "state")
+    state_in == state_out && return nothing
+    missing_ = sort!([path_label(p) for p in setdiff(state_in, state_out)])
+    extra = sort!([path_label(p) for p in setdiff(state_out, state_in)])
+    throw(
+        ExportError(
+            "model(x, ps, st) returns a state that is not the same tree of arrays as st" *
+            (isempty(missing_) ? "" : "; missing from the returned state (dropped, or returned as a plain array Reactant froze): $(join(missing_, ", "))") *
+            (isempty(extra) ? "" : "; arrays st does not have: $(join(extra, ", "))") *
+            ". Lux layers return a state with the structure of st; keep every state array in it.",
+        ),
+    )
+end
+
+"""The MLIR batch axis (0) of an input argument whose last Julia dim is the batch, else nothing."""
+input_batch_axis(a::ArgumentInfo, B::Union{Nothing,Int}) =
+    (a.role == "input" && B !== nothing && !isempty(a.julia_shape) && last(a.julia_shape) == B) ? 0 : nothing
 
 """Batch size: the common last Julia dim of all input arguments of rank ≥ 1, else `nothing`."""
 function batch_size(arguments)::Union{Nothing,Int}

@@ -16,18 +16,24 @@ The trace-time plan, as nested tuples of integers/symbols so it can be a `Val` p
 (a type parameter must be isbits, a Symbol or a tuple of those):
 - `diff`: for each differentiated argument, `(root, steps...)` with root 1/2/3 = x/ps/st;
 - `slots`: for each forward argument, `(d, (root, steps...))`, `d` = its index in `diff` or 0;
-- `outs`: for each forward result, its first path in (y, st_new), or `nothing` if it is not
-  a real float (its cotangent is then unused).
+- `outs`: for each forward result, where its value comes from: `(:y, steps...)` (its first
+  path in (y, st_new)), `(:arg, root, steps...)` for an echo without a path (the argument
+  itself), or `nothing` if it is not a real float (its cotangent is then unused).
+So the module is the pullback of `@main` itself: an echo's cotangent flows to its argument
+inside the module, and only aliases (not `@main` results) are left to the reader (spec §5).
 """
 function vjp_plan(traced::TracedForward)
+    isbits_step(s) = s isa Union{Int,Symbol}
     for a in traced.arguments
-        all(s -> s isa Union{Int,Symbol}, a.steps) || throw(
+        all(isbits_step, a.steps) || throw(
             ExportError("vjp=true: argument $(a.index) ($(path_label(a.path))) sits under a Dict key; use NamedTuples/Tuples"),
         )
         is_complex_dtype(a.dtype) && throw(ExportError("vjp=true supports real arguments only; $(path_label(a.path)) is $(a.dtype)"))
     end
     for r in traced.results
         is_complex_dtype(r.dtype) && throw(ExportError("vjp=true supports real results only; result $(r.index) is $(r.dtype)"))
+        isempty(r.steps) || all(isbits_step, first(r.steps)) ||
+            throw(ExportError("vjp=true: result $(r.index) sits under a Dict key of the output; return NamedTuples/Tuples"))
     end
     located(a) = (a.source - 1, a.steps...)
     diff_args = [a for a in traced.arguments if is_differentiable(a)]
@@ -36,7 +42,12 @@ function vjp_plan(traced::TracedForward)
     slots = Tuple(
         (is_differentiable(a) ? findfirst(d -> d === a, diff_args) : 0, located(a)) for a in traced.arguments
     )
-    outs = Tuple(is_float_dtype(r.dtype) ? first(r.steps) : nothing for r in traced.results)
+    function source(r)
+        is_float_dtype(r.dtype) || return nothing
+        isempty(r.steps) || return (:y, first(r.steps)...)
+        return (:arg, located(traced.arguments[r.echo_of + 1])...)
+    end
+    outs = Tuple(source(r) for r in traced.results)
     all(o -> o === nothing, outs) && throw(ExportError("vjp=true: the model has no floating-point result"))
     return (diff, slots, outs)
 end
@@ -60,19 +71,22 @@ function check_substitutable(trees, plan)
 end
 
 # `t` with the value at `loc` replaced by `v`, rebuilding immutable containers on the way.
-replace_at(_, ::Tuple{}, v) = v
-function replace_at(t::Tuple, loc::Tuple, v)
-    i = first(loc)
-    return Base.setindex(t, replace_at(t[i], Base.tail(loc), v), i)
-end
-function replace_at(t::NamedTuple, loc::Tuple, v)
-    k = first(loc) isa Integer ? keys(t)[first(loc)] : first(loc)
-    return merge(t, NamedTuple{(k,)}((replace_at(getfield(t, k), Base.tail(loc), v),)))
-end
-function replace_at(t::Array, loc::Tuple, v)
-    c = copy(t)
-    c[first(loc)] = replace_at(t[first(loc)], Base.tail(loc), v)
-    return c
+# One method with branches: separate methods for `(::Any, ::Tuple{})` and `(::Tuple, ::Tuple)`
+# would be ambiguous for a Tuple container and an empty location.
+function replace_at(t, loc::Tuple, v)
+    isempty(loc) && return v
+    i, rest = first(loc), Base.tail(loc)
+    if t isa Tuple
+        return Base.setindex(t, replace_at(t[i], rest, v), i)
+    elseif t isa NamedTuple
+        k = i isa Integer ? keys(t)[i] : i
+        return merge(t, NamedTuple{(k,)}((replace_at(getfield(t, k), rest, v),)))
+    elseif t isa Array
+        c = copy(t)
+        c[i] = replace_at(t[i], rest, v)
+        return c
+    end
+    throw(ExportError("vjp=true: cannot rebuild a $(typeof(t))"))
 end
 
 # The value at `loc` (root index into trees, then Reactant steps).
@@ -87,9 +101,10 @@ function vjp_objective(model, dleaves, trees, cts, ::Val{plan}) where {plan}
     x, ps, st = trees
     out = model(x, ps, st)
     total = nothing
-    for (k, steps) in enumerate(outs)
-        steps === nothing && continue
-        term = sum(follow(out, steps) .* cts[k])
+    for (k, o) in enumerate(outs)
+        o === nothing && continue
+        value = first(o) === :y ? follow(out, Base.tail(o)) : follow(trees, Base.tail(o))
+        term = sum(value .* cts[k])
         total = total === nothing ? term : total + term
     end
     return total
@@ -133,6 +148,11 @@ function trace_vjp(model, x, ps, st, traced::TracedForward; client, allow_custom
     cts = Tuple(Reactant.to_rarray(zeros(r.eltype, r.julia_shape...); client) for r in traced.results)
     args = (model, x, ps, st, cts, Val(plan))
     text = MLIR.IR.@dispose ctx = Reactant.ReactantContext() begin
+        # `args_in_result=:result` (a make_mlir_fn keyword compile_mlir passes through,
+        # R src/compiler/Compiler.jl:238-288, R src/TracedUtils.jl:307, 745-753): the pullback's
+        # @main returns exactly the cotangent tuple. Arguments that Enzyme or a @trace'd layer
+        # rebind stay out of it; mutations of the model's arguments were already refused by the
+        # forward export, which traces with the default `:all`.
         mod, res = Reactant.Compiler.compile_mlir(
             ctx,
             lux_vjp,

@@ -1,20 +1,44 @@
 # The HDF5 weights file (spec §4): /params and /state datasets at the arguments' paths, and
 # the example inputs/outputs under /examples. HDF5.jl writes a Julia array's dims reversed
-# (HDF5 src/dataspaces.jl:58-59), which is exactly the MLIR shape: no permutedims.
+# (HDF5 src/dataspaces.jl:58-59), which is exactly the MLIR shape: no permutedims. For the same
+# reason the memory of the stored Julia array, in Julia's column-major order, is the dataset's
+# data in MLIR row-major order: that is what the per-dataset sha256 (format 2) covers.
 
-"""Create the groups above dataset path `dspath`, tracking creation order so a template-free
-`load_params` sees keys in Lux's order (HDF5 src/properties.jl:285-304)."""
-function ensure_groups!(f, dspath::AbstractString)
-    parts = split(strip(dspath, '/'), '/')
-    for i in 1:(length(parts) - 1)
+"""
+sha256 (64 lowercase hex digits) of the stored bytes of `data`, the array exactly as written to
+or read from HDF5 (`encode_for_hdf5`'s output): its memory, little-endian. Format 2 records it
+for every dataset; 16-bit floats are their UInt16 bits, Bool is UInt8 0/1, complex numbers are
+interleaved (re, im), as Julia lays them out.
+"""
+function stored_sha256(data::Array)::String
+    T = eltype(data)
+    isbitstype(T) || throw(ArgumentError("cannot hash an array of $T: not a plain bits type"))
+    ENDIAN_BOM == 0x04030201 || throw(ExportError("JuliaBridge writes bundles on little-endian machines only"))
+    GC.@preserve data begin
+        bytes = unsafe_wrap(Array, Ptr{UInt8}(pointer(data)), sizeof(data))
+        return bytes2hex(SHA.sha256(bytes))                           # SHA src/SHA.jl:95-99
+    end
+end
+
+"""Create `group` (an absolute path) and the groups above it, tracking creation order so
+`load_params` sees keys in Lux's order (HDF5 src/properties.jl:285-304, src/types.jl:181-187)."""
+function ensure_group!(f, group::AbstractString)
+    parts = split(strip(group, '/'), '/'; keepempty=false)
+    for i in eachindex(parts)
         g = "/" * join(parts[1:i], "/")
         haskey(f, g) || close(HDF5.create_group(f, g; track_order=true))   # HDF5 src/groups.jl:39-52
     end
     return nothing
 end
 
-"""Write Julia array `A` (Julia layout) at `dspath` with its spec §4 encoding and `dtype` attribute."""
-function write_array!(f, dspath::AbstractString, A::AbstractArray, dtype::AbstractString)
+"""The groups above dataset path `dspath`."""
+ensure_groups!(f, dspath::AbstractString) = ensure_group!(f, dirname(dspath))
+
+"""
+Write Julia array `A` (Julia layout) at `dspath` with its spec §4 encoding and `dtype`
+attribute; return the sha256 of the stored bytes.
+"""
+function write_array!(f, dspath::AbstractString, A::AbstractArray, dtype::AbstractString)::String
     ensure_groups!(f, dspath)
     data = encode_for_hdf5(A, dtype)
     # A 0-dimensional array is written as its element: an HDF5 scalar dataspace
@@ -28,34 +52,83 @@ function write_array!(f, dspath::AbstractString, A::AbstractArray, dtype::Abstra
         close(dt)
         close(dset)
     end
-    return nothing
+    return stored_sha256(data)
 end
 
 """
-Write the weights file: every parameter and state argument at its dataset, and, when
-`examples` is given, `examples.inputs` (argument index => array) under /examples/inputs and
-`examples.outputs` (result index => array) under /examples/outputs.
+Call `group(path)` for every NamedTuple/Tuple/struct container of `tree` (empty ones too) and
+`leaf(value, path)` for every Reactant array, depth-first in field order: the order in which
+Lux's NamedTuples list their keys.
 """
-function write_weights(path::AbstractString, arguments::Vector{ArgumentInfo}, datasets::Dict{Int,String}, examples)
-    HDF5.h5open(path, "w"; track_order=true) do f                   # HDF5 src/file.jl:95-110
-        for a in arguments
-            a.role == "input" && continue
-            write_array!(f, datasets[a.index], host(a.value), a.dtype)
+function foreach_node(group, leaf, v, path::Vector{Any}=Any[])
+    if v isa ReactantLeaf
+        leaf(v, path)
+    elseif v isa NamedTuple || v isa Tuple
+        isempty(path) || group(path)
+        for (k, c) in pairs(v)
+            foreach_node(group, leaf, c, vcat(path, v isa NamedTuple ? string(k) : k))
         end
-        if examples !== nothing
-            for (i, (A, dtype)) in examples.inputs
-                write_array!(f, "/examples/inputs/$i", A, dtype)
-            end
-            for (k, (A, dtype)) in examples.outputs
-                write_array!(f, "/examples/outputs/$k", A, dtype)
-            end
+    elseif v isa AbstractDict
+        isempty(path) || group(path)
+        for (k, c) in v
+            foreach_node(group, leaf, c, vcat(path, string(k)))
+        end
+    elseif v isa AbstractArray && !(v isa AbstractArray{<:Number})
+        isempty(path) || group(path)
+        for (i, c) in enumerate(v)
+            foreach_node(group, leaf, c, vcat(path, i))
+        end
+    elseif !(v isa AbstractArray || v isa Number || is_opaque(v)) && isstructtype(typeof(v)) && nfields(v) > 0
+        isempty(path) || group(path)
+        for i in 1:nfields(v)
+            isdefined(v, i) || continue
+            foreach_node(group, leaf, getfield(v, i), vcat(path, string(fieldname(typeof(v), i))))
         end
     end
     return nothing
 end
 
-"""Read and decode dataset `dspath` of open file `f` (Julia layout); `nothing` if absent."""
-function read_array(f, dspath::AbstractString)
+"""
+Write the weights file and return the sha256 of every dataset: `args` (argument index => sha)
+and, when `examples` is given, `inputs`/`outputs` (index => sha).
+
+`trees` are `"params" => ps` and `"state" => st` (the Reactant trees that were traced): they are
+walked depth-first so that groups, empty ones included (spec §3.10), and datasets are created
+in Lux's order. `values[i]` is the CPU value of argument `i` to store. `examples.inputs`
+(argument index => (array, dtype)) go to /examples/inputs, `examples.outputs` to
+/examples/outputs.
+"""
+function write_weights(path::AbstractString, trees, arguments::Vector{ArgumentInfo}, datasets::Dict{Int,String}, values, examples)
+    shas = (; args=Dict{Int,String}(), inputs=Dict{Int,String}(), outputs=Dict{Int,String}())
+    by_leaf = IdDict{Any,ArgumentInfo}(a.value => a for a in arguments if a.role != "input")
+    HDF5.h5open(path, "w"; track_order=true) do f                   # HDF5 src/file.jl:95-110
+        write_argument(a) = haskey(shas.args, a.index) || (shas.args[a.index] = write_array!(f, datasets[a.index], values[a.index + 1], a.dtype))
+        for (group, tree) in trees
+            ensure_group!(f, "/" * group)
+            foreach_node(
+                p -> ensure_group!(f, "/" * group * "/" * join(string.(p), "/")),
+                (leaf, _) -> (arg = get(by_leaf, leaf, nothing); arg === nothing || write_argument(arg)),
+                tree,
+            )
+        end
+        foreach(write_argument, (a for a in arguments if a.role != "input"))   # any the walk missed
+        if examples !== nothing
+            for (i, (A, dtype)) in examples.inputs
+                shas.inputs[i] = write_array!(f, "/examples/inputs/$i", A, dtype)
+            end
+            for (k, (A, dtype)) in examples.outputs
+                shas.outputs[k] = write_array!(f, "/examples/outputs/$k", A, dtype)
+            end
+        end
+    end
+    return shas
+end
+
+"""
+Read and decode dataset `dspath` of open file `f` (Julia layout); `nothing` if absent. With
+`sha256`, the digest of the stored bytes just read must match it (format 2).
+"""
+function read_array(f, dspath::AbstractString; sha256::Union{Nothing,AbstractString}=nothing)
     haskey(f, dspath) || return nothing
     obj = f[dspath]                                                  # HDF5 src/highlevel.jl:74-77
     try
@@ -64,6 +137,13 @@ function read_array(f, dspath::AbstractString)
         dtype = haskey(attrs, "dtype") ? String(attrs["dtype"]) : nothing
         raw = read(obj)                                              # HDF5 src/readwrite.jl:48-54
         raw isa AbstractArray || (raw = fill(raw))                   # scalar dataspace -> 0-dim
+        if sha256 !== nothing
+            isbitstype(eltype(raw)) || throw(BundleReadError("$dspath holds $(eltype(raw)) values, not numbers"))
+            got = stored_sha256(collect(raw))
+            got == sha256 || throw(
+                BundleReadError("$dspath: the sha256 of its data is $got but the manifest records $sha256; the weights file was modified or is corrupt. Export the bundle again"),
+            )
+        end
         return dtype === nothing ? collect(raw) : decode_from_hdf5(raw, dtype)
     finally
         close(obj)

@@ -1,6 +1,6 @@
 # JuliaBridge tests: export each model, then check the bundle against the MLIR signature, the
 # HDF5 file, Lux's own CPU outputs, and load_params. Run with
-#   julia --project=julia -e 'using Pkg; Pkg.test()'
+#   julia --project=julia -e 'using Pkg; Pkg.instantiate(); Pkg.test()'
 using Test
 using JuliaBridge
 using JuliaBridge: main_signature, unsupported_ops, decode_from_hdf5, julia_eltype
@@ -9,6 +9,7 @@ using JSON: JSON
 using Lux
 using Random
 using Reactant: Reactant
+using SHA: SHA
 
 const TMP = mktempdir()
 
@@ -31,16 +32,44 @@ function read_dataset(dir, dspath)
     end
 end
 
+# The stored bytes of a dataset as h5py sees them (row-major, little-endian), hashed the way
+# spec format 2 says, computed here independently of JuliaBridge.stored_sha256.
+function dataset_sha256(dir, dspath)
+    return HDF5.h5open(joinpath(dir, "weights.h5"), "r") do f
+        raw = read(f[dspath])
+        raw isa AbstractArray || (raw = fill(raw))
+        # Julia's memory order of the reversed-dims array is the file's row-major order.
+        bytes2hex(SHA.sha256(collect(reinterpret(UInt8, vec(collect(raw))))))
+    end
+end
+
 function input_value(x, path)
     return isempty(path) ? x : at_path(x, path)
 end
+
+# The value of @main argument `a` (a manifest entry) in the Julia trees.
+argument_value(a, x, ps, st) = a["role"] == "input" ? input_value(x, a["path"]) : at_path(a["role"] == "parameter" ? ps : st, a["path"])
 
 # Runs a StableHLO module inside a Reactant trace (R src/Ops.jl:2024).
 call_module(code, args...) = Reactant.Ops.hlo_call(code, args...)
 
 approx(a, b, T) = isapprox(Float64.(a), Float64.(b); rtol=(T <: Float64 ? 1e-8 : 1e-4), atol=(T <: Float64 ? 1e-10 : 1e-5))
 
-"""Export `model` and check everything issue 3 asks for; returns the bundle path."""
+# The module inside a portable artifact, as text (StableHLO C API, R src/mlir/libMLIR_h.jl:14014-14018).
+function artifact_text(file)
+    bytes = read(file, String)
+    return Reactant.MLIR.IR.@dispose ctx = Reactant.ReactantContext() begin
+        ref = Reactant.MLIR.API.stablehloDeserializePortableArtifactNoError(bytes, ctx)
+        mod = Reactant.MLIR.IR.Module(Reactant.MLIR.IR.mark_alloc(ref))   # as R src/mlir/IR/Module.jl:10
+        try
+            string(mod)
+        finally
+            Reactant.MLIR.IR.dispose(mod)
+        end
+    end
+end
+
+"""Export `model` and check everything format 2 promises; returns the bundle path."""
 function export_and_check(tag, model, ps, st, x; mode=:test, vjp=false)
     dir = joinpath(TMP, "$tag.bundle")
     path = export_lux(dir, model, ps, st, x; mode, vjp, overwrite=true)
@@ -49,12 +78,14 @@ function export_and_check(tag, model, ps, st, x; mode=:test, vjp=false)
     text = read(joinpath(dir, "model.mlir"), String)
     sig = main_signature(text)
     T = eltype(x)
+    st_mode = mode === :test ? Lux.testmode(st) : Lux.trainmode(st)
 
     @testset "$tag: manifest agrees with the MLIR signature" begin
         @test m["format"] == "juliabridge.bundle"
-        @test m["format_version"] == 1
+        @test m["format_version"] == 2
         @test m["mode"] == string(mode)
         @test m["producer"]["made_with_julia"] == true
+        @test m["producer"]["tool"] == "JuliaBridge.jl"
         @test length(m["arguments"]) == length(sig.args)
         for (i, a) in enumerate(m["arguments"])
             @test a["index"] == i - 1
@@ -67,15 +98,36 @@ function export_and_check(tag, model, ps, st, x; mode=:test, vjp=false)
             @test r["index"] == k - 1
             @test sig.results[k].shape == r["shape"]
             @test sig.results[k].dtype == r["dtype"]
+            # Paths may be empty only for an echo, which has its argument's type.
+            isempty(r["paths"]) && @test haskey(r, "echo_of")
+            if haskey(r, "echo_of")
+                a = m["arguments"][r["echo_of"] + 1]
+                @test (a["shape"], a["dtype"]) == (r["shape"], r["dtype"])
+            end
         end
         @test isempty(unsupported_ops(text))
         @test JuliaBridge.file_sha256(joinpath(dir, "model.mlir")) == m["module"]["sha256"]
-        @test JuliaBridge.file_sha256(joinpath(dir, "weights.h5")) == m["weights"]["sha256"]
+        @test !haskey(m["weights"], "sha256")     # optional in format 2; per-dataset digests instead
         roles = [a["role"] for a in m["arguments"]]
         @test issorted(roles; by=r -> findfirst(==(r), ["input", "parameter", "state"]))
+        # The static state is what Lux's test/train mode put there.
+        training = [s for s in get(m, "static_state", Any[]) if last(s["path"]) == "training"]
+        for s in training
+            @test s["julia_type"] == (mode === :test ? "Val{false}" : "Val{true}")
+            @test s["value"] == (mode === :train)
+        end
     end
 
-    @testset "$tag: HDF5 shapes equal MLIR shapes" begin
+    @testset "$tag: portable artifact" begin
+        art = m["module"]["artifact"]
+        @test art["file"] == "model.mlirbc"
+        @test JuliaBridge.file_sha256(joinpath(dir, art["file"])) == art["sha256"]
+        @test VersionNumber(art["target"]) <= v"1.17.0"
+        @test VersionNumber(art["target"]) <= VersionNumber(art["stablehlo_version"])
+        @test main_signature(artifact_text(joinpath(dir, art["file"]))) == sig
+    end
+
+    @testset "$tag: HDF5 shapes and digests" begin
         HDF5.h5open(joinpath(dir, "weights.h5"), "r") do f
             for a in m["arguments"]
                 a["role"] == "input" && continue
@@ -87,24 +139,31 @@ function export_and_check(tag, model, ps, st, x; mode=:test, vjp=false)
                 close(d)
             end
         end
+        for a in m["arguments"]
+            haskey(a, "dataset") && @test dataset_sha256(dir, a["dataset"]) == a["sha256"]
+        end
+        for e in vcat(m["examples"]["inputs"], m["examples"]["outputs"])
+            @test dataset_sha256(dir, e["dataset"]) == e["sha256"]
+        end
     end
 
     @testset "$tag: reference outputs equal Lux's CPU outputs" begin
-        st_mode = mode === :test ? Lux.testmode(st) : Lux.trainmode(st)
         y, st_new = model(x, ps, st_mode)
         for o in m["examples"]["outputs"]
             r = m["results"][o["result"] + 1]
+            @test !haskey(r, "echo_of")            # an echo's reference is its argument
             ref = read_dataset(dir, o["dataset"])
-            @test size(ref) == Tuple(r["julia_shape"])
+            @test size(ref) == Tuple(reverse(r["shape"]))
             for p in r["paths"]
                 @test approx(ref, at_output(y, st_new, p), T)
             end
         end
-        for al in m["aliases"]
-            a = m["arguments"][al["argument"] + 1]
+        # Aliases and echoes are arguments returned unchanged: Lux's output there is the input.
+        echoes = [(p, r["echo_of"]) for r in m["results"] if haskey(r, "echo_of") for p in r["paths"]]
+        for (p, i) in vcat([(al["path"], al["argument"]) for al in m["aliases"]], echoes)
+            a = m["arguments"][i + 1]
             a["dtype"] == "ui64" && continue      # an RNG seed: the CPU run keeps a Xoshiro instead
-            source = a["role"] == "input" ? input_value(x, a["path"]) : at_path(a["role"] == "parameter" ? ps : st, a["path"])
-            @test approx(at_output(y, st_new, al["path"]), source, T)
+            @test approx(at_output(y, st_new, p), argument_value(a, x, ps, st_mode), T)
         end
         for i in m["examples"]["inputs"]
             a = m["arguments"][i["argument"] + 1]
@@ -119,13 +178,36 @@ function export_and_check(tag, model, ps, st, x; mode=:test, vjp=false)
             a["role"] == "parameter" && @test at_path(ps2, a["path"]) == at_path(ps, a["path"])
             a["role"] == "state" && a["dtype"] != "ui64" && @test at_path(st2, a["path"]) == at_path(st, a["path"])
         end
-        ps3, _ = load_params(dir)
+        # Without templates: empty layers (spec §3.10) and static state come back too, in
+        # Lux's order, so the trees can be fed to the model again.
+        ps3, st3 = load_params(dir)
+        @test typeof(ps3) == typeof(ps)
         for a in m["arguments"]
             a["role"] == "parameter" && @test at_path(ps3, a["path"]) == at_path(ps, a["path"])
+        end
+        for s in get(m, "static_state", Any[])
+            @test at_path(st3, s["path"]) === at_path(st_mode, s["path"])
+        end
+        if !any(a -> a["dtype"] == "ui64", m["arguments"])     # RNGs come back as their seeds
+            @test typeof(st3) == typeof(st_mode)
+            @test approx(first(model(x, ps3, st3)), first(model(x, ps, st_mode)), T)
         end
     end
     return dir
 end
+
+# Layers for the error cases, written as plain Lux layers.
+struct MutatesParameter <: Lux.AbstractLuxLayer end
+(::MutatesParameter)(x, ps, st) = (ps.w .= ps.w .* 2; (x .* 2, st))
+
+struct CountsCalls <: Lux.AbstractLuxLayer end
+(::CountsCalls)(x, ps, st) = (x .* 2, (; count=st.count + 1))
+
+struct KeepsCount <: Lux.AbstractLuxLayer end
+(::KeepsCount)(x, ps, st) = (x .* ps.w, st)
+
+struct MatMul <: Lux.AbstractLuxLayer end
+(::MatMul)(x, ps, st) = (ps.w * x, st)
 
 @testset "JuliaBridge" begin
     rng = Random.Xoshiro(0)
@@ -153,11 +235,45 @@ end
         @test main_signature("func.func public @main() -> tensor<2xbf16> {").results[1].dtype == "bf16"
     end
 
-    @testset "HDF5 encodings" begin
+    @testset "HDF5 encodings and digests" begin
         @test decode_from_hdf5(reinterpret(UInt16, Float16[1, 2]) |> collect, "f16") == Float16[1, 2]
         @test decode_from_hdf5(UInt8[0, 1, 2], "i1") == [false, true, true]
         @test julia_eltype("ui64") === UInt64
         @test_throws JuliaBridge.BundleReadError decode_from_hdf5(Float32[1], "f64")
+        # sha256 of the row-major little-endian bytes: numpy's
+        # hashlib.sha256(np.array([[1, 2, 3], [4, 5, 6]], dtype="<f4").tobytes()).hexdigest()
+        @test JuliaBridge.stored_sha256(Float32[1 4; 2 5; 3 6]) == bytes2hex(SHA.sha256(collect(reinterpret(UInt8, Float32[1, 2, 3, 4, 5, 6]))))
+        @test JuliaBridge.stored_sha256(fill(UInt8(1))) == bytes2hex(SHA.sha256(UInt8[1]))
+        @test JuliaBridge.stored_sha256(ComplexF32[1 + 2im]) == bytes2hex(SHA.sha256(collect(reinterpret(UInt8, Float32[1, 2]))))
+    end
+
+    @testset "replace_at has one method per container, no ambiguity" begin
+        @test JuliaBridge.replace_at((1, 2), (), :v) === :v
+        @test JuliaBridge.replace_at((; a=1, b=(2, 3)), (), :v) === :v
+        @test JuliaBridge.replace_at((; a=1, b=(2, 3)), (2, 1), :v) == (; a=1, b=(:v, 3))
+        @test JuliaBridge.replace_at((; a=1, b=[2, 3]), (:b, 2), 9) == (; a=1, b=[2, 9])
+        @test isempty(Test.detect_ambiguities(JuliaBridge))
+    end
+
+    @testset "static state values rebuild without eval" begin
+        S(t, v) = JuliaBridge.static_value(JuliaBridge.StaticLeaf(Any["x"], v, t))
+        @test S("Val{true}", true) === Val(true)
+        @test S("Val{false}", false) === Val(false)
+        @test S("Val{:relu}", "relu") === Val(:relu)
+        @test S("Val{3}", 3) === Val(3)
+        @test S("Int64", 7) === Int64(7)
+        @test S("UInt8", 7) === UInt8(7)
+        @test S("Bool", true) === true
+        @test S("Nothing", nothing) === nothing
+        @test S("Symbol", "a") === :a
+        @test_throws JuliaBridge.BundleReadError S("Val{true}", false)
+        @test_throws JuliaBridge.BundleReadError S("Main.NotAllowed{1}", nothing)
+        @test JuliaBridge.static_leaves((; layer_1=(; training=Val(false), n=3, w=ones(2)), layer_2=NamedTuple())) ==
+              [JuliaBridge.StaticLeaf(Any["layer_1", "training"], false, "Val{false}"), JuliaBridge.StaticLeaf(Any["layer_1", "n"], 3, "Int64")]
+    end
+
+    @testset "exports run on the XLA CPU client" begin
+        @test lowercase(Reactant.XLA.platform_name(JuliaBridge.export_client())) == "cpu"
     end
 
     @testset "Dense chain" begin
@@ -188,6 +304,19 @@ end
         @test m["arguments"][2]["path"] == ["layer_1", "weight"]
         @test m["arguments"][2]["shape"] == [6, 1, 5, 5]
         @test m["results"][1]["shape"] == [4, 10]
+        @test m["empty"]["params"] == [["layer_2"], ["layer_4"], ["layer_5"]]
+        ps3, _ = load_params(dir)
+        @test keys(ps3) == keys(ps)
+        @test ps3.layer_2 === NamedTuple()
+
+        # A dataset changed after export no longer matches its recorded digest.
+        HDF5.h5open(joinpath(dir, "weights.h5"), "r+") do f
+            d = f["/params/layer_7/bias"]
+            HDF5.write_dataset(d, HDF5.datatype(Float32), zeros(Float32, 10))
+            close(d)
+        end
+        @test_throws JuliaBridge.BundleReadError load_params(dir)
+        @test_throws JuliaBridge.BundleReadError load_params(dir, ps, st)
     end
 
     @testset "BatchNorm ($mode mode)" for mode in (:test, :train)
@@ -198,13 +327,21 @@ end
         m = read_manifest(dir)
         state_paths = [a["path"] for a in m["arguments"] if a["role"] == "state"]
         @test state_paths == [["layer_2", "running_mean"], ["layer_2", "running_var"]]
+        # Test-mode running statistics come back unchanged: as aliases, or (through Lux's
+        # @trace'd layers) as results marked echo_of. Either way the new state is the old one.
         outs = vcat([r["paths"] for r in m["results"]]..., [al["path"] for al in m["aliases"]])
         @test ["state", "layer_2", "running_mean"] in outs
         @test ["state", "layer_2", "running_var"] in outs
-        mode === :train && @test m["batch"]["samples_independent"] == false
+        @test ["layer_2", "training"] in [s["path"] for s in m["static_state"]]
         if mode === :train
-            # new running statistics are computed, so they are results, not aliases
+            @test m["batch"]["samples_independent"] == false
+            # new running statistics are computed, so they are results, not aliases or echoes
             @test all(al -> first(al["path"]) != "state", m["aliases"])
+            @test all(r -> !haskey(r, "echo_of") || all(p -> first(p) != "state", r["paths"]), m["results"])
+            @test_throws ArgumentError export_lux(
+                joinpath(TMP, "bn_bad.bundle"), model, ps, st, x; mode=:train, samples_independent=true,
+            )
+            @test !ispath(joinpath(TMP, "bn_bad.bundle"))
         end
     end
 
@@ -214,11 +351,13 @@ end
         x = randn(rng, Float32, 2, 4)
         dir = export_and_check("dropout", model, ps, st, x)
         m = read_manifest(dir)
-        @test any(al -> al["path"] == ["output", 2] && al["argument"] == 0, m["aliases"])
+        echoed(p) = any(r -> get(r, "echo_of", nothing) == 0 && p in r["paths"], m["results"])
+        @test any(al -> al["path"] == ["output", 2] && al["argument"] == 0, m["aliases"]) || echoed(["output", 2])
         seed = findfirst(a -> a["path"] == ["layer_2", "rng", "seed"], m["arguments"])
         @test seed !== nothing
         @test m["arguments"][seed]["dtype"] == "ui64"
-        @test any(al -> al["path"] == ["state", "layer_2", "rng", "seed"], m["aliases"])
+        outs = vcat([r["paths"] for r in m["results"]]..., [al["path"] for al in m["aliases"]])
+        @test ["state", "layer_2", "rng", "seed"] in outs
     end
 
     @testset "Float64 model with its pullback" begin
@@ -232,27 +371,53 @@ end
         @test m["examples"]["rtol"] <= 1e-8
         vjp_text = read(joinpath(dir, m["vjp"]["file"]), String)
         @test JuliaBridge.file_sha256(joinpath(dir, "vjp.mlir")) == m["vjp"]["sha256"]
+        @test m["vjp"]["artifact"]["file"] == "vjp.mlirbc"
         vsig = main_signature(vjp_text)
         fsig = main_signature(read(joinpath(dir, "model.mlir"), String))
         @test vsig.args == vcat(fsig.args, fsig.results)
         @test vsig.results == fsig.args
         @test isempty(unsupported_ops(vjp_text))
+        @test main_signature(artifact_text(joinpath(dir, "vjp.mlirbc"))) == vsig
 
         # Run the pullback module through Reactant and compare dx with central differences of
-        # <model(x), ȳ> on the CPU. hlo_call takes MLIR-layout arrays (R src/Ops.jl:2024-2140).
-        ybar = randn(rng, Float64, 2, 5)
+        # <@main(x), ȳ> on the CPU. hlo_call takes MLIR-layout arrays (R src/Ops.jl:2024-2140).
         rowmajor(a) = ndims(a) <= 1 ? a : permutedims(a, ndims(a):-1:1)
-        args = Any[x, ps.layer_1.weight, ps.layer_1.bias, ps.layer_2.weight, ps.layer_2.bias, ybar]
-        rargs = Tuple(Reactant.to_rarray(rowmajor(a)) for a in args)
+        results = m["results"]
+        cts = [randn(rng, Float64, reverse(r["shape"])...) for r in results]
+        args = Any[argument_value(a, x, ps, st) for a in m["arguments"]]
+        rargs = Tuple(Reactant.to_rarray(rowmajor(a)) for a in vcat(args, cts))
         run_vjp = Reactant.compile(call_module, (vjp_text, rargs...))   # R src/compiler/Compiler.jl:1372
         outs = run_vjp(vjp_text, rargs...)
         dx = rowmajor(Array(outs[1]))
-        f(xx) = sum(first(model(xx, ps, Lux.testmode(st))) .* ybar)
+        # <@main(x), ȳ>: an echo without a path is its argument itself.
+        function f(xx)
+            y, st_new = model(xx, ps, Lux.testmode(st))
+            value(r) = isempty(r["paths"]) ? argument_value(m["arguments"][r["echo_of"] + 1], xx, ps, st) : at_output(y, st_new, r["paths"][1])
+            return sum(sum(value(r) .* ct) for (r, ct) in zip(results, cts))
+        end
         h = 1e-6
         for i in (1, 4, 7, 15)
             e = zeros(size(x)); e[i] = h
             @test isapprox(dx[i], (f(x .+ e) - f(x .- e)) / 2h; rtol=1e-5, atol=1e-8)
         end
+    end
+
+    @testset "an array shared between x and ps keeps both roles" begin
+        w = randn(rng, Float32, 3, 3)
+        dir = joinpath(TMP, "shared.bundle")
+        export_lux(dir, MatMul(), (; w), NamedTuple(), w)
+        m = read_manifest(dir)
+        @test [(a["role"], a["path"]) for a in m["arguments"]] == [("input", []), ("parameter", ["w"])]
+        ps, _ = load_params(dir)
+        @test ps.w == w
+        # Reactant arrays too: `to_rarray` copies a Reactant array (R src/Tracing.jl:1383-1396,
+        # src/Types.jl:280-295), so the roles are separate again; a shared one that reached
+        # tracing would be refused rather than lose a path.
+        shared = Reactant.to_rarray(w)
+        dir2 = export_lux(joinpath(TMP, "shared2.bundle"), MatMul(), (; w=shared), NamedTuple(), shared)
+        @test [a["role"] for a in read_manifest(dir2)["arguments"]] == ["input", "parameter"]
+        @test_throws JuliaBridge.ExportError JuliaBridge.check_not_shared("input x" => shared, "parameter tree ps" => (; w=shared))
+        @test JuliaBridge.check_not_shared("parameter tree ps" => (; a=shared, b=shared)) === nothing
     end
 
     @testset "clear errors" begin
@@ -266,6 +431,59 @@ end
         write(file, "hello")
         @test_throws JuliaBridge.BundleExistsError export_lux(file, model, ps, st, x; overwrite=true)
         @test read(file, String) == "hello"
+        @test_throws ArgumentError export_lux(joinpath(TMP, "bad.bundle"), model, ps, st, x; mode=:eval)
+    end
+
+    @testset "what tracing would freeze or lose is refused" begin
+        x = randn(rng, Float32, 3, 2)
+        target = joinpath(TMP, "refused.bundle")
+        # an in-place mutation of a parameter that the model does not return
+        @test_throws JuliaBridge.ExportError export_lux(target, MutatesParameter(), (; w=ones(Float32, 3, 2)), NamedTuple(), x)
+        # a plain Int in the state that the model changes
+        @test_throws JuliaBridge.ExportError export_lux(target, CountsCalls(), NamedTuple(), (; count=0), x)
+        # numbers and non-numeric arrays outside the state
+        @test_throws JuliaBridge.NonReactantLeafError export_lux(target, KeepsCount(), (; w=ones(Float32, 3, 2), n=3), NamedTuple(), x)
+        @test_throws JuliaBridge.NonReactantLeafError export_lux(target, KeepsCount(), (; w=ones(Float32, 3, 2), names=["a", "b"]), NamedTuple(), x)
+        @test !ispath(target)
+        # an Int the model leaves alone is configuration: recorded and restored
+        dir = joinpath(TMP, "count.bundle")
+        export_lux(dir, KeepsCount(), (; w=ones(Float32, 3, 2)), (; count=3, mode=:fast), x)
+        m = read_manifest(dir)
+        @test m["static_state"] == [Dict("path" => ["count"], "value" => 3, "julia_type" => "Int64"), Dict("path" => ["mode"], "value" => "fast", "julia_type" => "Symbol")]
+        _, st = load_params(dir)
+        @test st === (; count=3, mode=:fast)
+    end
+
+    @testset "the export driver: scripts can include files and eval" begin
+        dir = mktempdir()
+        write(joinpath(dir, "layers.jl"), "make_model() = Chain(Dense(2 => 3, tanh), Dense(3 => 1))\n")
+        write(
+            joinpath(dir, "script.jl"),
+            """
+            using Lux, Random
+            include("layers.jl")
+            eval(:(const WIDTH = 2))
+            model = make_model()
+            ps, st = Lux.setup(Random.Xoshiro(1), model)
+            x = randn(Random.Xoshiro(2), Float32, WIDTH, 4)
+            metadata = Dict("from" => "script")
+            """,
+        )
+        s = JuliaBridge.load_script(joinpath(dir, "script.jl"))
+        @test size(s.x) == (2, 4)
+        request = joinpath(dir, "request.json")
+        result = joinpath(dir, "result.json")
+        out = joinpath(dir, "s.bundle")
+        write(request, JSON.json(Dict("script" => joinpath(dir, "script.jl"), "out" => out, "result_file" => result, "vjp" => false, "name" => nothing)))
+        @test JuliaBridge.run_request(request) == 0
+        @test JSON.parsefile(result)["ok"] == true
+        @test read_manifest(out)["metadata"]["from"] == "script"
+        # the juliacall entry point answers with the same JSON
+        answer = JSON.parse(JuliaBridge.export_from_python(joinpath(dir, "p.bundle"), s.model, s.ps, s.st, "{\"name\": \"p\"}", s.x))
+        @test answer["ok"] == true
+        @test read_manifest(answer["path"])["name"] == "p"
+        bad = JSON.parse(JuliaBridge.export_from_python(joinpath(dir, "q.bundle"), s.model, s.ps, s.st, "{\"mode\": \"train\", \"samples_independent\": true}", s.x))
+        @test bad["ok"] == false && bad["error_type"] == "ArgumentError"
     end
 
     @testset "load_params reads a weights file saved from Python" begin

@@ -1,31 +1,33 @@
-"""Run JuliaBridge.jl's exporter from Python, in a ``julia`` subprocess.
+"""Run JuliaBridge.jl's exporter from Python, in a ``julia`` subprocess (scripts and the CLI).
 
-Why a subprocess and not juliacall: loading PythonCall into a Reactant session loads
-Reactant's PythonCall extension, which imports jax and tensorflow into the host Python
-(Reactant ext/ReactantPythonCallExt); a second XLA runtime in our process, and any crash in
-Reactant/XLA, would take the user's Python down with it. A subprocess is isolated, can be
-interrupted or timed out, and streams its progress.
+This is one of two routes (``juliabridge.julia`` says when to prefer which): here a script
+that defines the model runs in a separate ``julia`` process. That process is isolated, can be
+interrupted or timed out and streams its progress; a crash in Reactant/XLA cannot take the
+user's Python down with it, and Reactant's PythonCall extension (which imports jax and
+tensorflow into a Python that hosts Julia, Reactant ext/ReactantPythonCallExt) never loads.
 
 How the Julia side is found:
 
 - **Julia**, quickly and without network: ``PYTHON_JULIAPKG_EXE`` (if set, it is the only
   candidate), juliapkg's own install, juliaup's installed versions, then ``julia`` on PATH.
   None found -> ``JuliaUnavailable`` saying how to install Julia or point to one.
-- **JuliaBridge.jl** (the repository's ``julia/`` project): ``JULIABRIDGE_JULIA_PROJECT``, the
-  copy shipped inside the wheel as ``juliabridge/julia_project``, or ``julia/`` next to the
-  package in a source checkout.
-- **The Julia environment**, the juliapkg way: JuliaBridge (as a ``dev`` path dependency), Lux
-  and Reactant are recorded in juliapkg's ``juliapkg.json`` with ``juliapkg.add`` (the path is
-  absolute, so one mechanism serves wheels and checkouts), and ``juliapkg.resolve()`` installs
-  them into juliapkg's project (``{venv}/julia_env``) the first time. juliapkg is given the
-  Julia found above (``PYTHON_JULIAPKG_EXE``), so it never downloads Julia itself.
-  ``JULIABRIDGE_JULIA_ENV=/path/to/env`` skips juliapkg and uses a prepared environment.
+- **The Julia environment**, the juliapkg way: the package ships ``juliabridge/juliapkg.json``,
+  which declares JuliaBridge.jl (a ``dev`` dependency on ``juliabridge/julia_project``, the
+  Julia package inside the wheel; a symlink to ``julia/`` in a checkout), Lux and Reactant at
+  the versions JuliaBridge.jl was written against. ``juliapkg.resolve()`` installs them into
+  juliapkg's project (``{venv}/julia_env``) the first time, with the Julia found above
+  (``PYTHON_JULIAPKG_EXE``), so juliapkg never downloads Julia itself. juliacall reads the
+  same file, so both routes use one environment. ``JULIABRIDGE_JULIA_ENV=/path/to/env`` skips
+  juliapkg and uses a prepared environment (e.g. ``julia/`` itself after
+  ``Pkg.instantiate()``).
+- **JuliaBridge.jl's sources** (for error messages and test caches): ``JULIABRIDGE_JULIA_PROJECT``,
+  ``juliabridge/julia_project``, or ``julia/`` next to the package in a source checkout.
 
 The script convention: a ``.jl`` file that defines ``model`` (a Lux layer), ``ps``, ``st``
 (e.g. ``ps, st = Lux.setup(rng, model)``) and ``x`` (the example input: one array in Julia's
 layout, batch last, or a tuple of arrays for several inputs). It may also define ``metadata``
-(a ``Dict``) and ``name`` (a ``String``). It can ``using Lux, Reactant, Random``; other
-packages must be added to the environment first (``juliapkg.add``).
+(a ``Dict``) and ``name`` (a ``String``), and ``include`` files next to it. It can ``using Lux,
+Reactant, Random``; other packages must be added to the environment first (``juliapkg.add``).
 """
 
 from __future__ import annotations
@@ -52,11 +54,8 @@ from ..errors import JuliaBridgeError, JuliaExportError, JuliaUnavailable
 
 #: UUID of the JuliaBridge.jl package (julia/Project.toml).
 JULIABRIDGE_UUID = "68228255-5dbd-4b1b-8e33-da13dc0231ec"
-#: Packages a user's script may `using` directly, with the compat of julia/Project.toml.
-SCRIPT_PACKAGES: dict[str, tuple[str, str]] = {
-    "Lux": ("b2108857-7c20-44ae-9111-449ecde12c47", "1.31.4"),
-    "Reactant": ("3c362404-f566-11ee-1572-e11a4b42c853", "0.2.280"),
-}
+#: The juliapkg declaration of the Julia packages (shipped as package data).
+JULIAPKG_JSON = Path(__file__).resolve().parent.parent / "juliapkg.json"
 MIN_JULIA = (1, 10, 0)
 MODES = ("test", "train")
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,128}")
@@ -227,9 +226,14 @@ def _use_juliapkg_exe(julia: JuliaInstallation) -> None:
 
 
 def prepare_environment(
-    julia: JuliaInstallation, project: Path, *, offline: bool = False, notify: Callable[[str], None]
+    julia: JuliaInstallation, *, offline: bool = False, notify: Callable[[str], None]
 ) -> Path:
-    """The Julia environment to run exports in, installed with juliapkg the first time."""
+    """The Julia environment to run exports in, installed with juliapkg the first time.
+
+    juliapkg finds the packages to install in ``juliabridge/juliapkg.json`` (and in the
+    juliapkg.json of every other installed package), so nothing is added here.
+    Raises ``JuliaUnavailable`` without juliapkg, ``JuliaExportError`` when installing fails.
+    """
     prepared = os.environ.get("JULIABRIDGE_JULIA_ENV")
     if prepared:
         if not Path(prepared).is_dir():
@@ -249,9 +253,6 @@ def prepare_environment(
     try:
         if offline:
             juliapkg.offline(True)
-        juliapkg.add("JuliaBridge", JULIABRIDGE_UUID, dev=True, path=str(project))
-        for name, (uuid, version) in SCRIPT_PACKAGES.items():
-            juliapkg.add(name, uuid, version=version)
         if not juliapkg.resolve(dry_run=True):
             notify(
                 "installing JuliaBridge.jl's Julia packages with juliapkg (Reactant, Lux, ...); "
@@ -273,7 +274,7 @@ def prepare_environment(
         raise JuliaExportError(f"juliapkg failed to set up the Julia environment: {exc}") from exc
 
 
-class _Display:
+class ProgressDisplay:
     """Progress of one export on stderr: a rich spinner/bar, or nothing."""
 
     def __init__(self, enabled: bool) -> None:
@@ -300,7 +301,7 @@ class _Display:
                 transient=True,
             )
 
-    def __enter__(self) -> _Display:
+    def __enter__(self) -> ProgressDisplay:
         if self._progress is not None:
             self._progress.start()
             self._task = self._progress.add_task("starting Julia", total=None)
@@ -353,7 +354,7 @@ def run_export_request(
     environment: Path,
     request: Mapping[str, Any],
     *,
-    display: _Display,
+    display: ProgressDisplay,
     verbose: bool = False,
     timeout: float | None = None,
 ) -> str:
@@ -428,26 +429,40 @@ def _read_result(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _check_arguments(
-    script: Path, out: Path, overwrite: bool, mode: str, name: str | None, metadata: Any
+def check_options(
+    out: Path,
+    *,
+    overwrite: bool,
+    mode: str,
+    name: str | None,
+    metadata: Any,
+    samples_independent: bool | None,
 ) -> None:
-    if not script.is_file():
-        raise JuliaExportError(f"no such Julia script: {script}")
+    """Refuse, before Julia starts, options JuliaBridge.export_lux would refuse.
+
+    Raises ``JuliaExportError`` for an existing `out` (without `overwrite`) or one that is not a
+    directory, ``ValueError`` for a bad mode, name, metadata or mode/samples_independent pair.
+    """
     if out.exists() and not overwrite:
         raise JuliaExportError(f"{out} already exists; pass overwrite=True (--overwrite)")
     if out.exists() and not out.is_dir():
         raise JuliaExportError(f"{out} exists and is not a directory")
     if mode not in MODES:
         raise ValueError(f"mode must be 'test' or 'train', got {mode!r}")
+    if mode == "train" and samples_independent:
+        raise ValueError(
+            "samples_independent=True contradicts mode='train': Lux's training mode mixes the "
+            "samples of a batch (BatchNorm batch statistics); leave samples_independent unset"
+        )
     if name is not None and not NAME_RE.fullmatch(name):
         raise ValueError(f"name must match [A-Za-z0-9_.-]{{1,128}}, got {name!r}")
     try:
-        json.dumps(metadata)
+        json.dumps(metadata, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"metadata must be JSON-serializable: {exc}") from exc
 
 
-def export_lux(
+def export_script(
     script: str | os.PathLike[str],
     out: str | os.PathLike[str],
     *,
@@ -468,23 +483,31 @@ def export_lux(
 
     Runs ``JuliaBridge.export_lux`` in a ``julia`` subprocess and returns the bundle directory.
     Raises ``JuliaUnavailable`` when no Julia is found, ``JuliaExportError`` when the export
-    fails (with Julia's error message). ``progress`` (default: when stderr is a terminal)
-    shows a progress bar; ``verbose`` also shows Julia's own output.
+    fails (with Julia's error message), ``ValueError`` for bad options. ``progress`` (default:
+    when stderr is a terminal) shows a progress bar; ``verbose`` also shows Julia's own output;
+    ``timeout`` (seconds) stops Julia.
     """
     script_path = Path(script).expanduser().resolve()
     out_path = Path(out).expanduser().resolve()
-    _check_arguments(script_path, out_path, overwrite, mode, name, metadata)
+    if not script_path.is_file():
+        raise JuliaExportError(f"no such Julia script: {script_path}")
+    check_options(
+        out_path,
+        overwrite=overwrite,
+        mode=mode,
+        name=name,
+        metadata=metadata,
+        samples_independent=samples_independent,
+    )
     julia = find_julia()
-    project = julia_project_dir()
     # Before the progress bar: juliapkg's first install prints Pkg's own output to the terminal.
     environment = prepare_environment(
         julia,
-        project,
         offline=offline,
         notify=lambda m: print(f"juliabridge: {m}", file=sys.stderr),
     )
     show = sys.stderr.isatty() if progress is None else progress
-    with _Display(show) as display:
+    with ProgressDisplay(show) as display:
         display.step(0, 0, "starting Julia and loading JuliaBridge (Reactant, Lux)")
         request = {
             "script": str(script_path),

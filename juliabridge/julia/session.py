@@ -1,0 +1,224 @@
+"""Export Julia objects that live in this process's juliacall session (the in-process route).
+
+    from juliacall import Main as jl
+    jl.seval("using Lux, Random; model = Chain(Dense(4 => 8, tanh), Dense(8 => 2))")
+    jl.seval("ps, st = Lux.setup(Random.Xoshiro(0), model); x = randn(Float32, 4, 16)")
+    model = juliabridge.export_lux(jl.model, jl.ps, jl.st, jl.x, out="mlp.bundle")
+
+``JuliaBridge.export_lux`` runs in that Julia session, on the very objects the user built (a
+model trained a minute ago in a notebook needs no script and no second Julia). The Julia
+packages come from the same ``juliabridge/juliapkg.json`` juliapkg installs for juliacall.
+Importing this module never imports juliacall: a session must already be running.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import CallArgumentError, JuliaExportError, JuliaUnavailable
+from .driver import JULIAPKG_JSON, ProgressDisplay, check_options
+
+if TYPE_CHECKING:
+    from ..model import LuxModel
+
+#: NumPy element types juliacall hands to Julia as a PyArray of the same Julia type.
+_NUMPY_KINDS = "biufc"
+
+_BRIDGE: dict[int, Any] = {}
+
+
+def _juliacall() -> ModuleType:
+    """The running juliacall, or ``JuliaUnavailable`` saying how to get one."""
+    module = sys.modules.get("juliacall")
+    if module is not None and getattr(module, "CONFIG", {}).get("inited", True):
+        return module
+    if importlib.util.find_spec("juliacall") is None:
+        raise JuliaUnavailable(
+            "juliabridge.export_lux exports Julia objects from a juliacall session, and "
+            "juliacall is not installed: pip install 'juliabridge[julia]' (juliacall needs "
+            "Julia >= 1.10: install it with juliaup, https://julialang.org/downloads, or let "
+            "juliapkg download one). To export a Julia script without juliacall, use "
+            "juliabridge.julia.export_script or `juliabridge export SCRIPT.jl --out DIR`"
+        )
+    raise JuliaUnavailable(
+        "juliabridge.export_lux exports Julia objects from a running juliacall session, and "
+        "none is running in this process: build the model in Julia first, e.g. "
+        '`from juliacall import Main as jl; jl.seval("using Lux; model = Dense(2 => 3)")`, '
+        "and pass jl.model, jl.ps, jl.st and the inputs. To export a Julia script instead, use "
+        "juliabridge.julia.export_script or `juliabridge export SCRIPT.jl --out DIR`"
+    )
+
+
+def _bridge(juliacall: ModuleType) -> Any:
+    """``JuliaBridge`` loaded into the session (once), or ``JuliaUnavailable``."""
+    key = id(juliacall)
+    if key not in _BRIDGE:
+        try:
+            host = juliacall.newmodule("JuliaBridgeExport")
+            host.seval("import JuliaBridge")
+            _BRIDGE[key] = host.JuliaBridge
+        except Exception as exc:  # juliacall.JuliaError: the package is not in the project
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            project = JULIAPKG_JSON.parent / "julia_project"
+            raise JuliaUnavailable(
+                f"JuliaBridge.jl could not be loaded into this juliacall session ({first}). "
+                f"juliabridge declares it in {JULIAPKG_JSON}, which juliapkg installs when "
+                "juliacall first starts Julia in this Python environment; run "
+                "`python -c 'import juliapkg; juliapkg.resolve(force=True)'` and restart Python. "
+                "If juliacall uses a Julia project of your own (PYTHON_JULIACALL_PROJECT), add "
+                f'it there: `import Pkg; Pkg.develop(path="{project}")`'
+            ) from exc
+    return _BRIDGE[key]
+
+
+def _julia_tree(value: Any, what: str, juliacall: ModuleType) -> Any:
+    """`value` as juliacall will pass it: a Julia value, or a tuple of them (a Julia Tuple)."""
+    if isinstance(value, juliacall.ValueBase):
+        return value
+    if isinstance(value, tuple):
+        return tuple(_julia_tree(v, f"{what}[{i}]", juliacall) for i, v in enumerate(value))
+    raise CallArgumentError(
+        f"{what} is a {type(value).__name__}, not a Julia object; pass the value your Julia "
+        "session holds (e.g. jl.ps for `ps, st = Lux.setup(rng, model)`)"
+    )
+
+
+def _julia_input(value: Any, what: str, juliacall: ModuleType) -> Any:
+    """An example input: a Julia value, a tuple of inputs, or an array in MLIR layout."""
+    if isinstance(value, juliacall.ValueBase):
+        return value
+    if isinstance(value, tuple):
+        return tuple(_julia_input(v, f"{what}[{i}]", juliacall) for i, v in enumerate(value))
+    if hasattr(value, "__array__"):
+        array = np.asarray(value)
+        if array.dtype.kind not in _NUMPY_KINDS or array.dtype.itemsize == 0:
+            raise CallArgumentError(
+                f"{what} has dtype {array.dtype}, which juliacall cannot hand to Julia as an "
+                "array; build it in Julia or pass a float/int/bool/complex array"
+            )
+        # The MLIR layout juliabridge uses is the Julia dims reversed: the transposed view is
+        # the Julia array (juliacall wraps it as a PyArray; JuliaBridge copies it to an Array).
+        return array.T
+    raise CallArgumentError(
+        f"{what} is a {type(value).__name__}; pass a Julia array (e.g. jl.x), a NumPy/JAX "
+        "array in juliabridge's layout (batch first), or a tuple of those"
+    )
+
+
+def export_lux(
+    model: Any,
+    ps: Any,
+    st: Any,
+    *inputs: Any,
+    out: str | os.PathLike[str],
+    overwrite: bool = False,
+    name: str | None = None,
+    mode: str = "test",
+    reference: bool = True,
+    vjp: bool = False,
+    metadata: dict[str, Any] | None = None,
+    allow_custom_calls: bool = False,
+    samples_independent: bool | None = None,
+    progress: bool | None = None,
+    backend: str = "auto",
+) -> LuxModel:
+    """Export a Lux model living in this process's juliacall session and import it.
+
+    Args:
+        model, ps, st: Julia objects of the session (``jl.model``, ``jl.ps``, ``jl.st``).
+        inputs: the example input(s): Julia arrays (Julia layout, batch last), or NumPy/JAX
+            arrays in juliabridge's layout (batch first: the Julia dims reversed). Several
+            inputs make ``x`` a tuple, as in ``JuliaBridge.export_lux``.
+        out: the bundle directory to write.
+        overwrite, name, mode, reference, vjp, metadata, allow_custom_calls,
+            samples_independent: the keywords of ``JuliaBridge.export_lux``.
+        progress: show a progress bar on stderr (default: when stderr is a terminal).
+        backend: passed to ``juliabridge.import_lux``.
+
+    Returns:
+        The exported bundle imported as a ``LuxModel``; its directory is ``model.bundle.root``.
+
+    Raises:
+        JuliaUnavailable: juliacall is not installed or not running, or JuliaBridge.jl is not
+            in its Julia project.
+        CallArgumentError: an argument is not a Julia object (or array, for inputs).
+        ValueError: bad options (mode, name, metadata, train mode with samples_independent).
+        JuliaExportError: the export failed in Julia (the message is Julia's).
+    """
+    if not inputs:
+        raise CallArgumentError("export_lux needs at least one example input after model, ps, st")
+    out_path = Path(out).expanduser().resolve()
+    check_options(
+        out_path,
+        overwrite=overwrite,
+        mode=mode,
+        name=name,
+        metadata=metadata,
+        samples_independent=samples_independent,
+    )
+    juliacall = _juliacall()
+    if not isinstance(model, juliacall.ValueBase):
+        raise CallArgumentError(
+            f"model is a {type(model).__name__}, not a Julia object; pass the Lux layer your "
+            "Julia session holds (e.g. jl.model)"
+        )
+    args = [
+        _julia_tree(ps, "ps", juliacall),
+        _julia_tree(st, "st", juliacall),
+    ]
+    xs = [_julia_input(x, f"inputs[{i}]", juliacall) for i, x in enumerate(inputs)]
+    options = {
+        "name": name,
+        "mode": mode,
+        "overwrite": overwrite,
+        "reference": reference,
+        "vjp": vjp,
+        "metadata": dict(metadata) if metadata else None,
+        "allow_custom_calls": allow_custom_calls,
+        "samples_independent": samples_independent,
+    }
+    bridge = _bridge(juliacall)
+    show = sys.stderr.isatty() if progress is None else progress
+    with ProgressDisplay(show) as display:
+        display.step(0, 0, "tracing with Reactant in this Julia session")
+        kwargs = {"progress": display.step} if show else {}
+        try:
+            text = bridge.export_from_python(
+                str(out_path), model, *args, json.dumps(options), *xs, **kwargs
+            )
+        except Exception as exc:  # a juliacall.JuliaError JuliaBridge did not turn into an answer
+            raise JuliaExportError(f"the export failed in Julia: {exc}") from exc
+    answer = _read_answer(str(text))
+    from ..model import import_lux
+
+    return import_lux(answer["path"], backend=backend)
+
+
+def _read_answer(text: str) -> dict[str, Any]:
+    """The answer object ``JuliaBridge.export_from_python`` returned; raises on a failure."""
+    try:
+        answer = json.loads(text)
+    except ValueError as exc:
+        raise JuliaExportError(
+            f"JuliaBridge answered with something that is not JSON: {text[:200]!r}"
+        ) from exc
+    if not isinstance(answer, dict):
+        raise JuliaExportError(f"JuliaBridge answered with {type(answer).__name__}, not an object")
+    if not answer.get("ok"):
+        raise JuliaExportError(
+            f"{answer.get('error_type', 'error')} in Julia: {answer.get('message', '')}"
+        )
+    if not isinstance(answer.get("path"), str):
+        raise JuliaExportError("JuliaBridge reported success without a bundle path")
+    return answer
+
+
+__all__ = ["export_lux"]

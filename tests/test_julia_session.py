@@ -1,0 +1,297 @@
+"""The juliacall route: juliabridge.export_lux on Julia objects of a running session.
+
+No machine here has Julia, so juliacall is replaced by a fake module with the parts the route
+uses (``ValueBase``, ``newmodule``, ``CONFIG``): these tests check what Python sends to
+``JuliaBridge.export_from_python`` and how its answers and failures come back. The Julia side of
+the entry point is tested in julia/test/runtests.jl ("the export driver").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import juliabridge
+from juliabridge.errors import CallArgumentError, JuliaExportError, JuliaUnavailable
+from juliabridge.julia import session
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = REPO / "juliabridge" / "examples" / "lenet.bundle"
+
+
+class Value:
+    """A stand-in for a wrapped Julia value (juliacall.ValueBase)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class FakeJuliaError(Exception):
+    pass
+
+
+class FakeBridge:
+    """JuliaBridge as the fake session exposes it: records calls, answers like Julia would."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.answer: str | None = None
+        self.raises: BaseException | None = None
+
+    def export_from_python(
+        self, out: str, model: Any, ps: Any, st: Any, options: str, *inputs: Any, **kw: Any
+    ) -> str:
+        self.calls.append(
+            {
+                "out": out,
+                "model": model,
+                "ps": ps,
+                "st": st,
+                "options": json.loads(options),
+                "inputs": inputs,
+                "kw": kw,
+            }
+        )
+        if self.raises is not None:
+            raise self.raises
+        if "progress" in kw:
+            kw["progress"](1, 4, "moving the example input, parameters and states to Reactant")
+        if self.answer is not None:
+            return self.answer
+        shutil.copytree(SHIPPED, out)
+        return json.dumps({"ok": True, "path": out})
+
+
+@pytest.fixture
+def fake_juliacall(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
+    bridge = FakeBridge()
+    state = types.SimpleNamespace(bridge=bridge, evaluated=[], fail_import=False)
+
+    class Host:
+        JuliaBridge = bridge
+
+        def seval(self, code: str) -> None:
+            state.evaluated.append(code)
+            if state.fail_import:
+                raise FakeJuliaError(
+                    "ArgumentError: Package JuliaBridge not found in current path.\nmore"
+                )
+
+    module = types.ModuleType("juliacall")
+    module.ValueBase = Value  # type: ignore[attr-defined]
+    module.CONFIG = {"inited": True}  # type: ignore[attr-defined]
+    module.newmodule = lambda name: Host()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "juliacall", module)
+    monkeypatch.setattr(session, "_BRIDGE", {})
+    return state
+
+
+def julia_objects() -> tuple[Value, Value, Value, Value]:
+    return Value("model"), Value("ps"), Value("st"), Value("x")
+
+
+def test_export_sends_objects_and_options_and_imports_the_bundle(
+    fake_juliacall: types.SimpleNamespace, tmp_path: Path
+) -> None:
+    model, ps, st, x = julia_objects()
+    out = tmp_path / "m.bundle"
+    imported = juliabridge.export_lux(
+        model,
+        ps,
+        st,
+        x,
+        out=out,
+        name="m",
+        vjp=True,
+        metadata={"epochs": 3},
+        progress=False,
+        backend="xla",
+    )
+    assert isinstance(imported, juliabridge.LuxModel)
+    assert imported.bundle.root == out.resolve()
+    assert imported.fn.backend_name == "xla"
+    (call,) = fake_juliacall.bridge.calls
+    assert call["out"] == str(out.resolve())
+    assert (call["model"], call["ps"], call["st"], call["inputs"]) == (model, ps, st, (x,))
+    assert call["options"] == {
+        "name": "m",
+        "mode": "test",
+        "overwrite": False,
+        "reference": True,
+        "vjp": True,
+        "metadata": {"epochs": 3},
+        "allow_custom_calls": False,
+        "samples_independent": None,
+    }
+    assert call["kw"] == {}  # no progress callback without a progress bar
+    assert fake_juliacall.evaluated == ["import JuliaBridge"]
+    # JuliaBridge is loaded into the session once.
+    juliabridge.export_lux(model, ps, st, x, out=tmp_path / "n.bundle", progress=False)
+    assert fake_juliacall.evaluated == ["import JuliaBridge"]
+
+
+def test_progress_is_a_python_callback_julia_calls(
+    fake_juliacall: types.SimpleNamespace, tmp_path: Path
+) -> None:
+    juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.bundle", progress=True)
+    (call,) = fake_juliacall.bridge.calls
+    assert callable(call["kw"]["progress"])
+
+
+def test_numpy_inputs_go_to_julia_in_julia_layout(
+    fake_juliacall: types.SimpleNamespace, tmp_path: Path
+) -> None:
+    model, ps, st, _ = julia_objects()
+    x = np.arange(24, dtype=np.float32).reshape(4, 1, 2, 3)  # MLIR layout: batch first
+    mask = np.ones((4, 3), dtype=bool)
+    juliabridge.export_lux(
+        model, ps, st, x, (mask, Value("t")), out=tmp_path / "m.bundle", progress=False
+    )
+    (call,) = fake_juliacall.bridge.calls
+    sent_x, (sent_mask, sent_t) = call["inputs"]
+    assert sent_x.shape == (3, 2, 1, 4)  # Julia's dims: the MLIR ones reversed
+    assert np.shares_memory(sent_x, x)  # a view: juliacall wraps it, JuliaBridge copies it
+    assert sent_x[2, 1, 0, 3] == x[3, 0, 1, 2]
+    assert sent_mask.shape == (3, 4)
+    assert isinstance(sent_t, Value)
+
+
+M, P, S, X = (Value(n) for n in ("model", "ps", "st", "x"))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "match"),
+    [
+        ((M, {"w": 1}, S, X), "ps is a dict, not a Julia object"),
+        ((3, P, S, X), "model is a int, not a Julia object"),
+        ((M, P, (S, [1]), X), r"st\[1\] is a list"),
+        ((M, P, S, object()), r"inputs\[0\] is a object"),
+        ((M, P, S, np.zeros(3, dtype=ml_dtypes.bfloat16)), r"inputs\[0\] has dtype bfloat16"),
+    ],
+)
+def test_non_julia_arguments_are_refused(
+    fake_juliacall: types.SimpleNamespace, tmp_path: Path, arguments: tuple[Any, ...], match: str
+) -> None:
+    with pytest.raises(CallArgumentError, match=match):
+        juliabridge.export_lux(*arguments, out=tmp_path / "m.bundle", progress=False)
+    assert not fake_juliacall.bridge.calls
+
+
+def test_no_inputs_is_refused(fake_juliacall: types.SimpleNamespace, tmp_path: Path) -> None:
+    with pytest.raises(CallArgumentError, match="at least one example input"):
+        juliabridge.export_lux(*julia_objects()[:3], out=tmp_path / "m.bundle")
+
+
+def test_julia_error_answer_becomes_export_error(
+    fake_juliacall: types.SimpleNamespace, tmp_path: Path
+) -> None:
+    fake_juliacall.bridge.answer = json.dumps(
+        {
+            "ok": False,
+            "error_type": "NonReactantLeafError",
+            "message": "the parameter tree ps at layer_1.scale is a Float32",
+        }
+    )
+    with pytest.raises(
+        JuliaExportError,
+        match=r"NonReactantLeafError in Julia: the parameter tree ps at layer_1\.scale",
+    ):
+        juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.bundle", progress=False)
+
+
+@pytest.mark.parametrize("answer", ["not json", "[1]", json.dumps({"ok": True})])
+def test_malformed_answers_are_export_errors(
+    fake_juliacall: types.SimpleNamespace, tmp_path: Path, answer: str
+) -> None:
+    fake_juliacall.bridge.answer = answer
+    with pytest.raises(JuliaExportError):
+        juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.bundle", progress=False)
+
+
+def test_uncaught_julia_exception_becomes_export_error(
+    fake_juliacall: types.SimpleNamespace, tmp_path: Path
+) -> None:
+    fake_juliacall.bridge.raises = FakeJuliaError("InterruptException:")
+    with pytest.raises(JuliaExportError, match="the export failed in Julia: InterruptException"):
+        juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.bundle", progress=False)
+
+
+def test_session_without_juliabridge_says_how_to_install_it(
+    fake_juliacall: types.SimpleNamespace, tmp_path: Path
+) -> None:
+    fake_juliacall.fail_import = True
+    with pytest.raises(JuliaUnavailable) as info:
+        juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.bundle", progress=False)
+    message = str(info.value)
+    assert "Package JuliaBridge not found" in message
+    assert "juliapkg.json" in message and "juliapkg.resolve(force=True)" in message
+    assert "Pkg.develop(path=" in message and "julia_project" in message
+
+
+def test_options_are_checked_before_julia(
+    fake_juliacall: types.SimpleNamespace, tmp_path: Path
+) -> None:
+    objects = julia_objects()
+    with pytest.raises(ValueError, match="contradicts mode='train'"):
+        juliabridge.export_lux(
+            *objects, out=tmp_path / "m.bundle", mode="train", samples_independent=True
+        )
+    with pytest.raises(ValueError, match="metadata must be JSON-serializable"):
+        juliabridge.export_lux(*objects, out=tmp_path / "m.bundle", metadata={"x": float("nan")})
+    (tmp_path / "taken.bundle").mkdir()
+    with pytest.raises(JuliaExportError, match="already exists"):
+        juliabridge.export_lux(*objects, out=tmp_path / "taken.bundle")
+    assert not fake_juliacall.evaluated
+
+
+def test_without_a_session_the_error_says_how_to_start_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delitem(sys.modules, "juliacall", raising=False)
+    monkeypatch.setattr(session.importlib.util, "find_spec", lambda name: object())
+    with pytest.raises(
+        JuliaUnavailable, match=r"none is running in this process.*from juliacall import Main as jl"
+    ):
+        juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.bundle")
+    monkeypatch.setattr(session.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(
+        JuliaUnavailable, match=r"juliacall is not installed: pip install 'juliabridge\[julia\]'"
+    ):
+        juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.bundle")
+
+
+def test_missing_session_never_imports_juliacall(tmp_path: Path) -> None:
+    """In a fresh interpreter: the error comes fast and juliacall (which would start Julia) is
+    not imported."""
+    code = textwrap.dedent(
+        """
+        import json, sys
+        import juliabridge
+        try:
+            juliabridge.export_lux(object(), object(), object(), object(), out=sys.argv[1])
+        except juliabridge.JuliaUnavailable as e:
+            print(json.dumps({"error": str(e), "juliacall": "juliacall" in sys.modules}))
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "m.bundle")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not seen["juliacall"]
+    assert "juliacall" in seen["error"]
