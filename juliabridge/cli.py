@@ -38,6 +38,7 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
         else "made without Julia"
     )
     console.print(f"producer: {p.tool} {p.tool_version} ({made})")
+    console.print(f"module read from: {bundle.module_source} ({bundle.module_source_note})")
     if p.note:
         console.print(f"note: {p.note}")
     if m.batch:
@@ -192,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="run the example LeNet bundle shipped with juliabridge")
     p.add_argument("--backend", default="auto", choices=["auto", "enzyme", "xla"])
     p.set_defaults(func=cmd_demo)
+    from .bundle.upgrade import add_upgrade_parser
+
+    add_upgrade_parser(sub)
     try:
         from .cli_export import add_export_parser
     except ImportError:  # the export command lives in its own module; absent in slim installs

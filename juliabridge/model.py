@@ -18,7 +18,6 @@ from .bundle.manifest import ArgumentEntry, Manifest
 from .bundle.weights import open_weights
 from .errors import CallArgumentError, JuliaBridgeError
 from .function import ImportedFunction
-from .stablehlo import parse_module
 from .trees import build_tree, lookup
 
 
@@ -68,6 +67,8 @@ class LuxModel:
             "backend": self.fn.backend_name,
             "backend_fallback": self.fn.fallback_reason,
             "checksums_verified": self.bundle.checksums_verified,
+            "module_source": self.bundle.module_source,
+            "static_state": [vars(leaf).copy() for leaf in m.static_state],
             **({"batch": vars(m.batch).copy()} if m.batch else {}),
             # Shardings Reactant recorded on @main; juliabridge reports them and leaves the
             # placement to the caller (jax.device_put / data_parallel).
@@ -252,14 +253,12 @@ def import_lux(
     backend = resolve_backend_name(backend)
     bundle = open_bundle(path, verify_checksums=verify_checksums, trust=trust)
     m = bundle.manifest
-    vjp_source = None
-    if m.vjp is not None:
-        vjp_source = parse_module(bundle.file(m.vjp), trust=trust)
+    vjp_source = bundle.vjp_module(trust=trust)
     fn = ImportedFunction(
         bundle.module,
         make_backend(bundle.module, backend, trust=trust, vjp_source=vjp_source),
         arg_labels=[a.label for a in m.arguments],
-        result_labels=[".".join(map(str, r.paths[0])) for r in m.results],
+        result_labels=[".".join(map(str, r.paths[0])) if r.paths else r.label for r in m.results],
     )
     # Checked before jnp.asarray, which would silently truncate 64-bit weights.
     dtypes.require_x64(
@@ -273,6 +272,7 @@ def import_lux(
             if a.role == "input" or a.dataset is None:
                 continue
             host = f.read_array(a.dataset, a.shape, a.dtype, a.label)
+            bundle.verify_dataset(host, a.dtype, a.sha256, f"{a.label} ({a.dataset})")
             leaves[a.role].append((a.path, jax.device_put(host.T if layout == "julia" else host)))
             del host
     params = build_tree(leaves["parameter"], empty=m.empty.get("params", ()))

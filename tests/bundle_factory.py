@@ -51,8 +51,8 @@ def dense_bn_reference(arrays: list[np.ndarray]) -> np.ndarray:
     return ((x @ w + b - mean) / np.sqrt(var + 1e-5) * scale + bias).astype(np.float32)
 
 
-def make_dense_bn(path: Path, *, seed: int = 0) -> Path:
-    """Write the bundle (with examples) at `path`."""
+def make_dense_bn(path: Path, *, seed: int = 0, **writer_options: Any) -> Path:
+    """Write the bundle (with examples) at `path`; `writer_options` go to write_bundle."""
     arrays = dense_bn_arrays(seed)
     text = jax.jit(_forward).lower(*arrays).as_text()
     names = DENSE_BN_ARGUMENTS
@@ -72,6 +72,7 @@ def make_dense_bn(path: Path, *, seed: int = 0) -> Path:
         batch={"size": 5, "samples_independent": True},
         example_outputs=[dense_bn_reference(arrays)],
         overwrite=True,
+        **writer_options,
     )
 
 

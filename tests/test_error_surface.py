@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 
 import juliabridge
+from juliabridge.bundle.checksum import sha256_file
 from juliabridge.errors import SaveError
 from tests.bundle_factory import dense_bn_arrays, edit_manifest, make_dense_bn
 
@@ -149,6 +151,25 @@ def test_julia_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def test_checksum_mismatch_says_both_ways_out(bundle: Path) -> None:
+    # Format 2 checks each dataset's digest (spec §4.1): a changed value is named.
+    with h5py.File(bundle / "weights.h5", "r+") as f:
+        f["/params/layer_1/bias"][0] += 1
+    with pytest.raises(juliabridge.ChecksumError) as info:
+        juliabridge.import_lux(bundle)
+    actionable(
+        str(info.value),
+        "weights.h5",
+        "/params/layer_1/bias",
+        "sha256",
+        "Re-export",
+        "verify_checksums=False",
+    )
+
+
+def test_whole_file_checksum_mismatch_says_both_ways_out(bundle: Path) -> None:
+    # A weights.sha256 (required in format 1, optional in 2) is still verified when present.
+    digest = sha256_file(bundle / "weights.h5")
+    edit_manifest(bundle, lambda m: m["weights"].update(sha256=digest))
     with open(bundle / "weights.h5", "ab") as f:
         f.write(b"x")
     with pytest.raises(juliabridge.ChecksumError) as info:
@@ -199,6 +220,8 @@ def test_module_that_does_not_parse_points_at_the_line(bundle: Path) -> None:
     text = (bundle / "model.mlir").read_text().replace("stablehlo.sqrt", "stablehlo.sqrtt")
     (bundle / "model.mlir").write_text(text)
     edit_manifest(bundle, lambda m: m["module"].update(sha256=sha256_file(bundle / "model.mlir")))
+    # The text is what is parsed only without a portable artifact (spec §2.1).
+    edit_manifest(bundle, lambda m: m["module"].pop("artifact"))
     with pytest.raises(juliabridge.MLIRParseError) as info:
         juliabridge.import_lux(bundle, backend="xla")
     actionable(str(info.value), "model.mlir", "line 13", "stablehlo.sqrtt")

@@ -48,8 +48,11 @@ def test_manifest_missing_key(bundle: Path) -> None:
 
 
 def test_checksum_mismatch(bundle: Path) -> None:
-    with open(bundle / "weights.h5", "ab") as f:
-        f.write(b"tampered")
+    import h5py
+
+    # Format 2 checks each dataset's digest (spec §4.1), so change a value, not the file.
+    with h5py.File(bundle / "weights.h5", "r+") as f:
+        f["/params/layer_1/weight"][0, 0] += 1
     with pytest.raises(juliabridge.ChecksumError, match=r"weights\.h5"):
         juliabridge.import_lux(bundle)
     # The explicit opt-out loads it, and the model records that checksums were skipped.
@@ -58,7 +61,7 @@ def test_checksum_mismatch(bundle: Path) -> None:
 
 
 def test_newer_format_version(bundle: Path) -> None:
-    edit_manifest(bundle, lambda m: m.update(format_version=2))
+    edit_manifest(bundle, lambda m: m.update(format_version=3))
     with pytest.raises(juliabridge.BundleVersionError, match="upgrade juliabridge"):
         juliabridge.import_lux(bundle)
 

@@ -213,7 +213,8 @@ class Base:
 
 
 def _load_base(path: Path) -> Base:
-    make_dense_bn(path)
+    # Without a portable artifact: the cases write model.mlir, weights.h5 and manifest.json only.
+    make_dense_bn(path, portable_artifact=False)
     arrays = {}
     with h5py.File(path / "weights.h5", "r") as f:
         f.visititems(

@@ -214,7 +214,9 @@ class Reader:
                 "mismatch", f"dataset {name} is stored as {native.name}, expected {wanted}"
             )
         found_tag = _read_tag(obj, name)
-        if tag is not None and found_tag is not None and found_tag != tag:
+        if tag is not None and found_tag is None:  # spec §4: every dataset carries it
+            raise Problem("mismatch", f"dataset {name} has no 'dtype' attribute, expected {tag!r}")
+        if tag is not None and found_tag != tag:
             raise Problem(
                 "mismatch", f"dataset {name} is tagged dtype={found_tag!r}, expected {tag!r}"
             )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +14,9 @@ from ..errors import BundleError, ChecksumError, SignatureMismatchError, UnsafeB
 from ..stablehlo import StableHLOModule, TensorSpec, parse_module
 from . import _h5core
 from .checksum import sha256_file
+from .digest import check_dataset_digest
 from .manifest import MANIFEST_NAME, FileRef, Manifest, load_manifest, tensor_bytes
+from .sources import ModuleSource, read_module_sources
 from .weights import _physical_memory, open_weights
 
 
@@ -26,10 +28,43 @@ class Bundle:
     manifest: Manifest
     module: StableHLOModule
     checksums_verified: bool
+    #: Which form of the forward module was parsed: "artifact" or "text" (spec §2.1).
+    module_source: str = "text"
+    #: Why that form, for `inspect` and `model.metadata`.
+    module_source_note: str = ""
+    _vjp: ModuleSource | None = field(default=None, repr=False)
 
     def file(self, ref: FileRef) -> Path:
         """Absolute path of a file the manifest names."""
         return self.root / ref.file
+
+    @property
+    def vjp_source(self) -> str | None:
+        """Which form of the VJP module is used ("artifact" or "text"); None without one."""
+        return None if self._vjp is None else self._vjp.used
+
+    def vjp_module(self, *, trust: bool = False) -> StableHLOModule | None:
+        """The parsed VJP module (spec §5), or None when the bundle has none.
+
+        Raises:
+            MLIRParseError, UnsupportedModuleError: it does not parse or breaks the policy.
+        """
+        if self._vjp is None:
+            return None
+        return parse_module(self._vjp.text, trust=trust, origin=self._vjp.origin)
+
+    def verify_dataset(self, value: np.ndarray, dtype: str, sha256: str | None, what: str) -> None:
+        """Check one array read from the weights file against its format-2 digest (spec §4.1).
+
+        Does nothing when checksums are off or the manifest has no digest (format 1).
+
+        Raises:
+            ChecksumError: the data differs from what the writer recorded.
+        """
+        if self.checksums_verified:
+            check_dataset_digest(
+                value, dtype, sha256, f"{self.file(self.manifest.weights)}: {what}"
+            )
 
     def read_examples(self) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]] | None:
         """(inputs by argument index, Julia's outputs by result index), or None without examples."""
@@ -37,15 +72,21 @@ class Bundle:
         if ex is None:
             return None
         args, res = self.manifest.arguments, self.manifest.results
+        ins: dict[int, np.ndarray] = {}
+        outs: dict[int, np.ndarray] = {}
         with open_weights(self.file(self.manifest.weights)) as f:
-            ins = {
-                i: f.read_array(ds, args[i].shape, args[i].dtype, f"example input {args[i].label}")
-                for i, ds in ex.inputs
-            }
-            outs = {
-                k: f.read_array(ds, res[k].shape, res[k].dtype, f"example output {res[k].label}")
-                for k, ds in ex.outputs
-            }
+            for e in ex.inputs:
+                a = args[e.index]
+                what = f"example input {a.label} ({e.dataset})"
+                ins[e.index] = f.read_array(e.dataset, a.shape, a.dtype, f"example input {a.label}")
+                self.verify_dataset(ins[e.index], a.dtype, e.sha256, what)
+            for e in ex.outputs:
+                r = res[e.index]
+                what = f"example output {r.label} ({e.dataset})"
+                outs[e.index] = f.read_array(
+                    e.dataset, r.shape, r.dtype, f"example output {r.label}"
+                )
+                self.verify_dataset(outs[e.index], r.dtype, e.sha256, what)
         return ins, outs
 
 
@@ -207,8 +248,11 @@ def open_bundle(
     manifest = load_manifest(root / MANIFEST_NAME)
     files = {key: _inside(root, ref, key) for key, ref in manifest.files()}
     _check_weight_sizes(manifest, files["weights"])
+    sources = read_module_sources(root, manifest, verify=verify_checksums, isolated=not trust)
     if verify_checksums:
         for key, ref in manifest.files():
+            if key in _MODULE_FILES or ref.sha256 is None:
+                continue  # modules were hashed as they were read; datasets carry digests
             try:
                 got = sha256_file(files[key])
             except OSError as e:
@@ -222,19 +266,32 @@ def open_bundle(
                     "file was modified or corrupted. Re-export the bundle, or pass "
                     "verify_checksums=False if you changed it on purpose."
                 )
-    module = parse_module(files["module"], trust=trust)
+    src = sources["module"]
+    module = parse_module(src.text, trust=trust, origin=src.origin)
     _check_signature(
         "argument",
         [TensorSpec(a.shape, a.dtype) for a in manifest.arguments],
         list(module.arguments),
         [a.label for a in manifest.arguments],
-        str(files["module"]),
+        src.origin,
     )
     _check_signature(
         "result",
         [TensorSpec(r.shape, r.dtype) for r in manifest.results],
         list(module.results),
         [r.label for r in manifest.results],
-        str(files["module"]),
+        src.origin,
     )
-    return Bundle(root, manifest, module, checksums_verified=verify_checksums)
+    return Bundle(
+        root,
+        manifest,
+        module,
+        checksums_verified=verify_checksums,
+        module_source=src.used,
+        module_source_note=src.note,
+        _vjp=sources.get("vjp"),
+    )
+
+
+#: Files read_module_sources hashes itself.
+_MODULE_FILES = frozenset({"module", "module.artifact", "vjp", "vjp.artifact"})

@@ -1,4 +1,7 @@
-"""manifest.json: parsing and validation against docs/bundle-format.md (format version 1)."""
+"""manifest.json: parsing and validation against docs/bundle-format.md (format versions 1 and 2).
+
+Format 2 is what writers write; format 1 is still read (spec §8 lists the differences).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +16,10 @@ from ..errors import BundleVersionError, ManifestError, UnsafeBundleError
 from ..stablehlo.nesting import JSON_SKIP, max_depth
 
 FORMAT = "juliabridge.bundle"
-FORMAT_VERSION = 1
+#: The version writers write.
+FORMAT_VERSION = 2
+#: Every version this reader reads.
+READABLE_VERSIONS = (1, 2)
 MANIFEST_NAME = "manifest.json"
 MAX_MANIFEST_BYTES = 64 << 20
 MAX_DEPTH = 64
@@ -23,6 +29,11 @@ MAX_RANK = 64
 MAX_TENSOR_BYTES = 1 << 38
 ROLES = ("input", "parameter", "state")
 MODES = ("test", "train")
+#: Largest integer path step (a 1-based Tuple position or Array index; spec §3.8).
+MAX_PATH_STEP = 1 << 31
+#: Longest static_state string value and julia_type (spec §3.11).
+MAX_STATIC_STRING = 4096
+MAX_JULIA_TYPE = 256
 
 PathStep = str | int
 LuxPath = tuple[PathStep, ...]
@@ -30,14 +41,37 @@ LuxPath = tuple[PathStep, ...]
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}\Z")
 _SHA = re.compile(r"[0-9a-f]{64}\Z")
 _DATASET = re.compile(r"/[^\x00]{1,4096}\Z")
+_VERSION = re.compile(r"(0|[1-9][0-9]{0,5})\.(0|[1-9][0-9]{0,5})\.(0|[1-9][0-9]{0,5})\Z")
+
+
+def version_tuple(version: str) -> tuple[int, int, int]:
+    """``"1.17.0"`` as ``(1, 17, 0)``, for comparing StableHLO versions numerically."""
+    major, minor, patch = (int(p) for p in version.split("."))
+    return major, minor, patch
+
+
+@dataclass(frozen=True)
+class ArtifactRef:
+    """A StableHLO portable artifact (VHLO bytecode) of a module (spec §2.1)."""
+
+    file: str
+    sha256: str
+    #: The StableHLO version of the writer's library (its ``get_current_version()``).
+    stablehlo_version: str
+    #: The VHLO version the artifact was serialized to; readers whose StableHLO reads it use it.
+    target: str
 
 
 @dataclass(frozen=True)
 class FileRef:
-    """A file inside the bundle and the sha256 its bytes must have."""
+    """A file inside the bundle and the sha256 its bytes must have.
+
+    `sha256` is None only for a format-2 weights file, whose datasets carry their own digests.
+    """
 
     file: str
-    sha256: str
+    sha256: str | None
+    artifact: ArtifactRef | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +101,8 @@ class ArgumentEntry:
     dataset: str | None = None
     batch_axis: int | None = None
     tied_paths: tuple[LuxPath, ...] = ()
+    #: sha256 of the dataset's canonical bytes (spec §4.1); format 2 only.
+    sha256: str | None = None
 
     @property
     def label(self) -> str:
@@ -84,10 +120,14 @@ class ResultEntry:
     dtype: str
     shape: tuple[int, ...]
     batch_axis: int | None = None
+    #: The argument this result returns unchanged (spec §3.4); format 2 only.
+    echo_of: int | None = None
 
     @property
     def label(self) -> str:
         """Readable name of the first output path, e.g. ``output`` or ``state.layer_2.mean``."""
+        if not self.paths:
+            return f"result {self.index} (argument {self.echo_of} returned unchanged)"
         return format_path("", self.paths[0])
 
 
@@ -108,13 +148,32 @@ class BatchInfo:
 
 
 @dataclass(frozen=True)
+class ExampleEntry:
+    """One example dataset: the argument (inputs) or result (outputs) it belongs to."""
+
+    index: int
+    dataset: str
+    #: sha256 of the dataset's canonical bytes (spec §4.1); format 2 only.
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
 class Examples:
     """Example inputs (by argument) and Julia's outputs (by result) in the weights file."""
 
-    inputs: tuple[tuple[int, str], ...]
-    outputs: tuple[tuple[int, str], ...]
+    inputs: tuple[ExampleEntry, ...]
+    outputs: tuple[ExampleEntry, ...]
     rtol: float
     atol: float
+
+
+@dataclass(frozen=True)
+class StaticLeaf:
+    """A non-array leaf of Lux's state, e.g. ``st.training = Val(true)`` (spec §3.11)."""
+
+    path: LuxPath
+    value: bool | int | float | str | None
+    julia_type: str
 
 
 @dataclass(frozen=True)
@@ -135,12 +194,17 @@ class Manifest:
     metadata: dict[str, Any] = field(default_factory=dict)
     empty: dict[str, tuple[LuxPath, ...]] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
+    static_state: tuple[StaticLeaf, ...] = ()
 
     def files(self) -> list[tuple[str, FileRef]]:
-        """(manifest key, file) for every file the manifest names."""
-        out = [("module", self.module), ("weights", self.weights)]
-        if self.vjp is not None:
-            out.append(("vjp", self.vjp))
+        """(manifest key, file) for every file the manifest names, artifacts included."""
+        out: list[tuple[str, FileRef]] = []
+        for key, ref in (("module", self.module), ("weights", self.weights), ("vjp", self.vjp)):
+            if ref is None:
+                continue
+            out.append((key, ref))
+            if ref.artifact is not None:
+                out.append((f"{key}.artifact", FileRef(ref.artifact.file, ref.artifact.sha256)))
         return out
 
 
@@ -201,9 +265,11 @@ def _path(value: Any, where: str) -> LuxPath:
     out: list[PathStep] = []
     for i, s in enumerate(steps):
         s = _typed(s, (str, int), f"{where}[{i}]")
-        if isinstance(s, int) and s < 1:
+        if isinstance(s, int) and not 1 <= s <= MAX_PATH_STEP:
             raise _fail(
-                f"{where}[{i}]", f"integer path steps are 1-based Julia positions, found {s}"
+                f"{where}[{i}]",
+                f"integer path steps are 1-based Julia positions in [1, {MAX_PATH_STEP}], "
+                f"found {s}",
             )
         if isinstance(s, str):
             _utf8(s, f"{where}[{i}]")
@@ -285,13 +351,55 @@ def safe_file_name(name: str, where: str) -> str:
     return name
 
 
-def _file_ref(value: Any, where: str) -> FileRef:
+def _sha(value: Any, where: str) -> str:
+    sha = _typed(value, str, where)
+    if not _SHA.match(sha):
+        raise _fail(where, f"expected 64 lowercase hex digits, found {sha!r:.80}")
+    return sha
+
+
+def _version(value: Any, where: str) -> str:
+    text = _typed(value, str, where)
+    if not _VERSION.match(text):
+        raise _fail(where, f"expected a StableHLO version MAJOR.MINOR.PATCH, found {text!r:.80}")
+    return text
+
+
+def _artifact(value: Any, where: str) -> ArtifactRef:
+    obj = _typed(value, dict, where)
+    written_at = _version(_get(obj, "stablehlo_version", str, where), f"{where}.stablehlo_version")
+    target = _version(_get(obj, "target", str, where), f"{where}.target")
+    if version_tuple(target) > version_tuple(written_at):
+        raise _fail(
+            f"{where}.target",
+            f"target {target} is newer than the writer's StableHLO {written_at}; a writer can "
+            "only serialize to its own version or an older one",
+        )
+    return ArtifactRef(
+        file=safe_file_name(_get(obj, "file", str, where), f"{where}.file"),
+        sha256=_sha(_get(obj, "sha256", str, where), f"{where}.sha256"),
+        stablehlo_version=written_at,
+        target=target,
+    )
+
+
+def _file_ref(
+    value: Any, where: str, *, version: int, sha_required: bool = True, artifact: bool = False
+) -> FileRef:
     obj = _typed(value, dict, where)
     name = safe_file_name(_get(obj, "file", str, where), f"{where}.file")
-    sha = _get(obj, "sha256", str, where)
-    if not _SHA.match(sha):
-        raise _fail(f"{where}.sha256", "expected 64 lowercase hex digits")
-    return FileRef(name, sha)
+    if sha_required or version == 1:
+        sha: str | None = _sha(_get(obj, "sha256", str, where), f"{where}.sha256")
+    else:
+        sha = None if obj.get("sha256") is None else _sha(obj["sha256"], f"{where}.sha256")
+    art = None
+    if artifact and version >= 2 and obj.get("artifact") is not None:
+        art = _artifact(obj["artifact"], f"{where}.artifact")
+    return FileRef(name, sha, art)
+
+
+#: producer.tool of bundles written by the Julia package; only those say made_with_julia.
+JULIA_TOOL = "JuliaBridge.jl"
 
 
 def _producer(value: Any) -> Producer:
@@ -299,21 +407,33 @@ def _producer(value: Any) -> Producer:
     obj = _typed(value, dict, w)
     made = _get(obj, "made_with_julia", bool, w)
     tool = _get(obj, "tool", str, w)
-    if made and tool != "JuliaBridge.jl":
-        raise _fail(w, f"made_with_julia is true but tool is {tool!r}, not 'JuliaBridge.jl'")
+    if made != (tool == JULIA_TOOL):
+        raise _fail(
+            f"{w}.made_with_julia",
+            f"made_with_julia is {str(made).lower()} but tool is {tool!r}; it is true exactly "
+            f"when tool is {JULIA_TOOL!r} (spec §3.2)",
+        )
+    versions = {k: _opt(obj, k, str, w) for k in ("julia", "lux", "reactant")}
+    for key, v in versions.items():
+        if made and v is None:
+            raise _fail(f"{w}.{key}", "expected the version string of a bundle made with Julia")
+        if not made and v is not None:
+            raise _fail(
+                f"{w}.{key}", f"expected null for a bundle made without Julia, found {v!r:.80}"
+            )
     return Producer(
         tool=tool,
         tool_version=_get(obj, "tool_version", str, w),
-        julia=_opt(obj, "julia", str, w),
-        lux=_opt(obj, "lux", str, w),
-        reactant=_opt(obj, "reactant", str, w),
+        julia=versions["julia"],
+        lux=versions["lux"],
+        reactant=versions["reactant"],
         made_with_julia=made,
         note=_opt(obj, "note", str, w),
         created=_opt(obj, "created", str, w),
     )
 
 
-def _argument(value: Any, i: int) -> ArgumentEntry:
+def _argument(value: Any, i: int, version: int) -> ArgumentEntry:
     w = f"arguments[{i}]"
     obj = _typed(value, dict, w)
     index = _int(_get(obj, "index", int, w), f"{w}.index")
@@ -335,6 +455,19 @@ def _argument(value: Any, i: int) -> ArgumentEntry:
         dataset = _dataset_name(dataset, f"{w}.dataset")
     if role != "input" and dataset is None:
         raise _fail(w, f"a {role} needs the HDF5 'dataset' that holds its value")
+    if role == "input" and dataset is not None:
+        raise _fail(
+            f"{w}.dataset",
+            "an input has no dataset (its example value, if any, is in examples.inputs)",
+        )
+    sha = None
+    if version >= 2 and dataset is not None:
+        sha = _sha(_get(obj, "sha256", str, w), f"{w}.sha256")
+    path = _path(_get(obj, "path", list, w), f"{w}.path")
+    if role != "input" and not path:
+        raise _fail(
+            f"{w}.path", f"a {role} path names a leaf inside the tree, so it cannot be empty"
+        )
     batch_axis = _opt(obj, "batch_axis", int, w)
     if batch_axis is not None and not 0 <= batch_axis < max(len(shape), 1):
         raise _fail(f"{w}.batch_axis", f"axis {batch_axis} out of range for rank {len(shape)}")
@@ -345,13 +478,14 @@ def _argument(value: Any, i: int) -> ArgumentEntry:
     return ArgumentEntry(
         index=index,
         role=role,
-        path=_path(_get(obj, "path", list, w), f"{w}.path"),
+        path=path,
         dtype=dtype,
         shape=shape,
         julia_shape=julia_shape,
         dataset=dataset,
         batch_axis=batch_axis,
         tied_paths=tied,
+        sha256=sha,
     )
 
 
@@ -362,7 +496,7 @@ def _output_path(value: Any, where: str) -> LuxPath:
     return p
 
 
-def _result(value: Any, k: int) -> ResultEntry:
+def _result(value: Any, k: int, version: int, n_args: int) -> ResultEntry:
     w = f"results[{k}]"
     obj = _typed(value, dict, w)
     index = _int(_get(obj, "index", int, w), f"{w}.index")
@@ -370,9 +504,17 @@ def _result(value: Any, k: int) -> ResultEntry:
         raise _fail(
             w, f"index is {index} but the entry is number {k}; entries must be in @main order"
         )
+    echo_of = None
+    if version >= 2 and obj.get("echo_of") is not None:
+        if n_args == 0:
+            raise _fail(f"{w}.echo_of", "refers to an argument but @main has none")
+        echo_of = _int(obj["echo_of"], f"{w}.echo_of", hi=n_args - 1)
     paths = _get(obj, "paths", list, w)
-    if not paths:
-        raise _fail(f"{w}.paths", "a result needs at least one output path")
+    if not paths and echo_of is None:
+        raise _fail(
+            f"{w}.paths",
+            "a result needs at least one output path (only a result with echo_of may have none)",
+        )
     shape = _shape(_get(obj, "shape", list, w), f"{w}.shape")
     dtype = _dtype(_get(obj, "dtype", str, w), f"{w}.dtype")
     _check_size(shape, dtype, f"{w}.shape")
@@ -385,37 +527,118 @@ def _result(value: Any, k: int) -> ResultEntry:
         dtype=dtype,
         shape=shape,
         batch_axis=batch_axis,
+        echo_of=echo_of,
     )
 
 
-def _examples(value: Any, n_args: int, n_results: int) -> Examples:
+def default_tolerances(result_dtypes: list[str] | tuple[str, ...]) -> tuple[float, float]:
+    """(rtol, atol) for verify when the manifest gives none (spec §3.7).
+
+    Set by the least precise float type among `result_dtypes`: 16-bit 1e-2/1e-3, 32-bit
+    (complex<f32> included) 1e-4/1e-5, 64-bit 1e-10/1e-12; 0/0 when no result is a float.
+    """
+    if any(d in ("f16", "bf16") for d in result_dtypes):
+        return 1e-2, 1e-3
+    if any(d in ("f32", "complex<f32>") for d in result_dtypes):
+        return 1e-4, 1e-5
+    if any(d in ("f64", "complex<f64>") for d in result_dtypes):
+        return 1e-10, 1e-12
+    return 0.0, 0.0
+
+
+def _example_entries(
+    obj: dict[str, Any], group: str, key: str, limit: int, version: int
+) -> tuple[ExampleEntry, ...]:
+    out: list[ExampleEntry] = []
+    seen: dict[int, int] = {}
+    for j, e in enumerate(_get(obj, group, list, "examples")):
+        w = f"examples.{group}[{j}]"
+        e = _typed(e, dict, w)
+        if limit == 0:
+            raise _fail(f"{w}.{key}", f"refers to a {key} but @main has none")
+        index = _int(_get(e, key, int, w), f"{w}.{key}", hi=limit - 1)
+        if index in seen:
+            raise _fail(
+                f"{w}.{key}",
+                f"{key} {index} is also given by examples.{group}[{seen[index]}]; each "
+                "appears once",
+            )
+        seen[index] = j
+        dataset = _dataset_name(_get(e, "dataset", str, w), f"{w}.dataset")
+        sha = _sha(_get(e, "sha256", str, w), f"{w}.sha256") if version >= 2 else None
+        out.append(ExampleEntry(index, dataset, sha))
+    return tuple(out)
+
+
+def _examples(
+    value: Any, args: tuple[ArgumentEntry, ...], results: tuple[ResultEntry, ...], version: int
+) -> Examples:
     w = "examples"
     obj = _typed(value, dict, w)
-    ins = []
-    for j, e in enumerate(_get(obj, "inputs", list, w)):
-        e = _typed(e, dict, f"{w}.inputs[{j}]")
-        arg = _int(
-            _get(e, "argument", int, f"{w}.inputs[{j}]"), f"{w}.inputs[{j}].argument", hi=n_args - 1
+    ins = _example_entries(obj, "inputs", "argument", len(args), version)
+    outs = _example_entries(obj, "outputs", "result", len(results), version)
+    for j, e in enumerate(ins):
+        if args[e.index].role != "input":
+            raise _fail(
+                f"{w}.inputs[{j}].argument",
+                f"argument {e.index} is a {args[e.index].role}, expected an input argument (the "
+                "bundle's own parameters and states are the example's)",
+            )
+    missing = sorted({a.index for a in args if a.role == "input"} - {e.index for e in ins})
+    if missing:
+        raise _fail(
+            f"{w}.inputs",
+            f"no value for input argument(s) {missing}; the examples give every input",
         )
-        ins.append(
-            (arg, _dataset_name(_get(e, "dataset", str, f"{w}.inputs[{j}]"), f"{w}.inputs[{j}]"))
-        )
-    outs = []
-    for j, e in enumerate(_get(obj, "outputs", list, w)):
-        e = _typed(e, dict, f"{w}.outputs[{j}]")
-        res = _int(
-            _get(e, "result", int, f"{w}.outputs[{j}]"),
-            f"{w}.outputs[{j}].result",
-            hi=n_results - 1,
-        )
-        outs.append(
-            (res, _dataset_name(_get(e, "dataset", str, f"{w}.outputs[{j}]"), f"{w}.outputs[{j}]"))
-        )
-    rtol = float(_typed(obj.get("rtol", 1e-4), (int, float), f"{w}.rtol"))
-    atol = float(_typed(obj.get("atol", 1e-5), (int, float), f"{w}.atol"))
-    if not (0 <= rtol < 1e6 and 0 <= atol < 1e6):
-        raise _fail(w, "rtol and atol must be non-negative numbers")
-    return Examples(tuple(ins), tuple(outs), rtol, atol)
+    if not outs:
+        raise _fail(f"{w}.outputs", "expected at least one reference output")
+    rtol_default, atol_default = default_tolerances([results[e.index].dtype for e in outs])
+    tolerances = []
+    for key, default in (("rtol", rtol_default), ("atol", atol_default)):
+        v = obj.get(key)
+        v = default if v is None else float(_typed(v, (int, float), f"{w}.{key}"))
+        if not 0 <= v < 1e6:
+            raise _fail(f"{w}.{key}", f"expected a number in [0, 1e6), found {v}")
+        tolerances.append(v)
+    return Examples(ins, outs, tolerances[0], tolerances[1])
+
+
+def _static_value(value: Any, where: str) -> bool | int | float | str | None:
+    if value is None or isinstance(value, bool | float):
+        return value  # strict JSON has no NaN/Infinity, so floats are finite
+    if isinstance(value, int):
+        if not -(1 << 63) <= value < (1 << 64):
+            raise _fail(where, f"integer {value} fits neither Int64 nor UInt64")
+        return value
+    if isinstance(value, str):
+        if len(value) > MAX_STATIC_STRING:
+            raise _fail(where, f"string longer than {MAX_STATIC_STRING} characters")
+        return _utf8(value, where)
+    raise _fail(
+        where,
+        f"expected a JSON scalar (null, boolean, number or string), found {type(value).__name__}",
+    )
+
+
+def _static_state(value: Any) -> tuple[StaticLeaf, ...]:
+    out = []
+    for j, e in enumerate(_typed(value, list, "static_state")):
+        w = f"static_state[{j}]"
+        e = _typed(e, dict, w)
+        path = _path(_get(e, "path", list, w), f"{w}.path")
+        if not path:
+            raise _fail(f"{w}.path", "a state path names a leaf inside st, so it cannot be empty")
+        if "value" not in e:
+            raise _fail(w, "missing required key 'value'")
+        julia_type = _get(e, "julia_type", str, w)
+        if not 0 < len(julia_type) <= MAX_JULIA_TYPE or not julia_type.isprintable():
+            raise _fail(
+                f"{w}.julia_type",
+                f"expected a Julia type name of 1 to {MAX_JULIA_TYPE} printable characters, "
+                f"found {julia_type!r:.80}",
+            )
+        out.append(StaticLeaf(path, _static_value(e["value"], f"{w}.value"), julia_type))
+    return tuple(out)
 
 
 def _empty(value: Any) -> dict[str, tuple[LuxPath, ...]]:
@@ -432,7 +655,20 @@ def _empty(value: Any) -> dict[str, tuple[LuxPath, ...]]:
 
 
 def parse_manifest(obj: Any) -> Manifest:
-    """Validate a decoded manifest.json object (structure and internal consistency)."""
+    """Validate a decoded manifest.json object (structure and internal consistency).
+
+    Args:
+        obj: the decoded JSON (format version 1 or 2).
+
+    Returns:
+        The validated Manifest.
+
+    Raises:
+        ManifestError: a key is missing, has the wrong type or breaks a rule of the spec; the
+            message names the field (e.g. ``arguments[3].path[1]``) and what was expected.
+        UnsafeBundleError: a file name could leave the bundle directory.
+        BundleVersionError: the manifest is of a newer format than this reader knows.
+    """
     obj = _typed(obj, dict, "top level")
     fmt = _get(obj, "format", str, "top level")
     if fmt != FORMAT:
@@ -440,21 +676,30 @@ def parse_manifest(obj: Any) -> Manifest:
             "format", f"expected {FORMAT!r}, found {fmt!r}; this is not a juliabridge bundle"
         )
     version = _get(obj, "format_version", int, "top level")
-    if version > FORMAT_VERSION:
+    if version > max(READABLE_VERSIONS):
         raise BundleVersionError(
             f"manifest.json: format_version {version} is newer than this juliabridge reads "
-            f"({FORMAT_VERSION}); upgrade juliabridge (pip install -U juliabridge)"
+            f"({', '.join(map(str, READABLE_VERSIONS))}); upgrade juliabridge "
+            "(pip install -U juliabridge)"
         )
-    if version < 1:
-        raise _fail("format_version", f"expected 1, found {version}")
+    if version not in READABLE_VERSIONS:
+        raise _fail(
+            "format_version",
+            f"expected {' or '.join(map(str, READABLE_VERSIONS))}, found {version}",
+        )
     name = _get(obj, "name", str, "top level")
     if not _NAME.match(name):
         raise _fail("name", f"expected 1-128 characters of [A-Za-z0-9_.-], found {name!r:.80}")
     mode = _get(obj, "mode", str, "top level")
     if mode not in MODES:
         raise _fail("mode", f"expected 'test' or 'train', found {mode!r}")
-    args = tuple(_argument(a, i) for i, a in enumerate(_get(obj, "arguments", list, "top level")))
-    results = tuple(_result(r, k) for k, r in enumerate(_get(obj, "results", list, "top level")))
+    args = tuple(
+        _argument(a, i, version) for i, a in enumerate(_get(obj, "arguments", list, "top level"))
+    )
+    results = tuple(
+        _result(r, k, version, len(args))
+        for k, r in enumerate(_get(obj, "results", list, "top level"))
+    )
     aliases = []
     for j, a in enumerate(_get(obj, "aliases", list, "top level")):
         w = f"aliases[{j}]"
@@ -470,33 +715,69 @@ def parse_manifest(obj: Any) -> Manifest:
             _int(_get(b, "size", int, "batch"), "batch.size", lo=1),
             _get(b, "samples_independent", bool, "batch"),
         )
+        if mode == "train" and batch.samples_independent:
+            raise _fail(
+                "batch.samples_independent",
+                "expected false in train mode: training-mode layers such as BatchNorm mix "
+                "samples, so splitting a batch would silently change the results",
+            )
     examples = None
     if obj.get("examples") is not None:
-        examples = _examples(obj["examples"], len(args), len(results))
+        examples = _examples(obj["examples"], args, results, version)
     metadata = obj.get("metadata") or {}
+    static_state: tuple[StaticLeaf, ...] = ()
+    if version >= 2 and obj.get("static_state") is not None:
+        static_state = _static_state(obj["static_state"])
     manifest = Manifest(
         name=name,
         producer=_producer(_get(obj, "producer", dict, "top level")),
-        module=_file_ref(_get(obj, "module", dict, "top level"), "module"),
-        weights=_file_ref(_get(obj, "weights", dict, "top level"), "weights"),
+        module=_file_ref(
+            _get(obj, "module", dict, "top level"), "module", version=version, artifact=True
+        ),
+        weights=_file_ref(
+            _get(obj, "weights", dict, "top level"),
+            "weights",
+            version=version,
+            sha_required=False,
+        ),
         mode=mode,
         arguments=args,
         results=results,
         aliases=tuple(aliases),
         batch=batch,
         examples=examples,
-        vjp=_file_ref(obj["vjp"], "vjp") if obj.get("vjp") is not None else None,
+        vjp=(
+            _file_ref(obj["vjp"], "vjp", version=version, artifact=True)
+            if obj.get("vjp") is not None
+            else None
+        ),
         metadata=_typed(metadata, dict, "metadata"),
         empty=_empty(obj.get("empty")),
         format_version=version,
+        static_state=static_state,
     )
+    _check_files(manifest)
     _check_consistency(manifest)
     return manifest
 
 
+def _check_files(m: Manifest) -> None:
+    """Every file the manifest names is a different file, and none is the manifest itself."""
+    # Case-folded: on macOS and Windows "Model.mlir" and "model.mlir" are one file.
+    taken: dict[str, str] = {MANIFEST_NAME: "the manifest"}
+    for key, ref in m.files():
+        folded = ref.file.casefold()
+        if folded in taken:
+            raise _fail(
+                f"{key}.file",
+                f"{ref.file!r} is also {taken[folded]}; every file of a bundle has its own name",
+            )
+        taken[folded] = f"{key}.file"
+
+
 def _check_consistency(m: Manifest) -> None:
     seen: dict[tuple[str, LuxPath], int] = {}
-    datasets: dict[str, int] = {}
+    datasets: dict[str, str] = {}
     for a in m.arguments:
         for p in (a.path, *a.tied_paths):
             key = (a.role, p)
@@ -507,42 +788,126 @@ def _check_consistency(m: Manifest) -> None:
                 )
             seen[key] = a.index
         if a.dataset is not None:
-            if a.dataset in datasets:
-                raise _fail(
-                    f"arguments[{a.index}].dataset",
-                    f"{a.dataset} is also used by argument {datasets[a.dataset]}",
-                )
-            datasets[a.dataset] = a.index
+            _claim_dataset(datasets, a.dataset, f"arguments[{a.index}].dataset")
+    if m.examples is not None:
+        for group, entries in (("inputs", m.examples.inputs), ("outputs", m.examples.outputs)):
+            for j, entry in enumerate(entries):
+                _claim_dataset(datasets, entry.dataset, f"examples.{group}[{j}].dataset")
+    for r in m.results:
+        if r.echo_of is not None:
+            _check_echo(m, r)
     # Integer and named steps cannot share a parent, and no path may be a prefix of another.
     outputs: dict[LuxPath, str] = {}
     for r in m.results:
-        for p in r.paths:
-            _claim(outputs, p, f"results[{r.index}]")
+        for j, p in enumerate(r.paths):
+            _claim(outputs, p, f"results[{r.index}].paths[{j}]")
     for j, al in enumerate(m.aliases):
-        _claim(outputs, al.path, f"aliases[{j}]")
+        _claim(outputs, al.path, f"aliases[{j}].path")
     _check_prefixes(list(outputs), "output")
     _check_step_kinds(list(outputs), "output")
     for role in ROLES:
         _check_prefixes([p for (r, p) in seen if r == role], role)
+    static = {leaf.path: j for j, leaf in enumerate(m.static_state)}
+    if len(static) != len(m.static_state):
+        raise _fail("static_state", "a path appears twice; each state leaf is listed once")
     for group, role in (("params", "parameter"), ("state", "state")):
         empties = m.empty.get(group, ())
         leaves = {p for (r, p) in seen if r == role}
+        if role == "state":
+            _check_static_paths(static, leaves)
+            leaves |= set(static)
         # Every prefix of every leaf, so each empty path is checked in O(its length).
         inner = {leaf[:n] for leaf in leaves for n in range(len(leaf) + 1)}
         for e in empties:
             if e in inner or any(e[:n] in leaves for n in range(len(e) + 1)):
                 raise _fail(
                     f"empty.{group}",
-                    f"{list(e)} is listed as an empty container but holds or is an argument",
+                    f"{list(e)} is listed as an empty container but holds or is a leaf",
                 )
+        _check_prefixes(list(leaves), role)
         _check_step_kinds([*leaves, *empties], role)
     _check_step_kinds([p for (r, p) in seen if r == "input"], "input")
-    # The returned state is the state tree with some leaves replaced: an output path under
-    # "state" must be a leaf of that tree or a new leaf beside it, never above or below one.
-    state_tree = {p for (r, p) in seen if r == "state"}
-    state_tree |= {p[1:] for p in outputs if p[0] == "state"}
-    _check_prefixes(list(state_tree), "state (arguments and returned state)")
-    _check_step_kinds(list(state_tree), "state (arguments and returned state)")
+    _check_returned_state(m)
+
+
+def _check_static_paths(static: dict[LuxPath, int], state_leaves: set[LuxPath]) -> None:
+    """A static leaf is a leaf of the state tree beside the arrays: not on, above or below one."""
+    above = {leaf[:n] for leaf in state_leaves for n in range(len(leaf))}
+    for p, j in static.items():
+        w = f"static_state[{j}].path"
+        if p in state_leaves:
+            raise _fail(w, f"{list(p)} is also a state argument; a leaf is an array or static")
+        if p in above:
+            raise _fail(
+                w,
+                f"{list(p)} is above the state argument(s) below it; a leaf cannot also be a "
+                "container",
+            )
+        for n in range(1, len(p)):
+            if p[:n] in state_leaves:
+                raise _fail(
+                    w,
+                    f"{list(p)} is below the state argument {list(p[:n])}; a leaf cannot also "
+                    "be a container",
+                )
+
+
+def _claim_dataset(datasets: dict[str, str], name: str, where: str) -> None:
+    if name in datasets:
+        raise _fail(where, f"{name} is also used by {datasets[name]}; each dataset holds one value")
+    datasets[name] = where
+
+
+def _check_echo(m: Manifest, r: ResultEntry) -> None:
+    """An echoed argument comes back as it went in: same shape, dtype and batch axis."""
+    assert r.echo_of is not None
+    a = m.arguments[r.echo_of]
+    w = f"results[{r.index}]"
+    if (r.shape, r.dtype) != (a.shape, a.dtype):
+        raise _fail(
+            w,
+            f"echo_of argument {a.index} ({a.label}, {a.dtype} {list(a.shape)}) but the result "
+            f"is {r.dtype} {list(r.shape)}; an echoed argument keeps its shape and dtype",
+        )
+    if r.batch_axis != a.batch_axis:
+        raise _fail(
+            f"{w}.batch_axis",
+            f"expected {a.batch_axis} (the batch_axis of argument {a.index}, which it echoes), "
+            f"found {r.batch_axis}",
+        )
+
+
+def _check_returned_state(m: Manifest) -> None:
+    """new_state is the state tree: every returned state leaf is a state argument's leaf.
+
+    Lux returns the whole state with some leaves replaced, so a value returned at
+    ``["state", *p]`` must be the state argument at `p`, with its shape and dtype.
+    """
+    state_args = {a.path: a for a in m.arguments if a.role == "state"}
+    returned: list[tuple[LuxPath, str, tuple[int, ...], str]] = []
+    for r in m.results:
+        returned += [
+            (p, f"results[{r.index}].paths[{j}]", r.shape, r.dtype) for j, p in enumerate(r.paths)
+        ]
+    for j, al in enumerate(m.aliases):
+        src = m.arguments[al.argument]
+        returned.append((al.path, f"aliases[{j}].path", src.shape, src.dtype))
+    for path, where, shape, dtype in returned:
+        if path[0] != "state":
+            continue
+        target = state_args.get(path[1:])
+        if target is None:
+            raise _fail(
+                where,
+                f"{list(path)} is not the path of a state argument; the returned state must "
+                "be the same tree as the state passed in (Lux returns st with leaves replaced)",
+            )
+        if (target.shape, target.dtype) != (shape, dtype):
+            raise _fail(
+                where,
+                f"returns {dtype} {list(shape)} for {target.label}, which is "
+                f"{target.dtype} {list(target.shape)}; a state leaf keeps its shape and dtype",
+            )
 
 
 def _check_step_kinds(paths: list[LuxPath], what: str) -> None:

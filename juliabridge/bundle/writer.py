@@ -1,4 +1,5 @@
-"""Writing bundles from Python (docs/bundle-format.md), for tests and examples made without Julia.
+"""Writing format-2 bundles from Python (docs/bundle-format.md), for tests and examples made
+without Julia.
 
 Bundles written here say so: producer.tool is "juliabridge-python" and made_with_julia is false.
 """
@@ -9,6 +10,7 @@ import datetime as _dt
 import json
 import os
 import shutil
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +20,30 @@ import numpy as np
 
 from .. import dtypes
 from .._version import __version__
-from ..errors import BundleError, JuliaBridgeError, SaveError, SignatureMismatchError
-from ..stablehlo import TensorSpec, parse_module
+from ..errors import (
+    BundleError,
+    JuliaBridgeError,
+    SaveError,
+    SignatureMismatchError,
+    UnsupportedModuleError,
+)
+from ..stablehlo import TensorSpec, artifact, parse_module
 from . import atomic
 from .checksum import sha256_file
-from .manifest import FORMAT, FORMAT_VERSION, MANIFEST_NAME, LuxPath, parse_manifest
+from .digest import dataset_digest
+from .manifest import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    LuxPath,
+    default_tolerances,
+    parse_manifest,
+)
 from .weights import write_weights
+
+MODULE_FILE = "model.mlir"
+MODULE_ARTIFACT_FILE = "model.mlirbc"
+WEIGHTS_FILE = "weights.h5"
 
 DEFAULT_NOTE = (
     "Written by juliabridge's Python bundle writer following docs/bundle-format.md and Lux's "
@@ -42,14 +62,33 @@ class ArgumentSpec:
 
 
 def reference_tolerances(result_dtypes: Sequence[str]) -> tuple[float, float]:
-    """Default (rtol, atol) for verify, by the widest float type among the results (spec §3.7)."""
-    if any(d in ("f16", "bf16") for d in result_dtypes):
-        return 1e-2, 1e-3
-    if any(d in ("f32", "complex<f32>") for d in result_dtypes):
-        return 1e-4, 1e-5
-    if any(d in ("f64", "complex<f64>") for d in result_dtypes):
-        return 1e-10, 1e-12
-    return 0.0, 0.0
+    """Default (rtol, atol) for verify, by the least precise float type among the results.
+
+    The same defaults a reader applies when the manifest gives none (spec §3.7).
+    """
+    return default_tolerances(tuple(result_dtypes))
+
+
+def artifact_entry(
+    module_text: str, file: str, where: str
+) -> tuple[dict[str, Any], bytes] | tuple[None, None]:
+    """The manifest's `artifact` object and the bytes for a module, or (None, None).
+
+    The module is serialized at artifact.ARTIFACT_TARGET (spec §2.1). A module that cannot be
+    expressed at that target gets no artifact, with a RuntimeWarning: the text is always there.
+    """
+    try:
+        art = artifact.serialize(module_text)
+    except UnsupportedModuleError as e:
+        warnings.warn(f"{where}: no portable artifact written: {e}", RuntimeWarning, stacklevel=3)
+        return None, None
+    entry = {
+        "file": file,
+        "sha256": "",  # filled in once the file is written
+        "stablehlo_version": art.stablehlo_version,
+        "target": art.target,
+    }
+    return entry, art.data
 
 
 def dataset_name(role: str, path: LuxPath) -> str:
@@ -133,8 +172,42 @@ def write_bundle(
     rtol: float | None = None,
     atol: float | None = None,
     empty: Mapping[str, Sequence[Sequence[str | int]]] | None = None,
+    result_echoes: Sequence[int | None] | None = None,
+    static_state: Sequence[tuple[Sequence[str | int], Any, str]] = (),
+    portable_artifact: bool = True,
 ) -> Path:
-    """Write a format-1 bundle directory atomically and return its path."""
+    """Write a format-2 bundle directory atomically and return its path.
+
+    Args:
+        path: the bundle directory to create (or, with `overwrite`, replace).
+        name: the model name.
+        mlir_text: the forward StableHLO module; written as is, and (sanitized) as the
+            portable artifact.
+        arguments: one spec per @main argument, in order (values in MLIR shape).
+        result_paths: the output paths of each @main result (may be empty for an echo).
+        aliases: (output path, argument index) of outputs that are arguments unchanged.
+        mode: "test" or "train".
+        batch: the manifest's batch object.
+        example_outputs: reference outputs for the input values in `arguments`; with them
+            the bundle gets an examples section.
+        result_batch_axes: batch axis of each result (None: none).
+        metadata: free-form JSON.
+        note: the producer note.
+        overwrite: replace an existing bundle at `path`.
+        rtol, atol: verify tolerances (default: spec §3.7's per-dtype values).
+        empty: paths of empty containers in ps ("params") and st ("state").
+        result_echoes: per result, the argument it returns unchanged (spec §3.4), or None.
+        static_state: (path in st, JSON scalar value, Julia type name) of non-array state.
+        portable_artifact: also write model.mlirbc (spec §2.1).
+
+    Returns:
+        `path`.
+
+    Raises:
+        SignatureMismatchError: the specs do not match @main.
+        ManifestError: the result would not be a valid manifest.
+        BundleError, SaveError: the target exists or cannot be written.
+    """
     target = Path(path)
     module = parse_module(mlir_text)
     if len(arguments) != len(module.arguments):
@@ -164,6 +237,7 @@ def write_bundle(
         }
         if spec.role != "input":
             entry["dataset"] = dataset_name(spec.role, tuple(spec.path))
+            entry["sha256"] = dataset_digest(value, want.dtype)
             arrays[entry["dataset"]] = (value, want.dtype)
         if spec.batch_axis is not None:
             entry["batch_axis"] = spec.batch_axis
@@ -178,6 +252,8 @@ def write_bundle(
         }
         if result_batch_axes is not None and result_batch_axes[k] is not None:
             r["batch_axis"] = result_batch_axes[k]
+        if result_echoes is not None and result_echoes[k] is not None:
+            r["echo_of"] = result_echoes[k]
         results.append(r)
     manifest: dict[str, Any] = {
         "format": FORMAT,
@@ -193,8 +269,9 @@ def write_bundle(
             "note": note,
             "created": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         },
-        "module": {"file": "model.mlir", "sha256": ""},
-        "weights": {"file": "weights.h5", "sha256": ""},
+        # Format 2: no whole-file hash of the weights; each dataset has its own (spec §4.1).
+        "module": {"file": MODULE_FILE, "sha256": ""},
+        "weights": {"file": WEIGHTS_FILE},
         "mode": mode,
         "arguments": arg_entries,
         "results": results,
@@ -204,6 +281,10 @@ def write_bundle(
         manifest["batch"] = dict(batch)
     if empty:
         manifest["empty"] = {g: [list(p) for p in empty.get(g, ())] for g in ("params", "state")}
+    if static_state:
+        manifest["static_state"] = [
+            {"path": list(p), "value": v, "julia_type": t} for p, v, t in static_state
+        ]
     if example_outputs is not None:
         default_rtol, default_atol = reference_tolerances([s.dtype for s in module.results])
         rtol = default_rtol if rtol is None else rtol
@@ -212,23 +293,35 @@ def write_bundle(
         for e in arg_entries:
             if e["role"] == "input":
                 ds = f"/examples/inputs/{e['index']}"
-                arrays[ds] = (np.asarray(arguments[e["index"]].value), e["dtype"])
-                ex_in.append({"argument": e["index"], "dataset": ds})
+                value = np.asarray(arguments[e["index"]].value)
+                arrays[ds] = (value, e["dtype"])
+                sha = dataset_digest(value, e["dtype"])
+                ex_in.append({"argument": e["index"], "dataset": ds, "sha256": sha})
         ex_out = []
         for k, (out, out_spec) in enumerate(zip(example_outputs, module.results)):
             ds = f"/examples/outputs/{k}"
-            arrays[ds] = (np.asarray(out, dtype=dtypes.to_numpy(out_spec.dtype)), out_spec.dtype)
-            ex_out.append({"result": k, "dataset": ds})
+            value = np.asarray(out, dtype=dtypes.to_numpy(out_spec.dtype))
+            arrays[ds] = (value, out_spec.dtype)
+            sha = dataset_digest(value, out_spec.dtype)
+            ex_out.append({"result": k, "dataset": ds, "sha256": sha})
         manifest["examples"] = {"inputs": ex_in, "outputs": ex_out, "rtol": rtol, "atol": atol}
     if metadata:
         manifest["metadata"] = metadata
+    art_bytes = None
+    if portable_artifact:
+        art_entry, art_bytes = artifact_entry(module.text, MODULE_ARTIFACT_FILE, str(target))
+        if art_entry is not None:
+            manifest["module"]["artifact"] = art_entry
     tmp = _atomic_dir(target, overwrite)
     try:
-        (tmp / "model.mlir").write_text(mlir_text, encoding="utf-8")
-        atomic.fsync_file(tmp / "model.mlir")
-        write_weights(tmp / "weights.h5", arrays)
-        manifest["module"]["sha256"] = sha256_file(tmp / "model.mlir")
-        manifest["weights"]["sha256"] = sha256_file(tmp / "weights.h5")
+        (tmp / MODULE_FILE).write_text(mlir_text, encoding="utf-8")
+        atomic.fsync_file(tmp / MODULE_FILE)
+        manifest["module"]["sha256"] = sha256_file(tmp / MODULE_FILE)
+        if art_bytes is not None:
+            (tmp / MODULE_ARTIFACT_FILE).write_bytes(art_bytes)
+            atomic.fsync_file(tmp / MODULE_ARTIFACT_FILE)
+            manifest["module"]["artifact"]["sha256"] = sha256_file(tmp / MODULE_ARTIFACT_FILE)
+        write_weights(tmp / WEIGHTS_FILE, arrays)
         parse_manifest(json.loads(json.dumps(manifest)))  # never write what we would not read
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         atomic.fsync_file(tmp / MANIFEST_NAME)

@@ -263,9 +263,15 @@ def _analyze(
     return args, results, ops, custom_calls, int(parts), clean
 
 
-def parse_module(source: str | os.PathLike[str], *, trust: bool = False) -> StableHLOModule:
-    """Parse, sanitize and check a StableHLO module given as a path or as text."""
-    raw, origin = _read_source(source)
+def parse_module(
+    source: str | os.PathLike[str], *, trust: bool = False, origin: str | None = None
+) -> StableHLOModule:
+    """Parse, sanitize and check a StableHLO module given as a path or as text.
+
+    `origin` names text read elsewhere (e.g. a bundle file hashed first) in error messages.
+    """
+    raw, found = _read_source(source)
+    origin = origin or found
     _check_nesting(raw, origin)
     text, name = fix_module_header(raw)
     report = SanitizeReport(module_name=name)

@@ -1,0 +1,165 @@
+"""Which form of a bundle's modules to read: the portable artifact or the text (spec §2.1).
+
+Each file is read once, hashed and then parsed from those same bytes, so what is checked is
+what is compiled. The forward and VJP artifacts of one bundle are deserialized together, in one
+child process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import BundleError, ChecksumError, MLIRParseError
+from ..stablehlo import artifact
+from ..stablehlo.module import MAX_MODULE_BYTES
+from .checksum import sha256_file
+from .manifest import MANIFEST_NAME, FileRef, Manifest
+
+ARTIFACT = "artifact"
+TEXT = "text"
+
+
+@dataclass(frozen=True)
+class ModuleSource:
+    """The MLIR text to parse for one module, where it came from and why that form."""
+
+    text: str
+    #: The file the text came from, for messages.
+    origin: str
+    #: ``"artifact"`` or ``"text"``.
+    used: str
+    #: Why, e.g. "artifact target 1.22.0 is newer than this jaxlib's StableHLO 1.17.0 reads".
+    note: str
+
+
+def _read(path: Path, key: str, limit: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise BundleError(
+            f"{path}: cannot read the {key} file ({e.strerror}); check its permissions"
+        ) from e
+    if len(data) > limit:
+        raise MLIRParseError(f"{path}: larger than the {limit >> 30} GiB {key} file limit")
+    return data
+
+
+def _check_sha(path: Path, got: str, want: str | None) -> None:
+    if want is not None and got != want:
+        raise ChecksumError(
+            f"{path}: sha256 is {got} but {MANIFEST_NAME} records {want}; the file was "
+            "modified or corrupted. Re-export the bundle, or pass verify_checksums=False if you "
+            "changed it on purpose."
+        )
+
+
+def _text(path: Path, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MLIRParseError(
+            f"{path}: not UTF-8 text ({e}), so not an MLIR module; is it the right file "
+            "(e.g. not the HDF5 weights)?"
+        ) from e
+
+
+def _read_text(path: Path, key: str, ref: FileRef, verify: bool) -> str:
+    data = _read(path, key, MAX_MODULE_BYTES)
+    if verify:
+        _check_sha(path, hashlib.sha256(data).hexdigest(), ref.sha256)
+    return _text(path, data)
+
+
+def read_module_sources(
+    root: Path, manifest: Manifest, *, verify: bool, isolated: bool = True
+) -> dict[str, ModuleSource]:
+    """The text to parse for ``"module"`` and (when the bundle has one) ``"vjp"``.
+
+    A module's artifact is used when the installed StableHLO reads its target; otherwise, or
+    when it fails to deserialize (with a RuntimeWarning), the text file is. With `verify`, every
+    module file is checked against its sha256, the form not used included.
+
+    Args:
+        root: the bundle directory (file names already checked by the caller).
+        manifest: the validated manifest.
+        verify: check sha256 digests.
+        isolated: deserialize artifacts in a child process (False only for trusted bundles).
+
+    Returns:
+        ``{"module": ModuleSource, "vjp": ModuleSource}`` (no ``"vjp"`` without one).
+
+    Raises:
+        ChecksumError: a file does not match its sha256.
+        BundleError, MLIRParseError: a file cannot be read, is too large or is not UTF-8 text.
+    """
+    refs = {"module": manifest.module, "vjp": manifest.vjp}
+    out: dict[str, ModuleSource] = {}
+    pending: list[tuple[str, bytes, Path]] = []
+    notes: dict[str, str] = {}
+    for key, ref in refs.items():
+        if ref is None:
+            continue
+        text_path = root / ref.file
+        art = ref.artifact
+        reason = (
+            "format 1 bundles have no portable artifact"
+            if manifest.format_version < 2
+            else "the bundle has no portable artifact of it"
+        )
+        if art is not None:
+            reason = (
+                f"the artifact {art.file} is not used: {why}"
+                if (why := artifact.unreadable_reason(art.target))
+                else ""
+            )
+        if art is not None and not reason:
+            path = root / art.file
+            data = _read(path, f"{key} artifact", artifact.MAX_ARTIFACT_BYTES)
+            if verify:
+                _check_sha(path, hashlib.sha256(data).hexdigest(), art.sha256)
+                # The text is not parsed, but it is part of the bundle: check it all the same.
+                _check_sha(text_path, _hash_file(text_path, key), ref.sha256)
+            pending.append((key, data, path))
+            notes[key] = (
+                f"portable artifact {art.file} (VHLO target {art.target}, written at StableHLO "
+                f"{art.stablehlo_version})"
+            )
+        else:
+            if art is not None and verify:  # not used, but part of the bundle: check it
+                _check_sha(root / art.file, _hash_file(root / art.file, key), art.sha256)
+            out[key] = ModuleSource(
+                _read_text(text_path, key, ref, verify), str(text_path), TEXT, reason
+            )
+    texts = artifact.deserialize(
+        [d for _, d, _ in pending], [str(p) for _, _, p in pending], isolated=isolated
+    )
+    for (key, _, path), text in zip(pending, texts):
+        ref = refs[key]
+        assert ref is not None
+        if isinstance(text, str):
+            out[key] = ModuleSource(text, str(path), ARTIFACT, notes[key])
+            continue
+        warnings.warn(
+            f"{text}; reading the text module {ref.file} instead", RuntimeWarning, stacklevel=3
+        )
+        text_path = root / ref.file
+        out[key] = ModuleSource(
+            _read_text(text_path, key, ref, verify),
+            str(text_path),
+            TEXT,
+            f"the artifact could not be read ({text})",
+        )
+    return out
+
+
+def _hash_file(path: Path, key: str) -> str:
+    try:
+        return sha256_file(path)
+    except OSError as e:
+        raise BundleError(
+            f"{path}: cannot read the {key} file ({e.strerror}); check its permissions"
+        ) from e

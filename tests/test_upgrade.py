@@ -1,0 +1,235 @@
+"""Format-1 bundles keep loading, and `juliabridge upgrade` turns them into format 2 in place.
+
+The format-1 copy of the shipped LeNet is made at test time by `to_format1`, the inverse of the
+upgrade written from the spec's §8 (drop what format 2 added, restore the whole-file hash).
+Outputs are checked against tests/reference/lux_numpy.py, not only against each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import h5py
+import jax
+import numpy as np
+import pytest
+
+import juliabridge
+from juliabridge.bundle import open_bundle
+from juliabridge.bundle import upgrade as upgrade_mod
+from juliabridge.bundle.checksum import sha256_file
+from juliabridge.bundle.upgrade import upgrade_bundle
+from juliabridge.cli import main
+from juliabridge.examples.paths import example_bundle_path
+from tests.reference import lux_numpy
+
+LENET = example_bundle_path("lenet")
+
+
+def to_format1(src: Path, dst: Path) -> Path:
+    """A format-1 copy of format-2 bundle `src` at `dst` (spec §8, the upgrade's inverse)."""
+    shutil.copytree(src, dst)
+    m = json.loads((dst / "manifest.json").read_text())
+    m["format_version"] = 1
+    for key in ("module", "vjp"):
+        art = m.get(key, {}).pop("artifact", None)
+        if art is not None:
+            (dst / art["file"]).unlink()
+    for a in m["arguments"]:
+        a.pop("sha256", None)
+    for group in ("inputs", "outputs"):
+        for e in m.get("examples", {}).get(group, []):
+            e.pop("sha256", None)
+    m.pop("static_state", None)
+    m["weights"]["sha256"] = sha256_file(dst / m["weights"]["file"])
+    (dst / "manifest.json").write_text(json.dumps(m, indent=2) + "\n")
+    return dst
+
+
+@pytest.fixture
+def v1(tmp_path: Path) -> Path:
+    return to_format1(LENET, tmp_path / "lenet_v1.bundle")
+
+
+def _x() -> np.ndarray:
+    return np.random.default_rng(11).standard_normal((4, 1, 28, 28)).astype(np.float32)
+
+
+def _check_against_numpy(model: juliabridge.LuxModel, label: str) -> np.ndarray:
+    y = np.asarray(model(_x()))
+    params = jax.tree.map(np.asarray, model.params)
+    y_ref, _ = lux_numpy.lenet(_x(), params, {})
+    scale = max(1.0, float(np.max(np.abs(y_ref))))
+    np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-5 * scale, err_msg=label)
+    return y
+
+
+def _files(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir())}
+
+
+def test_shipped_example_is_format_2_with_artifacts() -> None:
+    model = juliabridge.import_lux(LENET, backend="xla")
+    m = model.manifest
+    assert m.format_version == 2 and m.weights.sha256 is None
+    assert m.module.artifact is not None and m.vjp is not None and m.vjp.artifact is not None
+    assert all(a.sha256 for a in m.arguments if a.dataset)
+    assert model.bundle.module_source == "artifact" and model.bundle.vjp_source == "artifact"
+    _check_against_numpy(model, "shipped format 2")
+
+
+def test_format_1_bundle_still_loads(v1: Path) -> None:
+    model = juliabridge.import_lux(v1, backend="xla")
+    assert model.manifest.format_version == 1
+    assert model.bundle.module_source == "text" and model.bundle.vjp_source == "text"
+    assert "format 1" in model.bundle.module_source_note
+    _check_against_numpy(model, "format 1")
+    assert juliabridge.verify(v1, backend="xla").ok
+    # Gradients come from the format-1 VJP text module on the xla backend.
+    loss = lambda p: model.apply(p, model.state, _x())[0].sum()  # noqa: E731
+    grads = jax.grad(loss)(model.params)
+    assert np.all(np.isfinite(np.asarray(grads["layer_1"]["weight"])))
+
+
+def test_format_1_whole_file_hash_is_still_verified(v1: Path) -> None:
+    with open(v1 / "weights.h5", "ab") as f:
+        f.write(b"x")
+    with pytest.raises(juliabridge.ChecksumError, match=r"weights\.h5: sha256 is"):
+        open_bundle(v1)
+
+
+def test_upgrade_format_1(v1: Path) -> None:
+    before = _files(v1)
+    y_before = np.asarray(juliabridge.import_lux(v1, backend="xla")(_x()))
+    report = upgrade_bundle(v1)
+    assert report.changed and (report.from_version, report.to_version) == (1, 2)
+    after = _files(v1)
+    # Only the manifest changed; the artifacts are new; weights and text modules are untouched.
+    assert set(after) - set(before) == {"model.mlirbc", "vjp.mlirbc"}
+    for name in before:
+        if name != "manifest.json":
+            assert after[name] == before[name], name
+    m = json.loads(after["manifest.json"])
+    assert m["format_version"] == 2 and "sha256" not in m["weights"]
+    for key, file in (("module", "model.mlirbc"), ("vjp", "vjp.mlirbc")):
+        art = m[key]["artifact"]
+        assert art["file"] == file and art["target"] == "1.17.0"
+        assert art["sha256"] == hashlib.sha256(after[file]).hexdigest()
+    # Digests over the stored f32 data, read with plain h5py and hashed here.
+    with h5py.File(v1 / "weights.h5") as f:
+        entries = [a for a in m["arguments"] if "dataset" in a]
+        entries += m["examples"]["inputs"] + m["examples"]["outputs"]
+        for e in entries:
+            stored = np.asarray(f[e["dataset"]][()], dtype="<f4").tobytes()
+            assert e["sha256"] == hashlib.sha256(stored).hexdigest(), e["dataset"]
+    model = juliabridge.import_lux(v1, backend="xla")
+    assert model.bundle.module_source == "artifact" and model.bundle.vjp_source == "artifact"
+    np.testing.assert_array_equal(_check_against_numpy(model, "upgraded"), y_before)
+    assert juliabridge.verify(v1, backend="xla").ok
+
+
+def test_upgrade_is_idempotent(v1: Path) -> None:
+    upgrade_bundle(v1)
+    before = _files(v1)
+    report = upgrade_bundle(v1)
+    assert not report.changed and report.from_version == report.to_version == 2
+    assert _files(v1) == before
+
+
+def test_upgrade_of_the_shipped_example_changes_nothing(tmp_path: Path) -> None:
+    copy = tmp_path / "lenet.bundle"
+    shutil.copytree(LENET, copy)
+    assert not upgrade_bundle(copy).changed
+    assert _files(copy) == _files(LENET)
+
+
+def test_upgrade_adds_a_missing_vjp_artifact(tmp_path: Path) -> None:
+    # What `juliabridge vjp` leaves behind on a format-2 bundle: a VJP text without artifact.
+    copy = tmp_path / "lenet.bundle"
+    shutil.copytree(LENET, copy)
+    m = json.loads((copy / "manifest.json").read_text())
+    m["vjp"].pop("artifact")
+    (copy / "vjp.mlirbc").unlink()
+    (copy / "manifest.json").write_text(json.dumps(m))
+    assert open_bundle(copy).vjp_source == "text"
+    report = upgrade_bundle(copy)
+    assert report.changes == ("artifact vjp.mlirbc of vjp.mlir (VHLO 1.17.0)",)
+    assert open_bundle(copy).vjp_source == "artifact"
+
+
+def test_upgrade_refuses_a_corrupted_bundle(v1: Path) -> None:
+    # New digests over corrupted data would bless the damage: the old checksums must hold.
+    with h5py.File(v1 / "weights.h5", "r+") as f:
+        f["/params/layer_1/bias"][0] += 1
+    before = _files(v1)
+    with pytest.raises(juliabridge.ChecksumError, match=r"weights\.h5: sha256 is"):
+        upgrade_bundle(v1)
+    assert _files(v1) == before
+
+
+def test_upgrade_never_replaces_a_stray_file(v1: Path) -> None:
+    (v1 / "model.mlirbc").write_bytes(b"someone's file")
+    upgrade_bundle(v1)
+    assert (v1 / "model.mlirbc").read_bytes() == b"someone's file"
+    m = json.loads((v1 / "manifest.json").read_text())
+    assert m["module"]["artifact"]["file"] == "model-2.mlirbc"
+    assert open_bundle(v1).module_source == "artifact"
+
+
+def test_failed_upgrade_leaves_the_bundle_as_it_was(
+    v1: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = _files(v1)
+    real_replace = os.replace
+
+    def failing_replace(src: Any, dst: Any) -> None:
+        if Path(dst).name == "manifest.json":
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(upgrade_mod.os, "replace", failing_replace)
+    with pytest.raises(juliabridge.SaveError, match="the bundle is unchanged"):
+        upgrade_bundle(v1)
+    monkeypatch.undo()
+    assert _files(v1) == before  # no artifact, no temporary left behind
+    assert open_bundle(v1).manifest.format_version == 1
+
+
+def test_concurrent_change_is_not_overwritten(v1: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_write = upgrade_mod._write_new
+
+    def write_and_interfere(path: Path, data: bytes) -> None:
+        real_write(path, data)
+        m = json.loads((v1 / "manifest.json").read_text())
+        m["metadata"] = {"edited": "meanwhile"}
+        (v1 / "manifest.json").write_text(json.dumps(m))
+
+    monkeypatch.setattr(upgrade_mod, "_write_new", write_and_interfere)
+    with pytest.raises(juliabridge.BundleError, match="changed while the upgrade ran"):
+        upgrade_bundle(v1)
+    m = json.loads((v1 / "manifest.json").read_text())
+    assert m["metadata"] == {"edited": "meanwhile"} and m["format_version"] == 1
+    assert not (v1 / "model.mlirbc").exists() and not (v1 / "vjp.mlirbc").exists()
+
+
+def test_upgrade_command(v1: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["upgrade", str(v1)]) == 0
+    out = capsys.readouterr().out
+    assert "upgraded from format 1 to 2" in out and "artifact model.mlirbc" in out
+    assert main(["upgrade", str(v1)]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+    assert main(["inspect", str(v1)]) == 0
+    assert "module read from: artifact" in capsys.readouterr().out
+
+
+def test_upgrade_command_error_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["upgrade", str(tmp_path / "missing.bundle")]) == 2
+    err = capsys.readouterr().err
+    assert "juliabridge upgrade: error:" in err and "no such bundle directory" in err
