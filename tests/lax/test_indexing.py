@@ -19,7 +19,7 @@ from .indexing_reference import (
     np_scatter,
 )
 from .oracles import check_module, interpret, random_array, run_lax, run_xla
-from .shape_helpers import check_grad, check_vmap, lax_fn, main, primitives
+from .shape_helpers import check_grad, check_vmap, lax_fn, loop_count, main, primitives
 from .shape_helpers import x64 as x64  # the fixture, used by every test here
 
 pytestmark = pytest.mark.usefixtures("x64")
@@ -529,10 +529,9 @@ def test_scatter_in_order_batches_without_a_loop_over_the_batch() -> None:
     got = jax.vmap(fn)(np.stack([x, -x]), np.stack([idx, idx]), np.stack([u, u]))
     np.testing.assert_allclose(np.asarray(got[0][1]), np.asarray(fn(-x, idx, u)[0]), rtol=1e-6)
     # the one loop is over the 4 update elements, with the batch carried inside it
-    eqns = jax.make_jaxpr(jax.vmap(fn))(
-        np.stack([x, -x]), np.stack([idx, idx]), np.stack([u, u])
-    ).eqns
-    assert sum(e.primitive.name in ("scan", "while") for e in eqns) == 1
+    batched = [np.stack([x, -x]), np.stack([idx, idx[::-1]]), np.stack([u, 2 * u])]
+    check_vmap(fn, batched, own_loops=True)
+    assert loop_count(jax.make_jaxpr(fn)(x, idx, u)) == 1
 
 
 def test_scatter_mul_with_duplicate_indices_refuses_gradients_by_name() -> None:
