@@ -39,7 +39,7 @@ def _op(value: ir.Value) -> ir.Operation | None:
     """The op that defines `value` inside the comparator, or None for a block argument."""
     if isinstance(value, ir.BlockArgument):
         return None
-    return ir.OpResult(value).owner
+    return ir.OpResult(value).owner.operation
 
 
 def _compare(op: ir.Operation | None, args: list[ir.Value]) -> tuple[str, int, int, bool] | None:
