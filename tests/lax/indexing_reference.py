@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
+def _ints(dims: Sequence[int]) -> list[int]:
+    return [int(d) for d in dims]
+
+
 @dataclass(frozen=True)
 class GatherDims:
     offset_dims: Sequence[int]
@@ -21,14 +25,14 @@ class GatherDims:
 
     def attr(self) -> str:
         parts = [
-            f"offset_dims = {list(self.offset_dims)}",
-            f"collapsed_slice_dims = {list(self.collapsed_slice_dims)}",
+            f"offset_dims = {_ints(self.offset_dims)}",
+            f"collapsed_slice_dims = {_ints(self.collapsed_slice_dims)}",
         ]
         if self.operand_batching_dims:
-            parts.append(f"operand_batching_dims = {list(self.operand_batching_dims)}")
-            parts.append(f"start_indices_batching_dims = {list(self.start_indices_batching_dims)}")
+            parts.append(f"operand_batching_dims = {_ints(self.operand_batching_dims)}")
+            parts.append(f"start_indices_batching_dims = {_ints(self.start_indices_batching_dims)}")
         parts += [
-            f"start_index_map = {list(self.start_index_map)}",
+            f"start_index_map = {_ints(self.start_index_map)}",
             f"index_vector_dim = {self.index_vector_dim}",
         ]
         return "#stablehlo.gather<" + ", ".join(parts) + ">"
@@ -93,16 +97,16 @@ class ScatterDims:
 
     def attr(self) -> str:
         parts = [
-            f"update_window_dims = {list(self.update_window_dims)}",
-            f"inserted_window_dims = {list(self.inserted_window_dims)}",
+            f"update_window_dims = {_ints(self.update_window_dims)}",
+            f"inserted_window_dims = {_ints(self.inserted_window_dims)}",
         ]
         if self.input_batching_dims:
-            parts.append(f"input_batching_dims = {list(self.input_batching_dims)}")
+            parts.append(f"input_batching_dims = {_ints(self.input_batching_dims)}")
             parts.append(
-                f"scatter_indices_batching_dims = {list(self.scatter_indices_batching_dims)}"
+                f"scatter_indices_batching_dims = {_ints(self.scatter_indices_batching_dims)}"
             )
         parts += [
-            f"scatter_dims_to_operand_dims = {list(self.scatter_dims_to_operand_dims)}",
+            f"scatter_dims_to_operand_dims = {_ints(self.scatter_dims_to_operand_dims)}",
             f"index_vector_dim = {self.index_vector_dim}",
         ]
         return "#stablehlo.scatter<" + ", ".join(parts) + ">"
