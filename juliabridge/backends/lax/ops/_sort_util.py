@@ -15,6 +15,7 @@ from jax import lax
 from ....jaxinternals import ir
 from .. import attrs
 from ..registry import OpView
+from ..valtypes import value_type
 from .elementwise import total_order_key
 
 
@@ -52,7 +53,13 @@ def _compare(op: ir.Operation | None, args: list[ir.Value]) -> tuple[str, int, i
         return None
     direction = attrs.enum(op.attributes["comparison_direction"])
     kind = attrs.enum(op.attributes["compare_type"]) if "compare_type" in op.attributes else ""
+    if kind == "TOTALORDER" and not jnp.issubdtype(_dtype(op.operands[0]), jnp.floating):
+        return None  # TOTALORDER means a float key here; anything else takes the network
     return direction, lhs // 2, int(lhs % 2 == 1), kind == "TOTALORDER"
+
+
+def _dtype(value: ir.Value) -> np.dtype:
+    return value_type(value.type).dtype  # type: ignore[union-attr]
 
 
 def _single(op: ir.Operation | None, args: list[ir.Value]) -> Key | None:
@@ -99,15 +106,13 @@ def comparator_keys(view: OpView) -> list[Key] | None:
 
 def _key_values(x: Any, key: Key) -> Any:
     """Values whose ascending order (JAX's: -0 ties +0, NaNs last) is the key's order."""
-    floating = jax.numpy.issubdtype(x.dtype, jax.numpy.floating)  # bf16 and f8 are kind "V"
-    if floating and key.total:
+    if key.total:
         x = total_order_key(x)
-        floating = False
     if not key.descending:
         return x
     # Reversing keeps ties tied (a stable sort keeps their order): ~x for integers and i1,
-    # -x for floats (JAX already ties -0 with +0).
-    return lax.neg(x) if floating else lax.bitwise_not(x)
+    # -x for floats (JAX already ties -0 with +0) and complex numbers (lexicographic order).
+    return lax.neg(x) if jnp.issubdtype(x.dtype, jnp.inexact) else lax.bitwise_not(x)
 
 
 def sort_by_keys(xs: Sequence[Any], keys: Sequence[Key], dim: int, stable: bool) -> list[Any]:
