@@ -236,6 +236,67 @@ def test_counted_loop_forms(
     assert ("scan" in prims) == counted and ("while" in prims) != counted, prims
 
 
+CARRY_TYPES = """module {
+  func.func @main(%b: tensor<2xbf16>, %h: tensor<f16>, %p: tensor<3xi1>, %u: tensor<ui64>) -> (tensor<2xbf16>, tensor<f16>, tensor<3xi1>, tensor<ui64>) {
+    %c0 = stablehlo.constant dense<0> : tensor<i32>
+    %c1 = stablehlo.constant dense<1> : tensor<i32>
+    %c3 = stablehlo.constant dense<3> : tensor<i32>
+    %0:5 = stablehlo.while(%i = %c0, %x = %b, %y = %h, %z = %p, %w = %u) : tensor<i32>, tensor<2xbf16>, tensor<f16>, tensor<3xi1>, tensor<ui64>
+    cond {
+      %1 = stablehlo.compare  LT, %i, %c3 : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %1 : tensor<i1>
+    } do {
+      %1 = stablehlo.add %i, %c1 : tensor<i32>
+      %2 = stablehlo.add %x, %x : tensor<2xbf16>
+      %3 = stablehlo.multiply %y, %y : tensor<f16>
+      %4 = stablehlo.not %z : tensor<3xi1>
+      %5 = stablehlo.multiply %w, %w : tensor<ui64>
+      stablehlo.return %1, %2, %3, %4, %5 : tensor<i32>, tensor<2xbf16>, tensor<f16>, tensor<3xi1>, tensor<ui64>
+    }
+    return %0#1, %0#2, %0#3, %0#4 : tensor<2xbf16>, tensor<f16>, tensor<3xi1>, tensor<ui64>
+  }
+}"""
+
+
+def test_counted_loop_carrying_every_kind_of_element() -> None:
+    import ml_dtypes
+
+    b = np.array([1.5, -0.25], ml_dtypes.bfloat16)
+    h = np.float16(1.25)
+    p = np.array([True, False, True])
+    u = np.uint64(2**20 + 3)  # wraps around 2**64 on the third squaring
+    want = [
+        (b.astype(np.float32) * 8).astype(ml_dtypes.bfloat16),
+        np.float16(np.float16(np.float16(h * h) ** 2) ** 2),
+        ~p,
+        np.uint64(pow(2**20 + 3, 8, 2**64)),
+    ]
+    check_module(CARRY_TYPES, [b, h, p, u], expected=want, rtol=1e-3, atol=1e-3)
+    assert "scan" in primitives(lax_fn(CARRY_TYPES), b, h, p, u)
+
+
+def counted_c(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    a = x.copy()
+    for _ in range(5):
+        a = np.sin(a) * y
+    return a
+
+
+def test_counted_loop_carrying_complex_values() -> None:
+    text = COUNTED_OWN.replace("tensor<3xf64>", "tensor<3xcomplex<f64>>")
+    x = X + 0.1j * Y
+    y = Y - 0.2j
+    # The reference interpreter's binding cannot pass complex tensors: XLA and numpy.
+    check_module(text, [x, y], expected=[counted_c(x, y), np.int64(5)], interpreter=False)
+    fn = lax_fn(text)
+
+    def loss(p: Any) -> Any:  # a real parameter through a complex loop
+        return jnp.sum(jnp.abs(fn(p + 0.1j * Y, y)[0]) ** 2)
+
+    ref = lambda p: float(np.sum(np.abs(counted_c(p + 0.1j * Y, y)) ** 2))  # noqa: E731
+    np.testing.assert_allclose(jax.grad(loss)(X), finite_difference_grad(ref, X), rtol=1e-6)
+
+
 GENERIC_BOUND = """module {
   func.func @main(%x: tensor<3xf32>, %n: tensor<i32>) -> (tensor<3xf32>, tensor<i32>) {
     %c0 = stablehlo.constant dense<0> : tensor<i32>
