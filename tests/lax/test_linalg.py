@@ -20,7 +20,7 @@ from juliabridge import TransformError
 from juliabridge.backends.lax import RULES
 
 from .custom_calls import custom_call_modules, lowered
-from .oracles import check_module, run_lax
+from .oracles import check_module
 
 
 @pytest.fixture(autouse=True)
@@ -221,9 +221,11 @@ def interpreter_runs_trsolve(ty: str, batched: bool, unit: bool, transpose: str)
     return not ty.startswith("c") and transpose != "ADJOINT" and (unit or not batched)
 
 
+# Every flag combination once, alternating real unbatched (the interpreter runs those) and
+# complex batched; then each other element type on a few.
 TRI_ORACLE_CASES = [
-    *[((), "f32", *c) for c in TRI_CASES],
-    *[((2,), "c128", *c) for c in TRI_CASES],
+    *[((), "f32", *c) if k % 2 == 0 else ((2,), "c128", *c) for k, c in enumerate(TRI_CASES)],
+    *[((), "f32", True, True, False, tr) for tr in ("TRANSPOSE", "NO_TRANSPOSE")],
     *[
         (b, ty, True, False, u, "TRANSPOSE")
         for b in ((), (2,))
@@ -381,7 +383,7 @@ def test_potrf_info_locates_the_first_failing_minor(lower: bool) -> None:
         a[k - 1, k - 1] = -50.0  # leading minors 1..k-1 stay positive definite
         _, info = lapack.dpotrf(a, lower=lower, clean=0)
         assert info == k
-        got = run_lax(potrf_module("f64", lower), [a])
+        got = run(potrf_module("f64", lower), [a])
         assert int(got[1]) == k
         other = np.triu(got[0], 1) if lower else np.tril(got[0], -1)
         np.testing.assert_array_equal(other, np.triu(a, 1) if lower else np.tril(a, -1))
@@ -391,7 +393,7 @@ def test_potrf_batched_info() -> None:
     a = spd((3,), 4, "f64")
     a[1, 2, 2] = -1.0
     _, info1 = lapack.dpotrf(a[1], lower=True, clean=0)
-    got = run_lax(potrf_module("f64", True, (3, 4, 4)), [a])
+    got = run(potrf_module("f64", True, (3, 4, 4)), [a])
     np.testing.assert_array_equal(got[1], [0, info1, 0])
 
 
@@ -595,6 +597,87 @@ def test_trsm(ty: str, left: bool, lower: bool, unit: bool, transpose: str) -> N
     check_module(text, [a, b], rtol=TOL[ty], atol=TOL[ty], interpreter=False, expected=[want])
 
 
+@pytest.mark.parametrize("ty", ["f64", "c64"])
+def test_gehrd_and_sytrd(ty: str) -> None:
+    a = rand((4, 4), ty)
+    p = PREFIX[ty]
+    ht, tau, info = lapack_fn("gehrd", ty)(a, lo=0, hi=3)
+    text = cpu_module(L.hessenberg, a, target=f"lapack_{p}gehrd_ffi")
+    check_module(
+        text, [a], rtol=TOL[ty], atol=TOL[ty], interpreter=False, expected=[ht, tau, np.int32(info)]
+    )
+    name = "hetrd" if ty.startswith("c") else "sytrd"
+    for lower in (True, False):
+        c, d, e, tau, info = lapack_fn(name, ty)(a, lower=lower)
+        text = cpu_module(
+            lambda a, lo=lower: L.tridiagonal(a, lower=lo), a, target=f"lapack_{p}{name}_ffi"
+        )
+        want = [c, d, e, tau, np.int32(info)]
+        check_module(text, [a], rtol=TOL[ty], atol=TOL[ty], interpreter=False, expected=want)
+    with pytest.raises(TransformError, match="hessenberg"):
+        jax.jvp(load(cpu_module(L.hessenberg, a, target=f"lapack_{p}gehrd_ffi")), (a,), (a,))
+
+
+@pytest.mark.parametrize("ty", ["f32", "c128"])
+def test_gtsv(ty: str) -> None:
+    m = 5
+    dl, d, du = rand((2, m), ty), rand((2, m), ty) + 4, rand((2, m), ty)
+    dl[:, 0] = 0
+    du[:, -1] = 0
+    b = rand((2, m, 3), ty)
+    text = cpu_module(
+        L.tridiagonal_solve, dl, d, du, b, target=f"lapack_{PREFIX[ty]}gtsv_ffi", unread=(0, 1, 2)
+    )
+    x = np.stack([lapack_fn("gtsv", ty)(dl[i, 1:], d[i], du[i, :-1], b[i])[3] for i in range(2)])
+    check_module(
+        text,
+        [dl, d, du, b],
+        rtol=TOL[ty],
+        atol=TOL[ty],
+        interpreter=False,
+        expected=[x, np.zeros(2, np.int32)],
+    )
+    if ty == "c128":
+        return
+    fn = load(text)
+    g = jax.grad(lambda b: jnp.sum(fn(dl, d, du, b)[0]))(b)
+
+    def ref(b: np.ndarray) -> float:
+        wide = [v.astype(np.float64) for v in (dl, d, du)]
+        xs = [lapack.dgtsv(wide[0][i, 1:], wide[1][i], wide[2][i, :-1], b[i])[3] for i in range(2)]
+        return float(np.sum(xs))
+
+    np.testing.assert_allclose(g, fd_grad(ref, b.astype(np.float64), 1e-3), rtol=1e-3)
+
+
+@pytest.mark.parametrize("ty", ["f64", "c64"])
+def test_geev(ty: str) -> None:
+    a = rand((2, 4, 4), ty)
+    p = PREFIX[ty]
+    text = cpu_module(L.eig, a, target=f"lapack_{p}geev_ffi")
+    got = check_module(text, [a], rtol=TOL[ty], atol=TOL[ty], interpreter=False)
+    w = got[0] + 1j * got[1] if ty == "f64" else got[0]
+    vl, vr = got[-3], got[-2]
+    tol = TOL[ty] * 10
+    np.testing.assert_allclose(a @ vr, vr * w[..., None, :], atol=tol)
+    np.testing.assert_allclose(
+        np.conj(np.swapaxes(vl, -1, -2)) @ a,
+        w[..., :, None] * np.conj(np.swapaxes(vl, -1, -2)),
+        atol=tol,
+    )
+    ref = np.linalg.eigvals(a)
+    np.testing.assert_allclose(
+        np.sort_complex(w.astype(np.complex128)),
+        np.sort_complex(ref.astype(np.complex128)),
+        atol=tol,
+    )
+    right_only = cpu_module(
+        lambda a: L.eig(a, compute_left_eigenvectors=False), a, target=f"lapack_{p}geev_ffi"
+    )
+    with pytest.raises(juliabridge.UnsupportedOpError, match="no left eigenvectors"):
+        load(right_only)
+
+
 # --- GPU and TPU targets: the forms JAX lowers to there, run by lax on this machine -------
 
 
@@ -605,14 +688,14 @@ def test_gpu_solver_targets(platform: str, prefix: str, ty: str) -> None:
     a = rand((2, 5, 3), ty)
     sq = rand((2, 4, 4), ty)
     mods = custom_call_modules(L.lu, a, platform=platform)
-    lu, piv, info = run_lax(mods[f"{prefix}_getrf_ffi"], [a])
+    lu, piv, info = run(mods[f"{prefix}_getrf_ffi"], [a])
     for i in range(2):
         slu, spiv, sinfo = lapack_fn("getrf", ty)(a[i])
         np.testing.assert_allclose(lu[i], slu, rtol=tol, atol=tol)
         np.testing.assert_array_equal(piv[i], spiv + 1)
         assert info[i] == sinfo
     perm_name = f"{'cu' if platform == 'cuda' else 'hip'}_lu_pivots_to_permutation"
-    (perm,) = run_lax(mods[perm_name], [(piv - 1).astype(np.int32)])
+    (perm,) = run(mods[perm_name], [(piv - 1).astype(np.int32)])
     for i in range(2):
         want = np.arange(5)
         for j, p in enumerate(piv[i] - 1):
@@ -623,19 +706,36 @@ def test_gpu_solver_targets(platform: str, prefix: str, ty: str) -> None:
         lambda a: L.cholesky(a, symmetrize_input=False), h, platform=platform
     )[f"{prefix}_potrf_ffi"]
     assert "lower = true" in chol
-    factor, info = run_lax(chol, [h])
+    factor, info = run(chol, [h])
     np.testing.assert_allclose(np.tril(factor), cholesky_reference(h, True), rtol=tol, atol=tol)
     np.testing.assert_array_equal(info, [0, 0])
     qr_mods = custom_call_modules(lambda a: L.qr(a, full_matrices=False), a, platform=platform)
-    packed, taus = run_lax(qr_mods[f"{prefix}_geqrf_ffi"], [a])
+    packed, taus = run(qr_mods[f"{prefix}_geqrf_ffi"], [a])
     np.testing.assert_allclose(packed[0], lapack_fn("geqrf", ty)(a[0])[0], rtol=tol, atol=tol)
-    (q,) = run_lax(qr_mods[f"{prefix}_orgqr_ffi"], [packed, taus])
+    (q,) = run(qr_mods[f"{prefix}_orgqr_ffi"], [packed, taus])
     np.testing.assert_allclose(q @ np.triu(packed[:, :3]), a, rtol=tol * 10, atol=tol * 10)
+    dl, d, du = rand((2, 4), ty), rand((2, 4), ty) + 4, rand((2, 4), ty)
+    dl[:, 0] = 0
+    du[:, -1] = 0
+    sparse = "cusparse" if platform == "cuda" else "hipsparse"
+    gtsv2 = custom_call_modules(L.tridiagonal_solve, dl, d, du, sq, platform=platform)
+    (x,) = run(gtsv2[f"{sparse}_gtsv2_ffi"], [dl, d, du, sq])
+    tri = np.stack(
+        [np.diag(d[i]) + np.diag(dl[i, 1:], -1) + np.diag(du[i, :-1], 1) for i in range(2)]
+    )
+    np.testing.assert_allclose(tri @ x, sq, rtol=tol * 10, atol=tol * 10)
+    trd = custom_call_modules(L.tridiagonal, sq, platform=platform)[f"{prefix}_sytrd_ffi"]
+    name = "hetrd" if ty.startswith("c") else "sytrd"
+    got = run(trd, [sq])
+    for i in range(2):
+        want = lapack_fn(name, ty)(sq[i], lower=True)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g[i], w, rtol=tol, atol=tol)
     for lower in (True, False):
         ev = custom_call_modules(
             lambda a, lo=lower: L.eigh(a, lower=lo, symmetrize_input=False), sq, platform=platform
         )[f"{prefix}_syevd_ffi"]
-        v, w, info = run_lax(ev, [sq])
+        v, w, info = run(ev, [sq])
         herm = from_triangle(sq, lower)
         eig_check(v, w, herm, np.linalg.eigvalsh(herm), tol)
 
@@ -659,7 +759,7 @@ def test_gpu_svd_targets(platform: str, prefix: str, shape: tuple[int, ...], ful
     jac = custom_call_modules(
         lambda a: L.svd(a, full_matrices=full), a, platform=platform, unread=(0,)
     )[f"{prefix}_gesvdj_ffi"]
-    s, u, v, info = run_lax(jac, [a])
+    s, u, v, info = run(jac, [a])
     vt = np.conj(np.swapaxes(v, -1, -2))
     svd_check([np.zeros(0), s, u, vt, info], a, "A", 1e-10)
 
@@ -667,7 +767,7 @@ def test_gpu_svd_targets(platform: str, prefix: str, shape: tuple[int, ...], ful
 def test_tpu_targets() -> None:
     a = rand((2, 5, 3), "f32")
     sq = rand((2, 4, 4), "f32")
-    lu, piv, perm = run_lax(custom_call_modules(L.lu, a, platform="tpu")["LuDecomposition"], [a])
+    lu, piv, perm = run(custom_call_modules(L.lu, a, platform="tpu")["LuDecomposition"], [a])
     for i in range(2):
         slu, spiv, _ = lapack.sgetrf(a[i])
         np.testing.assert_allclose(lu[i], slu, rtol=1e-5, atol=1e-5)
@@ -676,14 +776,14 @@ def test_tpu_targets() -> None:
         np.take_along_axis(a, perm[..., None].astype(np.int64), axis=1).shape, a.shape
     )
     mods = custom_call_modules(lambda a: L.qr(a, full_matrices=False), a, platform="tpu")
-    packed, taus = run_lax(mods["Qr"], [a])
-    (q,) = run_lax(mods["ProductOfElementaryHouseholderReflectors"], [packed, taus])
+    packed, taus = run(mods["Qr"], [a])
+    (q,) = run(mods["ProductOfElementaryHouseholderReflectors"], [packed, taus])
     np.testing.assert_allclose(q @ np.triu(packed[:, :3]), a, rtol=1e-4, atol=1e-4)
     for lower in (True, False):
         eigh = custom_call_modules(
             lambda a, lo=lower: L.eigh(a, lower=lo, symmetrize_input=False), sq, platform="tpu"
         )["Eigh"]
-        v, w = run_lax(eigh, [sq])
+        v, w = run(eigh, [sq])
         herm = from_triangle(sq, lower)
         eig_check(v, w, herm, np.linalg.eigvalsh(herm), 2e-4)
 

@@ -25,6 +25,7 @@ from jax.lax import linalg
 
 from ....jaxinternals import geqrf
 from ..registry import Impl
+from ..valtypes import TensorType
 from ._custom_call_util import Call, forward_only
 from .linalg import hermitian_from
 
@@ -443,3 +444,125 @@ def trsm(call: Call) -> Impl:
             unit_diagonal=unit,
         )
     ]
+
+
+# --- reductions to condensed form, tridiagonal solve, general eigenproblem -----------------
+
+
+@register(lapack("gehrd"))
+def gehrd(call: Call) -> Impl:
+    """gehrd over the whole matrix (low = 1, high = n, as JAX calls it): (Hessenberg form with
+    the reflectors below it, taus, info = 0)."""
+    call.expect_operands(1)
+    batch, n, _ = call.matrix(0, square=True)
+    dt = call.expect_dtype(0, element_types(call))
+    call.option("low", {1: 1})
+    call.option("high", {n: n})
+    call.expect_results([((*batch, n, n), dt), ((*batch, max(n - 1, 0)), dt), (batch, I32)])
+    call.expect_layouts()
+    zeros = np.zeros(batch, I32)
+    return forward_only(lambda a: [*linalg.hessenberg(a), zeros], call, "hessenberg")
+
+
+@register([*lapack("sytrd", "sd"), *lapack("hetrd", "cz"), *gpu("sytrd")])
+def sytrd(call: Call) -> Impl:
+    """sytrd/hetrd: (reflectors in the uplo triangle, diagonal, off-diagonal, taus, info)."""
+    call.expect_operands(1)
+    batch, n, _ = call.matrix(0, square=True)
+    dt = call.expect_dtype(0, element_types(call))
+    lapack_form = call.target.startswith("lapack_")
+    lower = call.option("uplo", _UPLO) if lapack_form else call.flag("lower")
+    real, m = real_of(dt), max(n - 1, 0)
+    call.expect_results(
+        [
+            ((*batch, n, n), dt),
+            ((*batch, n), real),
+            ((*batch, m), real),
+            ((*batch, m), dt),
+            (batch, I32),
+        ]
+    )
+    call.expect_layouts()
+
+    def impl(a: Any) -> list[Any]:
+        arr, d, e, taus = linalg.tridiagonal(a, lower=lower)
+        return [arr, d, e, taus, _info_ok(d, batch)]
+
+    return forward_only(impl, call, "tridiagonal")
+
+
+def _tridiagonal_operands(call: Call) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape of b, dtype) for operands (dl, d, du, b) of a tridiagonal solve."""
+    call.expect_operands(4)
+    b = call.operands[3]
+    dt = call.expect_dtype(3, element_types(call))
+    if b.rank < 2:
+        raise call.error(f"operand 3 is {b}; right-hand sides [..., m, n] are expected")
+    for i in range(3):
+        if call.operands[i] != TensorType(b.shape[:-1], dt, call.operands[i].mlir):
+            raise call.error(f"operand {i} is {call.operands[i]}; a diagonal of {b} is expected")
+    return b.shape, dt
+
+
+@register(lapack("gtsv"))
+def gtsv(call: Call) -> Impl:
+    """gtsv: (workspace dl/d/du, the solution, info) for tridiagonal A x = b (dl[0] and
+    du[m-1] are outside the matrix, as in JAX's convention)."""
+    shape, dt = _tridiagonal_operands(call)
+    diag = (shape[:-1], dt)
+    call.expect_results([diag, diag, diag, (shape, dt), (shape[:-2], I32)])
+    call.expect_layouts()
+    call.unused(0, 1, 2, why="the kernel overwrites the diagonals with its LU factors")
+
+    def impl(dl: Any, d: Any, du: Any, b: Any) -> list[Any]:
+        x = linalg.tridiagonal_solve(dl, d, du, b)
+        return [dl, d, du, x, _info_ok(x, shape[:-2])]
+
+    return impl
+
+
+@register(["cusparse_gtsv2_ffi", "hipsparse_gtsv2_ffi"])
+def gtsv2(call: Call) -> Impl:
+    """cuSPARSE/hipSPARSE gtsv2: the solution of tridiagonal A x = b."""
+    shape, dt = _tridiagonal_operands(call)
+    call.expect_results([(shape, dt)])
+    call.expect_layouts()
+    return lambda dl, d, du, b: [linalg.tridiagonal_solve(dl, d, du, b)]
+
+
+_COMPLEX_OF: dict[np.dtype, np.dtype] = {
+    np.dtype(np.float32): np.dtype(np.complex64),
+    np.dtype(np.float64): np.dtype(np.complex128),
+}
+
+
+@register(lapack("geev"))
+def geev(call: Call) -> Impl:
+    """geev: eigenvalues ((wr, wi) for real matrices, w for complex), left and right
+    eigenvectors as complex columns (jaxlib's kernel unpacks LAPACK's real pairs), info."""
+    call.expect_operands(1)
+    batch, n, _ = call.matrix(0, square=True)
+    dt = call.expect_dtype(0, element_types(call))
+    left = call.option("compute_left", _EIG_MODE)
+    right = call.option("compute_right", _EIG_MODE)
+    cplx = _COMPLEX_OF.get(dt, dt)
+    values = [((*batch, n), dt)] * (2 if dt.kind == "f" else 1)
+    vectors = ((*batch, n, n), cplx)
+    call.expect_results([*values, vectors, vectors, (batch, I32)])
+    call.expect_layouts()
+    k = len(values)
+    if not left:
+        call.unused(k, why="compute_left = N computes no left eigenvectors")
+    if not right:
+        call.unused(k + 1, why="compute_right = N computes no right eigenvectors")
+    zeros = np.zeros((*batch, n, n), cplx)
+
+    def impl(a: Any) -> list[Any]:
+        out = linalg.eig(a, compute_left_eigenvectors=left, compute_right_eigenvectors=right)
+        w = out[0]
+        vl = out[1] if left else zeros
+        vr = out[-1] if right else zeros
+        ws = [jnp.real(w), jnp.imag(w)] if dt.kind == "f" else [w]
+        return [*ws, vl, vr, _info_ok(w, batch)]
+
+    return impl
