@@ -762,6 +762,12 @@ def test_gpu_svd_targets(platform: str, prefix: str, shape: tuple[int, ...], ful
     s, u, v, info = run(jac, [a])
     vt = np.conj(np.swapaxes(v, -1, -2))
     svd_check([np.zeros(0), s, u, vt, info], a, "A", 1e-10)
+    values = custom_call_modules(
+        lambda a: L.svd(a, compute_uv=False), a, platform=platform, unread=(0, 2, 3)
+    )[f"{prefix}_gesvdj_ffi"]
+    assert "compute_uv = false" in values
+    s, info = run(values, [a])
+    np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False), rtol=1e-10)
 
 
 def test_tpu_targets() -> None:

@@ -402,6 +402,8 @@ def gesvdj(call: Call) -> Impl:
     call.unused(0, why="the kernel destroys the operand's storage")
     if not compute_uv:
         call.unused(2, 3, why="compute_uv = false leaves the singular-vector buffers unset")
+    if not compute_uv:
+        return _svd_impl("N", None, batch, call.results)
     rank = len(batch) + 2
     perm = (*range(rank - 2), rank - 1, rank - 2)
     inner = _svd_impl("A" if full else "S", None, batch, call.results)
