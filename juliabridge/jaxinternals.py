@@ -25,6 +25,7 @@ __all__ = [
     "batching",
     "build_exported",
     "custom_call_allowlist",
+    "geqrf",
     "ir",
     "jax_mlir",
     "make_context",
@@ -76,6 +77,14 @@ def serialize_portable(module: ir.Module) -> bytes:
 def custom_call_allowlist() -> frozenset[str]:
     """Custom-call targets jax.export itself treats as stable and registered in stock jaxlib."""
     return frozenset(_export_module()._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE)
+
+
+def geqrf(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """LAPACK-style QR in Householder form (packed reflectors and taus) — the primitive JAX's
+    QR lowers to; `jax.lax.linalg` does not export it."""
+    from jax._src.lax import linalg
+
+    return linalg.geqrf(a)  # type: ignore[no-any-return]
 
 
 def current_platform() -> str:

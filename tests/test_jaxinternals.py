@@ -53,5 +53,12 @@ def test_custom_call_allowlist_has_stable_targets() -> None:
     assert not any(t.startswith("enzymexla") for t in allow)
 
 
+def test_geqrf_is_householder_qr() -> None:
+    a = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
+    packed, taus = ji.geqrf(a)
+    q = jax.lax.linalg.householder_product(packed, taus)
+    np.testing.assert_allclose(np.asarray(q) @ np.triu(np.asarray(packed)[:3]), a, atol=1e-5)
+
+
 def test_current_platform_is_a_lowering_platform() -> None:
     assert ji.current_platform() in {"cpu", "cuda", "rocm", "tpu"}

@@ -1,0 +1,206 @@
+"""stablehlo.custom_call on the lax backend: dispatch by target, the single-device sharding
+annotations, and refusal (typed, naming the target and line) of targets it does not know and
+of calls that break a known target's contract (shapes, element types, layouts, attributes)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import juliabridge
+from juliabridge import UnsupportedOpError
+
+from .custom_calls import custom_call_modules
+from .oracles import check_module
+
+
+@pytest.fixture(autouse=True)
+def x64() -> Iterator[None]:
+    old = bool(jax.config.read("jax_enable_x64"))
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", old)
+
+
+def lift(text: str) -> object:
+    # trust=True: the load policy's allowlist is not what these tests are about.
+    return juliabridge.load_mlir(text, backend="lax", trust=True)
+
+
+ANNOTATIONS = """module {
+  func.func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
+    %0 = stablehlo.custom_call @Sharding(%x) {mhlo.sharding = "{replicated}"} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+    %1 = stablehlo.custom_call @SPMDFullToShardShape(%0) {mhlo.sharding = "{manual}"} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+    %2 = stablehlo.sine %1 : tensor<2x3xf32>
+    %3 = "stablehlo.custom_call"(%2) {call_target_name = "SPMDShardToFullShape", mhlo.sharding = "{replicated}"} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+    return %3 : tensor<2x3xf32>
+  }
+}"""
+
+
+def test_single_device_sharding_annotations_are_identities() -> None:
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    # The interpreter has no custom calls: XLA and numpy.
+    check_module(ANNOTATIONS, [x], interpreter=False, expected=[np.sin(x)])
+    fn = juliabridge.load_mlir(ANNOTATIONS, backend="lax")
+    g = jax.grad(lambda x: jnp.sum(fn(x)[0]))(x)
+    np.testing.assert_allclose(g, np.cos(x), rtol=1e-6)
+    assert juliabridge.load_mlir(ANNOTATIONS).backend_name == "lax"
+
+
+def test_sharding_that_changes_the_shape_is_refused() -> None:
+    text = """module {
+  func.func @main(%x: tensor<4x3xf32>) -> tensor<2x3xf32> {
+    %0 = stablehlo.custom_call @SPMDFullToShardShape(%x) {mhlo.sharding = "{devices=[2,1]0,1}"} : (tensor<4x3xf32>) -> tensor<2x3xf32>
+    return %0 : tensor<2x3xf32>
+  }
+}"""
+    with pytest.raises(UnsupportedOpError, match=r"line 3.*'SPMDFullToShardShape'.*multi-device"):
+        lift(text)
+
+
+def test_unknown_target_names_target_and_line() -> None:
+    text = """module {
+  func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
+    %0 = stablehlo.sine %x : tensor<3xf32>
+    %1 = stablehlo.custom_call @my_kernel(%0) {backend_config = "x"} : (tensor<3xf32>) -> tensor<3xf32>
+    return %1 : tensor<3xf32>
+  }
+}"""
+    with pytest.raises(UnsupportedOpError) as e:
+        lift(text)
+    assert e.value.op == "stablehlo.custom_call" and e.value.where == "line 4"
+    assert "'my_kernel'" in str(e.value) and "backend='xla'" in str(e.value)
+
+
+X44 = np.random.default_rng(0).standard_normal((4, 4))
+
+
+def getrf_module(ty: str = "f64") -> str:
+    x = X44.astype(np.float32 if ty == "f32" else np.float64)
+    return custom_call_modules(jax.lax.linalg.lu, x)[
+        f"lapack_{'s' if ty == 'f32' else 'd'}getrf_ffi"
+    ]
+
+
+def test_getrf_module_lifts_and_auto_picks_lax() -> None:
+    fn = juliabridge.load_mlir(getrf_module())
+    assert fn.backend_name == "lax"
+
+
+def test_row_major_layout_is_refused() -> None:
+    text = getrf_module().replace(
+        "operand_layouts = [dense<[0, 1]> : tensor<2xindex>]",
+        "operand_layouts = [dense<[1, 0]> : tensor<2xindex>]",
+    )
+    with pytest.raises(UnsupportedOpError, match=r"operand_layouts\[0\] is \[1, 0\].*\[0, 1\]"):
+        lift(text)
+
+
+def _drop_attr(text: str, name: str) -> str:
+    """Remove one `name = [...]` attribute from a generic-syntax op."""
+    start = text.index(name + " = [")
+    depth, i = 0, text.index("[", start)
+    while True:
+        depth += {"[": 1, "]": -1}.get(text[i], 0)
+        if depth == 0:
+            break
+        i += 1
+    end = i + 1 + (2 if text[i + 1 : i + 3] == ", " else 0)
+    return text[:start] + text[end:]
+
+
+def test_missing_layouts_mean_row_major_and_are_refused() -> None:
+    text = _drop_attr(_drop_attr(getrf_module(), "operand_layouts"), "result_layouts")
+    with pytest.raises(UnsupportedOpError, match=r"operand_layouts\[0\] is \[1, 0\]"):
+        lift(text)
+
+
+def getrf_declaring(lu: str, pivots: str) -> str:
+    """lapack_dgetrf_ffi on a 4x4 f64 matrix, declaring the given result types."""
+    results = f"{lu}, {pivots}, tensor<i32>"
+    return f"""module {{
+  func.func @main(%a: tensor<4x4xf64>) -> ({results}) {{
+    %r:3 = "stablehlo.custom_call"(%a) {{call_target_name = "lapack_dgetrf_ffi", mhlo.backend_config = {{}}, operand_layouts = [dense<[0, 1]> : tensor<2xindex>], result_layouts = [dense<[0, 1]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<> : tensor<0xindex>]}} : (tensor<4x4xf64>) -> ({results})
+    return %r#0, %r#1, %r#2 : {results}
+  }}
+}}"""
+
+
+def test_declared_result_smaller_than_the_kernel_writes_is_refused() -> None:
+    lift(getrf_declaring("tensor<4x4xf64>", "tensor<4xi32>"))  # the contract itself lifts
+    with pytest.raises(UnsupportedOpError, match=r"result 1 is declared tensor<3xi32>.*4xi32"):
+        lift(getrf_declaring("tensor<4x4xf64>", "tensor<3xi32>"))
+    with pytest.raises(UnsupportedOpError, match=r"result 0 is declared tensor<4x3xf64>"):
+        lift(getrf_declaring("tensor<4x3xf64>", "tensor<4xi32>"))
+
+
+def test_element_type_of_another_lapack_prefix_is_refused() -> None:
+    text = getrf_module().replace("lapack_dgetrf_ffi", "lapack_sgetrf_ffi")
+    with pytest.raises(
+        UnsupportedOpError,
+        match=r"'lapack_sgetrf_ffi': operand 0 is tensor<4x4xf64>; the target computes on f32",
+    ):
+        lift(text)
+
+
+def test_reading_lapack_workspace_is_refused() -> None:
+    text = custom_call_modules(lambda a: jax.lax.linalg.svd(a, full_matrices=False), X44)[
+        "lapack_dgesdd_ffi"
+    ]
+    with pytest.raises(UnsupportedOpError, match=r"result 0 is read, but the kernel destroys"):
+        lift(text)
+    vals = custom_call_modules(lambda a: jax.lax.linalg.svd(a, compute_uv=False), X44, unread=(0,))[
+        "lapack_dgesdd_ffi"
+    ]
+    with pytest.raises(UnsupportedOpError, match=r"result 2 is read, but mode N"):
+        lift(vals)
+
+
+def test_unknown_backend_config_value_is_refused() -> None:
+    a = X44 @ X44.T + 4 * np.eye(4)
+    text = custom_call_modules(lambda a: jax.lax.linalg.cholesky(a, symmetrize_input=False), a)[
+        "lapack_dpotrf_ffi"
+    ].replace("uplo = 76 : ui8", "uplo = 88 : ui8")
+    with pytest.raises(UnsupportedOpError, match=r"backend_config uplo = 88"):
+        lift(text)
+
+
+def test_tpu_eigh_without_sorted_eigenvalues_is_refused() -> None:
+    text = custom_call_modules(
+        lambda a: jax.lax.linalg.eigh(a, symmetrize_input=False), X44, platform="tpu"
+    )["Eigh"]
+    assert 'backend_config = "1,1,100,1e-6"' in text
+    lift(text)
+    with pytest.raises(UnsupportedOpError, match=r"'Eigh': backend_config '1,0,100,1e-6'"):
+        lift(text.replace('"1,1,100,1e-6"', '"1,0,100,1e-6"'))
+
+
+def test_tuple_result_is_refused() -> None:
+    text = """module {
+  func.func @main(%x: tensor<4x4xf64>) -> tensor<4x4xf64> {
+    %0 = "stablehlo.custom_call"(%x) {call_target_name = "lapack_dgetrf_ffi"} : (tensor<4x4xf64>) -> tuple<tensor<4x4xf64>, tensor<4xi32>, tensor<i32>>
+    %1 = stablehlo.get_tuple_element %0[0] : (tuple<tensor<4x4xf64>, tensor<4xi32>, tensor<i32>>) -> tensor<4x4xf64>
+    return %1 : tensor<4x4xf64>
+  }
+}"""
+    with pytest.raises(UnsupportedOpError, match=r"result 0 is tuple<.*tensors only"):
+        lift(text)
+
+
+def test_called_computations_are_refused() -> None:
+    text = """module {
+  func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
+    %0 = stablehlo.custom_call @Sharding(%x) {called_computations = [@helper]} : (tensor<3xf32>) -> tensor<3xf32>
+    return %0 : tensor<3xf32>
+  }
+  func.func private @helper(%x: tensor<3xf32>) -> tensor<3xf32> {
+    return %x : tensor<3xf32>
+  }
+}"""
+    with pytest.raises(UnsupportedOpError, match="called_computations"):
+        lift(text)
