@@ -7,8 +7,7 @@ so JAX's own rules apply to the module. Slots live in a list per function call, 
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,7 +37,7 @@ def run_block(block: Block, slots: list[Any], args: Sequence[Any]) -> list[Any]:
         operands = [slots[i] for i in step.operands]
         try:
             if step.with_regions:
-                bound = tuple(functools.partial(run_block, r, slots) for r in step.regions)
+                bound = tuple(_region(r, slots) for r in step.regions)
                 outs = step.impl(bound, *operands)
             else:
                 outs = step.impl(*operands)
@@ -66,6 +65,11 @@ def run_block(block: Block, slots: list[Any], args: Sequence[Any]) -> list[Any]:
                 _check(step, value, t)
             slots[slot] = value
     return [slots[i] for i in block.returns]
+
+
+def _region(block: Block, slots: list[Any]) -> Callable[..., list[Any]]:
+    """Region `block` as the callable lift functions get: ``region(*block_args)``."""
+    return lambda *args: run_block(block, slots, args)
 
 
 def _check(step: Step, value: Any, t: TensorType) -> None:
