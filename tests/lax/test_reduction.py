@@ -539,6 +539,21 @@ def test_max_pool_gradient_is_jax_select_and_scatter_add() -> None:
     check_batched(fn, [np.stack([x, -x]), np.stack([s, 2 * s])], [0, 0])
 
 
+@pytest.mark.parametrize("select", ["LE", "GE"])
+def test_swapped_compare_is_the_mirrored_select(select: str) -> None:
+    # compare LE, %b, %a selects like GE, %a, %b: the max-pool gradient, written backwards.
+    shape, src, window, strides, padding = SAS_GEOMETRIES[0]
+    text = sas_text(select, "add", shape, src, "f32", window, strides, padding, swap=True)
+    rng = np.random.default_rng(17)
+    x = np.round(rng.standard_normal(shape)).astype(np.float32)
+    s = rng.standard_normal(src).astype(np.float32)
+    mirrored = {"LE": "GE", "GE": "LE"}[select]
+    want = ref.select_and_scatter(mirrored, "add", x, s, 0.0, window, strides, padding)
+    check_module(text, [x, s, np.float32(0)], expected=[want])
+    jaxpr = str(jax.make_jaxpr(lambda *a: lax_fn(text)(*a))(x, s, np.float32(0)))
+    assert f"select_prim={mirrored.lower()}" in jaxpr
+
+
 @pytest.mark.parametrize("select", ["GT", "LE"])
 def test_padded_select_and_scatter_derivatives(select: str) -> None:
     shape, src, window, strides, padding = SAS_GEOMETRIES[2]
