@@ -361,11 +361,20 @@ def _has_holes(case: tuple) -> bool:
     return any(p != (0, 0) for p in padding) or any(b != 1 for b in g.get("base_dilations", []))
 
 
-@pytest.mark.parametrize("case", GEOMETRIES, ids=lambda c: str(c[0]) + str(sorted(c[1])))
-@pytest.mark.parametrize(("op", "t"), [("add", "f32"), ("maximum", "f32"), ("minimum", "f64"),
-                                       ("add", "i32"), ("maximum", "i8"), ("maximum", "i1"),
-                                       ("minimum", "i1"), ("add", "f16"), ("multiply", "f32"),
-                                       ("and", "i32")])  # fmt: skip
+WINDOW_CASES = [
+    (case, op, t)
+    for case in GEOMETRIES
+    for op, t in [("add", "f32"), ("maximum", "f32"), ("multiply", "f32")]
+] + [
+    (case, op, t)
+    for case in (GEOMETRIES[1], GEOMETRIES[3])  # padding; base dilation and padding
+    for op, t in [("minimum", "f64"), ("add", "i32"), ("maximum", "i8"), ("maximum", "i1"),
+                  ("minimum", "i1"), ("add", "f16"), ("and", "i32")]
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "op", "t"), WINDOW_CASES,
+                         ids=lambda v: str(v[0]) + str(sorted(v[1])) if isinstance(v, tuple) else v)  # fmt: skip
 def test_reduce_window_with_an_init_argument(case: tuple, op: str, t: str) -> None:
     rng = np.random.default_rng(8)
     shape, g, padding = case
@@ -392,8 +401,8 @@ def test_reduce_window_identity_init_and_derivatives(case: tuple, op: str) -> No
     x = np.random.default_rng(9).standard_normal(shape)
     init = {"add": 0.0, "maximum": -np.inf, "minimum": np.inf}[op]
     check_module(text, [x], expected=[_window_ref(op, x, init, case)])
-    if case is GEOMETRIES[0] or case is GEOMETRIES[-1]:
-        return  # no padding or dilation: the Lux and cumsum cases below cover them
+    if case is GEOMETRIES[0] or case is GEOMETRIES[-1] or op == "minimum":
+        return  # the Lux/cumsum forms are covered below, minimum's rules are maximum's
     fn = lax_fn(text)
     jaxpr = str(jax.make_jaxpr(lambda x: fn(x))(x))
     assert {"add": "reduce_window_sum", "maximum": "reduce_window_max",
@@ -501,8 +510,13 @@ SAS_GEOMETRIES = [
 SPECIALS = np.array([[-np.inf, 2.0, 2.0, -np.inf, 1.0, np.nan], [3.0, 3.0, 3.0, 0.0, -0.0, 0.0]])
 
 
-@pytest.mark.parametrize("geometry", SAS_GEOMETRIES, ids=lambda g: str(g[0]) + str(g[4][-1]))
-@pytest.mark.parametrize("select", ["GE", "GT", "LE", "LT"])
+SAS_CASES = [(g, "GE") for g in SAS_GEOMETRIES] + [
+    (g, s) for g in SAS_GEOMETRIES[1:3] for s in ("GT", "LE", "LT")
+]
+
+
+@pytest.mark.parametrize(("geometry", "select"), SAS_CASES,
+                         ids=lambda v: str(v[0]) + str(v[4][-1]) if isinstance(v, tuple) else v)  # fmt: skip
 def test_select_and_scatter_add(geometry: tuple, select: str) -> None:
     shape, src, window, strides, padding = geometry
     rng = np.random.default_rng(13)
@@ -580,6 +594,17 @@ def test_select_and_scatter_other_scatter_bodies(scatter: str, t: str) -> None:
     want = ref.select_and_scatter(select, scatter, x, s, init, window, strides, padding)
     check_module(sas_text(select, scatter, shape, src, t, window, strides, padding), [x, s, init],
                  expected=[want], interpreter=scatter in ("maximum", "minimum"))  # fmt: skip
+
+
+@pytest.mark.parametrize("scatter", ["multiply", "maximum"])
+def test_select_and_scatter_other_scatter_bodies_differentiate(scatter: str) -> None:
+    shape, src, window, strides, padding = SAS_GEOMETRIES[2]
+    fn = lax_fn(sas_text("GE", scatter, shape, src, "f64", window, strides, padding))
+    rng = np.random.default_rng(18)
+    x, s, init = rng.standard_normal(shape), rng.standard_normal(src), np.float64(0.3)
+    check_jvp(fn, [x, s, init], [1, 2])
+    check_grad(fn, [x, s, init], [1, 2])
+    check_hvp(fn, [x, s, init], 1)
 
 
 def test_select_and_scatter_unsupported_scatter_body_is_a_typed_error() -> None:

@@ -92,8 +92,8 @@ def check_grad(
     fn: Fn, args: Sequence[Any], wrt: Sequence[int], *, eps: float = 1e-6, rtol: float = 1e-6
 ) -> None:
     """<jax.grad, t> == the central difference of the scalar loss along t."""
-    loss = scalar_loss(fn)
-    grads = jax.grad(loss, argnums=tuple(wrt))(*[jnp.asarray(a) for a in args])
+    loss = jax.jit(scalar_loss(fn))
+    grads = jax.jit(jax.grad(loss, argnums=tuple(wrt)))(*[jnp.asarray(a) for a in args])
     rng = np.random.default_rng(2)
     ts = [rng.standard_normal(np.shape(args[i])) for i in wrt]
     got = sum(float(np.vdot(np.asarray(g), t)) for g, t in zip(grads, ts))
@@ -109,12 +109,13 @@ def check_hvp(
     loss = scalar_loss(fn)
     t = np.random.default_rng(3).standard_normal(np.shape(args[wrt]))
 
+    @jax.jit
     def grad_at(x: Any) -> Any:
         full = [jnp.asarray(a) for a in args]
         full[wrt] = x
         return jax.grad(loss, argnums=wrt)(*full)
 
-    _, got = jax.jvp(grad_at, (jnp.asarray(args[wrt]),), (jnp.asarray(t),))
+    _, got = jax.jit(lambda x, t: jax.jvp(grad_at, (x,), (t,)))(jnp.asarray(args[wrt]), t)
     x = np.asarray(args[wrt])
     want = (np.asarray(grad_at(x + eps * t)) - np.asarray(grad_at(x - eps * t))) / (2 * eps)
     np.testing.assert_allclose(np.asarray(got), want, rtol=rtol, atol=rtol)

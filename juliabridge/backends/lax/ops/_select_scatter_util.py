@@ -7,9 +7,12 @@ the VJP of a max/min reduce_window; it lowers to the very same op and JAX differ
 Everything else is computed from the definition, as XLA and the reference interpreter do it:
 walk each window's positions in row-major order, skipping padding, and keep the current pick
 unless ``select(current, candidate)`` is false; then combine the source values into the picked
-positions, starting from the init value, with the scatter body's monoid. (JAX's primitive is
-not used with padding: it pads with -inf, so a window whose real elements are -inf or NaN next
-to padding would send its source value to a padding position, which XLA never does.)
+positions, starting from the init value, with the scatter body's monoid. That is built from
+select, slice and scatter, so JAX differentiates it too (the picks are integers).
+
+JAX's primitive is not used with padding: it pads with -inf, so a window whose real elements
+are -inf or NaN next to padding would send its source value to a padding position, which XLA
+never does.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..differentiation import reverse_unavailable
 from ..registry import Impl, OpView
 from ._reduction_util import broadcast_scalar, is_float
 
@@ -55,18 +57,13 @@ def select_and_scatter_impl(
     )
     if native:
         return _native(select == "GE", window, strides, init_is_zero)
-    name, where = view.name, view.where
     geometry = _Geometry(window, strides, padding, source_shape)
 
     def impl(regions: Any, operand: Any, source: Any, init: Any) -> list[Any]:
         if 0 in source_shape:
             return [broadcast_scalar(init, operand.shape)]
         picks = geometry.select(operand, lambda a, b: regions[0](a, b)[0])
-        out = geometry.scatter(operand.shape, picks, source, init, scatter)
-        if scatter != "add":
-            why = f"the scatter body is {scatter}, which JAX's scatter cannot always transpose"
-            return reverse_unavailable([out], op=name, where=where, why=why)
-        return [out]
+        return [geometry.scatter(operand.shape, picks, source, init, scatter)]
 
     return impl
 
@@ -151,32 +148,38 @@ class _Geometry:
         init: Any,
         kind: str,
     ) -> Any:
-        """init everywhere, combined (by `kind`) with the source of each window at its pick."""
+        """init everywhere, combined (by `kind`) with the source of each window at its pick.
+
+        add is one scatter-add (JAX differentiates it with repeated indices). The other
+        monoids scatter once per window offset: windows that picked the same offset reach
+        distinct positions, and JAX differentiates scatter-multiply only with unique indices.
+        """
         picked, have = picks
-        table = np.asarray(self.offsets, np.int64).reshape(len(self.offsets), len(shape))
-        index = []
-        for d in range(len(shape)):
-            starts = self._starts(d).reshape([-1 if e == d else 1 for e in range(len(shape))])
-            pos = jnp.take(table[:, d], picked) + starts
-            # Windows with no real element scatter nowhere (their source value is dropped).
-            index.append(jnp.where(have, pos, shape[d]))
+        rank = len(shape)
+        table = np.asarray(self.offsets, np.int64).reshape(len(self.offsets), rank)
+        starts = [
+            self._starts(d).reshape([-1 if e == d else 1 for e in range(rank)]) for d in range(rank)
+        ]
+        # Windows with no real element, or not taking part, scatter nowhere: each to its own
+        # position past the end (so indices stay unique) and mode="drop" discards it.
+        past = [shape[d] + np.arange(self.n[d]).reshape(starts[d].shape) for d in range(rank)]
         base = broadcast_scalar(init, shape)
-        at = base.at[tuple(index)]
         if kind == "add":
-            return at.add(source, mode="drop")
-        if kind == "mul":
-            return at.multiply(source, mode="drop")
-        if kind in ("max", "or"):
-            return _bool_safe(base, index, source, "max")
-        return _bool_safe(base, index, source, "min")
-
-
-def _bool_safe(base: Any, index: list[Any], source: Any, how: str) -> Any:
-    """scatter max/min; on i1 through uint8 (or = max, and = min), which JAX scatters."""
-    if base.dtype != np.bool_:
-        at = base.at[tuple(index)]
-        return at.max(source, mode="drop") if how == "max" else at.min(source, mode="drop")
-    wide = base.astype(np.uint8).at[tuple(index)]
-    src = source.astype(np.uint8)
-    out = wide.max(src, mode="drop") if how == "max" else wide.min(src, mode="drop")
-    return out.astype(np.bool_)
+            picks_at = tuple(
+                jnp.where(have, jnp.take(table[:, d], picked) + starts[d], past[d])
+                for d in range(rank)
+            )
+            return base.at[picks_at].add(source, mode="drop")
+        wide = base.dtype == np.bool_  # or = max, and = min on uint8, which JAX scatters
+        out, src = (base.astype(np.uint8), source.astype(np.uint8)) if wide else (base, source)
+        for k in range(len(self.offsets)):
+            mine = jnp.logical_and(have, picked == k)
+            index = tuple(jnp.where(mine, table[k, d] + starts[d], past[d]) for d in range(rank))
+            at = out.at[index]
+            if kind == "mul":
+                out = at.multiply(src, mode="drop", unique_indices=True)
+            elif kind in ("max", "or"):
+                out = at.max(src, mode="drop", unique_indices=True)
+            else:
+                out = at.min(src, mode="drop", unique_indices=True)
+        return out.astype(np.bool_) if wide else out

@@ -135,9 +135,12 @@ def einsum(view: OpView) -> Impl:
         raise view.error(f"einsum_config {config!r} is not of the form 'ab,bc->ac'")
     spec = f"{m.group(1)},{m.group(2)}->{m.group(3)}"
     out = view.result.dtype
+    # DEFAULT as the op has no precision of its own (not jax_default_matmul_precision).
     if out == np.bool_:
-        return lambda a, b: [jnp.einsum(spec, a, b, preferred_element_type=np.int32) != 0]
-    return lambda a, b: [jnp.einsum(spec, a, b, preferred_element_type=out)]
+        return lambda a, b: [
+            jnp.einsum(spec, a, b, precision=_DEFAULT, preferred_element_type=np.int32) != 0
+        ]
+    return lambda a, b: [jnp.einsum(spec, a, b, precision=_DEFAULT, preferred_element_type=out)]
 
 
 @lifts("stablehlo.unary_einsum")
