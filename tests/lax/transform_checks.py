@@ -1,0 +1,136 @@
+"""Checks of JAX transformations of lifted modules against independent references.
+
+Derivatives are compared with central finite differences in float64 (jvp, grad as directional
+derivatives, and Hessian-vector products as differences of gradients); vmap must be JAX's own
+batching (no loop in the jaxpr) and equal the per-sample results stacked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import juliabridge
+
+Fn = Callable[..., Sequence[Any]]
+
+
+@contextmanager
+def x64() -> Iterator[None]:
+    """jax_enable_x64 on inside, restored after (f64 modules, f64 finite differences)."""
+    before = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", before)
+
+
+def lax_fn(text: str) -> Fn:
+    """The module's @main on the lax backend, as a function returning its results."""
+    return juliabridge.load_mlir(text, backend="lax")
+
+
+def _floats(outs: Sequence[Any]) -> list[Any]:
+    return [o for o in outs if jnp.issubdtype(o.dtype, jnp.floating)]
+
+
+def scalar_loss(fn: Fn, weights_seed: int = 7) -> Callable[..., Any]:
+    """sum_k <w_k, out_k> + |out_k|^2 / 4 over the float results, w_k fixed random (so no term
+    cancels; the square gives linear ops a nonzero Hessian); infinite values (windows of
+    padding only) are left out."""
+
+    def loss(*args: Any) -> Any:
+        total = 0.0
+        for k, o in enumerate(_floats(fn(*args))):
+            w = np.random.default_rng(weights_seed + k).standard_normal(o.shape)
+            o = jnp.where(jnp.isfinite(o), o, 0)
+            total = total + jnp.sum(o * w) + 0.25 * jnp.sum(o * o)
+        return total
+
+    return loss
+
+
+def _shift(args: Sequence[Any], wrt: Sequence[int], ts: Sequence[Any], eps: float) -> list[Any]:
+    out = list(args)
+    for i, t in zip(wrt, ts):
+        out[i] = np.asarray(args[i]) + eps * np.asarray(t)
+    return out
+
+
+def check_jvp(
+    fn: Fn, args: Sequence[Any], wrt: Sequence[int], *, eps: float = 1e-6, rtol: float = 1e-6
+) -> None:
+    """jax.jvp of every float result == central differences along a random direction."""
+    rng = np.random.default_rng(1)
+    ts = [rng.standard_normal(np.shape(args[i])) for i in wrt]
+
+    def along(*xs: Any) -> list[Any]:
+        full = list(args)
+        for i, x in zip(wrt, xs):
+            full[i] = x
+        return _floats(fn(*full))
+
+    primal, got = jax.jvp(along, [jnp.asarray(args[i]) for i in wrt], [jnp.asarray(t) for t in ts])
+    hi = _floats(fn(*_shift(args, wrt, ts, eps)))
+    lo = _floats(fn(*_shift(args, wrt, ts, -eps)))
+    assert got, "no float results to differentiate"
+    for p, g, h, low in zip(primal, got, hi, lo):
+        # Where the value is infinite (a window of padding only) there is no derivative.
+        finite = np.isfinite(np.asarray(p))
+        with np.errstate(invalid="ignore"):  # inf - inf where there is no derivative
+            want = (np.asarray(h) - np.asarray(low)) / (2 * eps)
+        np.testing.assert_allclose(np.asarray(g)[finite], want[finite], rtol=rtol, atol=rtol * 10)
+
+
+def check_grad(
+    fn: Fn, args: Sequence[Any], wrt: Sequence[int], *, eps: float = 1e-6, rtol: float = 1e-6
+) -> None:
+    """<jax.grad, t> == the central difference of the scalar loss along t."""
+    loss = jax.jit(scalar_loss(fn))
+    grads = jax.jit(jax.grad(loss, argnums=tuple(wrt)))(*[jnp.asarray(a) for a in args])
+    rng = np.random.default_rng(2)
+    ts = [rng.standard_normal(np.shape(args[i])) for i in wrt]
+    got = sum(float(np.vdot(np.asarray(g), t)) for g, t in zip(grads, ts))
+    want = float(loss(*_shift(args, wrt, ts, eps))) - float(loss(*_shift(args, wrt, ts, -eps)))
+    want /= 2 * eps
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol)
+
+
+def check_hvp(
+    fn: Fn, args: Sequence[Any], wrt: int, *, eps: float = 1e-5, rtol: float = 1e-5
+) -> None:
+    """Forward-over-reverse Hessian-vector product == difference of gradients."""
+    loss = scalar_loss(fn)
+    t = np.random.default_rng(3).standard_normal(np.shape(args[wrt]))
+
+    @jax.jit
+    def grad_at(x: Any) -> Any:
+        full = [jnp.asarray(a) for a in args]
+        full[wrt] = x
+        return jax.grad(loss, argnums=wrt)(*full)
+
+    _, got = jax.jit(lambda x, t: jax.jvp(grad_at, (x,), (t,)))(jnp.asarray(args[wrt]), t)
+    x = np.asarray(args[wrt])
+    want = (np.asarray(grad_at(x + eps * t)) - np.asarray(grad_at(x - eps * t))) / (2 * eps)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=rtol, atol=rtol)
+
+
+def check_batched(fn: Fn, batched: Sequence[Any], in_axes: Sequence[int | None]) -> None:
+    """jax.vmap(fn) is loop-free and equals fn per sample, stacked."""
+    vm = jax.vmap(lambda *a: tuple(fn(*a)), in_axes=tuple(in_axes))
+    jaxpr = str(jax.make_jaxpr(vm)(*batched))
+    for loop in ("while[", "scan[", " while ", " scan "):
+        assert loop not in jaxpr, f"vmap produced a loop ({loop.strip()}):\n{jaxpr[:2000]}"
+    got = vm(*batched)
+    n = next(np.shape(a)[ax] for a, ax in zip(batched, in_axes) if ax is not None)
+    for i in range(n):
+        one = [a if ax is None else np.take(np.asarray(a), i, axis=ax) for a, ax in
+               zip(batched, in_axes)]  # fmt: skip
+        for g, w in zip(got, fn(*one)):
+            np.testing.assert_allclose(np.asarray(g)[i], np.asarray(w), rtol=1e-6, atol=1e-6)
