@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
+import jax.numpy as jnp
 
 from ...errors import TransformError
 from ...jaxinternals import ad, batching, jax_mlir, make_primitive
@@ -52,7 +52,7 @@ def reverse_unavailable(values: Sequence[Any], *, op: str, where: str, why: str)
         "jax.jacfwd) works through it."
     )
     out = list(values)
-    idx = [i for i, v in enumerate(out) if np.issubdtype(np.dtype(v.dtype), np.inexact)]
+    idx = [i for i, v in enumerate(out) if jnp.issubdtype(v.dtype, jnp.inexact)]
     if idx:
         marked = _mark_p.bind(*[out[i] for i in idx], message=message)
         for i, m in zip(idx, marked):
