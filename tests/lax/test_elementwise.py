@@ -1,8 +1,8 @@
 """Elementwise ops, constants, iota, convert, bitcast_convert, reduce_precision, compare,
 select and clamp on the lax backend.
 
-Every check runs lax (jitted; unjitted in some) against XLA running the original module, the StableHLO
-reference interpreter, and a numpy reference written from the spec (and, where the spec says
+Every check runs lax (jitted; unjitted in some) against XLA running the original module, the
+StableHLO reference interpreter, and a numpy reference written from the spec (and, where the spec says
 "TBD" or "implementation-defined", from what XLA documents and does). Several ops share one
 module so that the file compiles tens of modules, not hundreds; failures name the op.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -21,137 +21,28 @@ import pytest
 
 import juliabridge
 from juliabridge import UnsupportedOpError
-from juliabridge.backends.lax.valtypes import ELEMENT_TYPES
 
-from .oracles import assert_same, interpret, random_array, run_lax, run_xla
-
-FLOATS = ("f16", "bf16", "f32", "f64")
-SIGNED = ("i8", "i16", "i32", "i64")
-UNSIGNED = ("ui8", "ui16", "ui32", "ui64")
-INTS = SIGNED + UNSIGNED
-COMPLEX = ("complex<f32>", "complex<f64>")
-BOUNDARY = (*FLOATS, "i1", *INTS, *COMPLEX)
-#: Narrow types that cannot cross @main: reached through a convert inside the module.
-NARROW_FLOATS = (
-    "f8E4M3FN",
-    "f8E5M2",
-    "f8E4M3FNUZ",
-    "f8E5M2FNUZ",
-    "f8E4M3B11FNUZ",
-    "f8E3M4",
-    "f8E4M3",
-    "f8E8M0FNU",
-    "f4E2M1FN",
+from ._elementwise_util import (
+    BOUNDARY,
+    COMPLEX,
+    FLOATS,
+    INTS,
+    NARROW_FLOATS,
+    SIGNED,
+    TOL,
+    bits,
+    check,
+    cplx,
+    dt,
+    int_ref,
+    module,
+    specials,
+    total_order_key,
+    up,
+    wrap,
+    x64,  # noqa: F401  (autouse: 64-bit types cross @main)
 )
-#: (rtol, atol) per float type for ops with rounding (numpy computes in f64, XLA in f32+).
-TOL = {
-    "f16": (2e-3, 1e-4),
-    "bf16": (1.6e-2, 1e-3),
-    "f32": (1e-5, 1e-6),
-    "f64": (1e-12, 1e-13),
-    "complex<f32>": (1e-5, 1e-6),
-    "complex<f64>": (1e-12, 1e-13),
-}
-
-
-@pytest.fixture(autouse=True)
-def x64() -> Any:
-    """64-bit types cross @main only with jax_enable_x64 (f64 finite differences need it too);
-    the flag is restored afterwards."""
-    before = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", before)
-
-
-def dt(t: str) -> np.dtype:
-    """numpy dtype of an MLIR element type."""
-    return ELEMENT_TYPES[t]
-
-
-def module(ins: Sequence[str], body: Sequence[str], outs: Sequence[tuple[str, str]]) -> str:
-    """@main(%a0: ins[0], ...) with `body` lines, returning the (value, type) pairs `outs`."""
-    args = ", ".join(f"%a{i}: {t}" for i, t in enumerate(ins))
-    results = ", ".join(t for _, t in outs)
-    lines = "\n".join(f"    {line}" for line in body)
-    ret = ", ".join(v for v, _ in outs)
-    return (
-        f"module {{\n  func.func @main({args}) -> ({results}) {{\n{lines}\n"
-        f"    return {ret} : {results}\n  }}\n}}"
-    )
-
-
-def check(
-    text: str,
-    args: Sequence[Any],
-    expected: Sequence[Any] | None,
-    names: Sequence[str],
-    *,
-    rtol: float = 0.0,
-    atol: float = 0.0,
-    interpreter: bool = True,
-    xla: bool = True,
-    eager: bool = False,
-) -> list[np.ndarray]:
-    """lax against XLA, the interpreter and `expected`, result by result; `eager` also
-    compares the unjitted call with the jitted one (a second compilation, so only some tests
-    ask for it)."""
-    got = run_lax(text, args)
-    assert len(got) == len(names)
-    oracles: dict[str, Sequence[Any]] = {}
-    if xla:
-        oracles["xla"] = run_xla(text, args)
-    if interpreter:
-        oracles["the interpreter"] = interpret(text, args)
-    if expected is not None:
-        oracles["numpy"] = expected
-    unjitted = run_lax(text, args, jit=False) if eager else None
-    for k, name in enumerate(names):
-        if unjitted is not None:
-            assert_same([unjitted[k]], [got[k]], rtol=0, atol=0, what=f"{name}: eager vs jit")
-        for oracle, want in oracles.items():
-            assert_same([got[k]], [want[k]], rtol=rtol, atol=atol, what=f"{name}: lax vs {oracle}")
-    return got
-
-
-def bits(x: np.ndarray) -> np.ndarray:
-    """The raw bit patterns (so -0.0 differs from +0.0 and NaN payloads count)."""
-    x = np.asarray(x)
-    return x.view(np.dtype(f"u{x.dtype.itemsize}"))
-
-
-def specials(t: str, n: int = 24, seed: int = 0) -> np.ndarray:
-    """`n` values of type `t`: random ones plus 0, -0, inf, -inf, NaN and extremes."""
-    rng = np.random.default_rng(seed)
-    x = random_array(rng, (n,), t)
-    d = dt(t)
-    if t in FLOATS:
-        picks = [0.0, -0.0, np.inf, -np.inf, np.nan, 0.5, -0.5, 1.5, -2.5, 1e30, -1e-30, 3.0]
-        with np.errstate(over="ignore"):
-            x[: len(picks)] = np.array(picks).astype(d)
-    elif t in INTS:
-        info = np.iinfo(d)
-        picks = [0, 1, -1, info.min, info.max, 2, -2, info.min + 1, 7]
-        x[: len(picks)] = (
-            np.array(picks, dtype=object).astype(d)
-            if d.kind == "i"
-            else [int(p) % (int(info.max) + 1) for p in picks]
-        )
-    return x
-
-
-def cplx(re: np.ndarray, im: np.ndarray) -> np.ndarray:
-    """complex128 from parts, keeping signed zeros (re + 1j * im turns -0 into +0)."""
-    out = np.empty(np.shape(re), np.complex128)
-    out.real, out.imag = up(re), up(im)
-    return out
-
-
-def up(x: np.ndarray) -> np.ndarray:
-    """To f64/complex128 for a numpy reference."""
-    x = np.asarray(x)
-    return x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
-
+from .oracles import random_array
 
 # --- unary float ops -------------------------------------------------------------------------
 
@@ -412,62 +303,6 @@ def test_binary_complex_ops(t: str, table: str) -> None:
     )
 
 
-def _wrap(values: list[int], d: np.dtype) -> np.ndarray:
-    """Python ints reduced modulo 2^bits into `d` (two's complement for signed types)."""
-    width = d.itemsize * 8
-    return (
-        np.array([v % (1 << width) for v in values], dtype=np.uint64)
-        .astype(np.dtype(f"u{d.itemsize}"))
-        .view(d)
-    )
-
-
-def _int_ref(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Integer binary ops from the spec, with XLA's documented values where the spec is silent:
-    x / 0 = -1 (all bits set), x % 0 = x, INT_MIN / -1 = INT_MIN, INT_MIN % -1 = 0; a shift by
-    an amount that, read as unsigned, is at least the bit width gives 0 (left, logical) or the
-    sign bit (arithmetic, which reads unsigned bits as two's complement too, as XLA does)."""
-    d = a.dtype
-    width = d.itemsize * 8
-    xs, ys = a.tolist(), b.tolist()
-    out: list[int] = []
-    for x, y in zip(xs, ys):
-        s = y % (1 << width)  # the shift amount as an unsigned number
-        ux = x % (1 << width)
-        if op == "divide":
-            overflow = (x, y) == (-(1 << (width - 1)), -1)
-            out.append(-1 if y == 0 else x if overflow else _tdiv(x, y))
-        elif op == "remainder":
-            out.append(x if y == 0 else x - _tdiv(x, y) * y)
-        elif op == "shift_left":
-            out.append(0 if s >= width else ux << s)
-        elif op == "shift_right_logical":
-            out.append(0 if s >= width else ux >> s)
-        elif op == "shift_right_arithmetic":  # on the bits read as two's complement
-            sx = ux - (1 << width) if ux >> (width - 1) else ux
-            out.append((-1 if sx < 0 else 0) if s >= width else sx >> s)
-        else:
-            out.append(
-                {
-                    "add": x + y,
-                    "subtract": x - y,
-                    "multiply": x * y,
-                    "maximum": max(x, y),
-                    "minimum": min(x, y),
-                    "and": x & y,
-                    "or": x | y,
-                    "xor": x ^ y,
-                }[op]
-            )
-    return _wrap(out, d)
-
-
-def _tdiv(x: int, y: int) -> int:
-    """Integer division truncated toward zero, exactly."""
-    q = abs(x) // abs(y)
-    return q if (x >= 0) == (y >= 0) else -q
-
-
 INT_BINARY = (
     "add",
     "subtract",
@@ -503,7 +338,7 @@ def test_binary_integer_ops(t: str) -> None:
     tt = f"tensor<{n}x{t}>"
     body = [f"%{k} = stablehlo.{op} %a0, %a1 : {tt}" for k, op in enumerate(INT_BINARY)]
     outs = [(f"%{k}", tt) for k in range(len(INT_BINARY))]
-    want = [_int_ref(op, a, b) for op in INT_BINARY]
+    want = [int_ref(op, a, b) for op in INT_BINARY]
     check(module([tt, tt], body, outs), [a, b], want, list(INT_BINARY), eager=t == "i32")
 
 
@@ -525,7 +360,7 @@ def test_integer_division_by_zero_and_overflow(t: str) -> None:
         [f"%0 = stablehlo.divide %a0, %a1 : {tt}", f"%1 = stablehlo.remainder %a0, %a1 : {tt}"],
         [("%0", tt), ("%1", tt)],
     )
-    want = [_int_ref("divide", a, b), _int_ref("remainder", a, b)]
+    want = [int_ref("divide", a, b), int_ref("remainder", a, b)]
     got = check(text, [a, b], want, ["divide", "remainder"], interpreter=False)
     if d.kind == "i":
         assert got[0][4] == info.min and got[1][4] == 0  # INT_MIN / -1, INT_MIN % -1
@@ -561,7 +396,7 @@ def test_integer_power(t: str) -> None:
     a, b = np.array(base, dtype=object).astype(d), np.array(expo, dtype=object).astype(d)
     tt = f"tensor<{a.shape[0]}x{t}>"
     text = module([tt, tt], [f"%0 = stablehlo.power %a0, %a1 : {tt}"], [("%0", tt)])
-    want = _wrap([_int_pow(x, e, d) for x, e in zip(base, expo)], d)
+    want = wrap([_int_pow(x, e, d) for x, e in zip(base, expo)], d)
     check(text, [a, b], [want], ["power"])
 
 
@@ -577,7 +412,7 @@ def test_integer_power_large_exponents_follow_the_spec(t: str) -> None:
     a, b = np.array(base, dtype=object).astype(d), np.array(expo, dtype=object).astype(d)
     tt = f"tensor<6x{t}>"
     text = module([tt, tt], [f"%0 = stablehlo.power %a0, %a1 : {tt}"], [("%0", tt)])
-    want = _wrap([_int_pow(x, e, d) for x, e in zip(base, expo)], d)
+    want = wrap([_int_pow(x, e, d) for x, e in zip(base, expo)], d)
     check(text, [a, b], [want], ["power"], xla=False)
 
 
@@ -625,22 +460,10 @@ _OPS = {
 }
 
 
-def _total_order_key(v: Any) -> tuple[int, int, float]:
-    """IEEE-754 totalOrder as a sort key: every negative (NaN included) below every positive;
-    NaNs beyond the infinities, ordered by payload; -0 below +0."""
-    v = np.asarray(v)
-    neg = bool(np.signbit(v))
-    s = -1 if neg else 1
-    if np.isnan(v):
-        payload = int(bits(v)) & ((1 << ml_dtypes.finfo(v.dtype).nmant) - 1)
-        return (0 if neg else 1, s, s * payload)
-    return (0 if neg else 1, 0, s * float(abs(v.astype(np.float64))))
-
-
 def _compare_ref(a: np.ndarray, b: np.ndarray, direction: str, kind: str) -> np.ndarray:
     op = _OPS[direction]
     if kind == "TOTALORDER":
-        return np.array([op(_total_order_key(x), _total_order_key(y)) for x, y in zip(a, b)])
+        return np.array([op(total_order_key(x), total_order_key(y)) for x, y in zip(a, b)])
     with np.errstate(invalid="ignore"):
         return op(up(a) if a.dtype.kind == "V" else a, up(b) if b.dtype.kind == "V" else b)
 
@@ -802,7 +625,7 @@ def _convert_ref(x: np.ndarray, to: np.dtype) -> np.ndarray:
         ]
         return np.array(vals, dtype=object).astype(to)
     if to.kind in "iu":
-        return _wrap([int(v) for v in x.tolist()], to)
+        return wrap([int(v) for v in x.tolist()], to)
     if x.dtype.kind in "iu" and to.itemsize <= 2 and to.kind != "c":
         # Integers to f16/bf16 in one rounding (numpy/ml_dtypes would go through f32 or f64).
         return np.array([float(v) for v in x.tolist()], np.float64).astype(to)
@@ -814,7 +637,7 @@ def _convert_inputs(s: str) -> np.ndarray:
     if s in FLOATS:
         x[12:20] = np.array([2.7, -2.7, 300.5, -129.5, 3e9, -3e9, 6e4, 1e20]).astype(dt(s))
     if s in INTS:
-        x[12:16] = _wrap([300, 2**20 + 1, 65537, 2**24 + 1], dt(s))
+        x[12:16] = wrap([300, 2**20 + 1, 65537, 2**24 + 1], dt(s))
     return x
 
 
@@ -1530,6 +1353,6 @@ def test_integer_power_and_compare_under_vmap() -> None:
     pw, lt = jax.vmap(fn)(a, b)
     d = np.dtype(np.int32)
     for i in range(2):
-        want = _wrap([_int_pow(int(u), int(v), d) for u, v in zip(a[i], b[i])], d)
+        want = wrap([_int_pow(int(u), int(v), d) for u, v in zip(a[i], b[i])], d)
         np.testing.assert_array_equal(pw[i], want)
         np.testing.assert_array_equal(lt[i], a[i] < b[i])
