@@ -5,8 +5,11 @@ chlo.erf, lax.top_k -> chlo.top_k ...), so XLA runs the same decomposition eithe
 broadcast_* ops broadcast their operands to the result shape first (numpy-style, or through
 `broadcast_dimensions` for the lower-rank operand) and then apply the StableHLO op of the same
 name, shared with elementwise.py. zeta, polygamma and next_after get the partial derivatives
-JAX lacks where one exists, and a TransformError naming the op where none does. Not lifted (an UnsupportedOpError names them): chlo.scan,
-chlo.ragged_dot and chlo._asin_acos_kernel, which no decomposition-free JAX form matches.
+JAX lacks where one exists, and a TransformError naming the op where none does.
+
+Not lifted (program.py's UnsupportedOpError names them): chlo.scan (which has no StableHLO
+decomposition, so XLA cannot run it either), chlo.ragged_dot and chlo._asin_acos_kernel (an
+internal step of the asin/acos decompositions that frameworks never emit).
 """
 
 from __future__ import annotations
