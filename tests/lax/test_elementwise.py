@@ -368,6 +368,34 @@ def test_integer_division_by_zero_and_overflow(t: str) -> None:
         assert got[1][3] == -1  # the remainder takes the dividend's sign
 
 
+@pytest.mark.parametrize("t", ["i32", "ui8", "i64"])
+def test_integer_division_of_constants_by_zero(t: str) -> None:
+    # XLA's compiler constant-folds an integer division of constants and dies of SIGFPE when
+    # the divisor is 0 (XLA running this very module kills the process, so it is no oracle
+    # here); lax never lets XLA divide by 0 and gives XLA's runtime values.
+    d = dt(t)
+    info = np.iinfo(d)
+    tt = f"tensor<4x{t}>"
+    lhs = [7, 0, int(info.min), int(info.max)]
+    rhs = [0, 0, -1 if d.kind == "i" else 3, 2]
+    text = module(
+        [tt],
+        [
+            f"%x = stablehlo.constant dense<{lhs}> : {tt}",
+            f"%y = stablehlo.constant dense<{rhs}> : {tt}",
+            f"%q = stablehlo.divide %x, %y : {tt}",
+            f"%r = stablehlo.remainder %x, %y : {tt}",
+            f"%0 = stablehlo.add %q, %a0 : {tt}",
+            f"%1 = stablehlo.add %r, %a0 : {tt}",
+        ],
+        [("%0", tt), ("%1", tt)],
+    )
+    a = wrap(lhs, d)
+    b = wrap(rhs, d)
+    want = [int_ref("divide", a, b), int_ref("remainder", a, b)]
+    check(text, [np.zeros(4, d)], want, ["divide", "remainder"], xla=False, interpreter=False)
+
+
 def test_float_remainder_takes_the_dividends_sign() -> None:
     a = np.array([17.1, -17.1, 17.1, -17.1, 5.0, -0.0, np.inf, 1.0], np.float32)
     b = np.array([3.0, 3.0, -3.0, -3.0, 0.0, 1.0, 2.0, np.inf], np.float32)
@@ -718,6 +746,36 @@ def test_convert_to_and_from_narrow_floats(narrow: str) -> None:
         want,
         names,
         interpreter=narrow not in ("f8E8M0FNU", "f4E2M1FN"),
+    )
+
+
+def test_convert_of_constants_is_xla_convert() -> None:
+    # JAX would fold these converts with numpy casts (-2.0 -> 4294967294, NaN -> INT_MIN);
+    # the module means XLA's convert, which saturates and takes NaN to 0.
+    body = [
+        "%c = stablehlo.constant dense<-2.0> : tensor<f32>",
+        "%n = stablehlo.constant dense<0x7FC00000> : tensor<f32>",
+        "%b = stablehlo.constant dense<3.0e+10> : tensor<f64>",
+        "%0 = stablehlo.convert %c : (tensor<f32>) -> tensor<ui32>",
+        "%1 = stablehlo.convert %n : (tensor<f32>) -> tensor<i32>",
+        "%2 = stablehlo.convert %b : (tensor<f64>) -> tensor<i16>",
+        "%3 = stablehlo.convert %b : (tensor<f64>) -> tensor<f8E4M3FN>",
+        "%4 = stablehlo.convert %3 : (tensor<f8E4M3FN>) -> tensor<f32>",
+    ]
+    outs = [
+        ("%0", "tensor<ui32>"),
+        ("%1", "tensor<i32>"),
+        ("%2", "tensor<i16>"),
+        ("%4", "tensor<f32>"),
+    ]
+    want = [
+        np.array(0, np.uint32),
+        np.array(0, np.int32),
+        np.array(32767, np.int16),
+        np.array(np.nan, np.float32),
+    ]
+    check(
+        module([], body, outs), [], want, ["f32 -> ui32", "NaN -> i32", "f64 -> i16", "f64 -> f8"]
     )
 
 

@@ -29,6 +29,7 @@ from .elementwise import (
     Fn,
     binary_fn,
     compare_fn,
+    constant_impl,
     is_complex,
     is_float,
     is_signed,
@@ -221,8 +222,7 @@ def top_k(view: OpView) -> Impl:
 @lifts("chlo.constant")
 def constant(view: OpView) -> Impl:
     """chlo.md#chloconstant: as stablehlo.constant."""
-    value = view.get_dense("value", view.result)
-    return lambda: [value]
+    return constant_impl(view.get_dense("value", view.result))
 
 
 _COMPLEX_NUMBER = re.compile(r"#complex\.number<:\w+\s+([^,>]+),\s*([^>]+)>")
@@ -243,8 +243,8 @@ def constant_like(view: OpView) -> Impl:
         scalar = view.get_int("value")
     else:
         scalar = view.get_float("value")
-    value = np.full(t.shape, scalar).astype(t.dtype)
-    return lambda _: [value]
+    make = constant_impl(np.full(t.shape, scalar).astype(t.dtype))
+    return lambda _: make()
 
 
 # --- broadcasting binaries ----------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
@@ -133,9 +134,34 @@ def binary_fn(view: OpView, name: str, dtype: np.dtype) -> Fn:
         if name not in _BOOLEAN:
             raise view.error(f"{name.split('.')[-1]} is not defined on i1")
         return _BOOLEAN[name]
-    if name == "stablehlo.power" and (is_signed(dtype) or is_unsigned(dtype)):
-        return lambda x, y: integer_power(x, y, dtype)
+    if is_signed(dtype) or is_unsigned(dtype):
+        if name == "stablehlo.power":
+            return lambda x, y: integer_power(x, y, dtype)
+        if name in ("stablehlo.divide", "stablehlo.remainder"):
+            return lambda x, y: integer_division(x, y, dtype, name == "stablehlo.remainder")
     return BINARY[name]
+
+
+def integer_division(x: Any, y: Any, dtype: np.dtype, remainder: bool) -> Any:
+    """Integer divide/remainder with XLA's values where the spec is silent: x / 0 = -1 (all
+    bits set), x % 0 = x, INT_MIN / -1 = INT_MIN, INT_MIN % -1 = 0.
+
+    The division itself never sees those operands: XLA's compiler dies of SIGFPE when it
+    constant-folds an integer division by zero (both backends crashed on it), and the lifted
+    module's constants are constants to XLA.
+    """
+    zero = lax.eq(y, np.zeros((), dtype))
+    bad = zero
+    if is_signed(dtype):
+        smallest = np.array(np.iinfo(dtype).min, dtype)
+        overflow = lax.bitwise_and(lax.eq(x, smallest), lax.eq(y, np.array(-1, dtype)))
+        bad = lax.bitwise_or(zero, overflow)
+    safe = lax.select(bad, lax.full_like(y, 1), y)
+    if remainder:
+        out = lax.select(zero, x, lax.rem(x, safe))
+        return out if not is_signed(dtype) else lax.select(overflow, lax.full_like(x, 0), out)
+    out = lax.select(zero, lax.full_like(x, -1), lax.div(x, safe))
+    return out if not is_signed(dtype) else lax.select(overflow, x, out)
 
 
 @lifts(*BINARY)
@@ -293,6 +319,21 @@ def convert(view: OpView) -> Impl:
     src, dst = view.operand.dtype, view.result.dtype
     if src == dst:
         return lambda x: [x]
+    impl = _convert(src, dst)
+    return lambda x: impl(_unfolded(x))
+
+
+def _unfolded(x: Any) -> Any:
+    """`x`, staged if it is a constant: JAX folds convert_element_type of a 0-d numpy
+    constant with numpy's cast (float -> int wraps instead of saturating, NaN -> INT_MIN), so
+    a convert of a constant would not be XLA's convert. The barrier keeps it an XLA op."""
+    if isinstance(x, jax.core.Tracer):
+        return x
+    return lax.optimization_barrier(x)
+
+
+def _convert(src: np.dtype, dst: np.dtype) -> Fn:
+    """The convert from `src` to `dst` (different types)."""
     if is_complex(src) and not is_complex(dst):
         part = real_dtype(src)
         if dst == np.bool_:
@@ -328,7 +369,11 @@ def reduce_precision(view: OpView) -> Impl:
 @lifts("stablehlo.constant")
 def constant(view: OpView) -> Impl:
     """spec.md#constant: the value, decoded once at load time."""
-    value = view.get_dense("value", view.result)
+    return constant_impl(view.get_dense("value", view.result))
+
+
+def constant_impl(value: np.ndarray) -> Impl:
+    """The implementation of a constant op of value `value`."""
     return lambda: [value]
 
 
