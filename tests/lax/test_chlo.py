@@ -697,3 +697,89 @@ def test_missing_derivatives_are_typed_errors_naming_op_and_line(
             for e in np.eye(2)
         ]
         np.testing.assert_allclose(g, fd, rtol=1e-6)
+
+
+def _ragged(dims: str, ins: list[str], out: str) -> str:
+    return module(
+        ins,
+        [
+            f'%0 = "chlo.ragged_dot"(%a0, %a1, %a2) {{ragged_dot_dimension_numbers = #chlo.ragged_dot<{dims}>, '
+            f"precision_config = [#chlo<precision DEFAULT>, #chlo<precision HIGHEST>]}} : ({', '.join(ins)}) -> {out}"
+        ],
+        [("%0", out)],
+    )
+
+
+def _groups(sizes: np.ndarray) -> list[slice]:
+    ends = np.cumsum(sizes)
+    return [slice(int(e - s), int(e)) for s, e in zip(sizes, ends)]
+
+
+def test_ragged_dot_three_modes() -> None:
+    # XLA:CPU has no ragged-dot ("HLO opcode `ragged-dot` is not supported by XLA:CPU
+    # ThunkEmitter"), so numpy's group-by-group products are the oracle.
+    rng = np.random.default_rng(30)
+    gs = np.array([2, 0, 3], np.int64)  # 5 of 6 rows in groups: the last row is 0
+    # 1: ragged lhs rows, one rhs matrix per group.
+    lhs, rhs = rng.standard_normal((6, 4)), rng.standard_normal((3, 4, 5))
+    want1 = np.zeros((6, 5))
+    for i, sl in enumerate(_groups(gs)):
+        want1[sl] = lhs[sl] @ rhs[i]
+    text1 = _ragged(
+        "lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1], lhs_ragged_dimensions = [0], rhs_group_dimensions = [0]",
+        ["tensor<6x4xf64>", "tensor<3x4x5xf64>", "tensor<3xi64>"],
+        "tensor<6x5xf64>",
+    )
+    check(
+        text1,
+        [lhs, rhs, gs],
+        [want1],
+        ["rows"],
+        rtol=1e-12,
+        atol=1e-12,
+        interpreter=False,
+        xla=False,
+    )
+    # 2: ragged contracting dimension: one product per group of k.
+    lhs2, rhs2 = rng.standard_normal((3, 6)), rng.standard_normal((6, 2))
+    want2 = np.stack([lhs2[:, sl] @ rhs2[sl] for sl in _groups(gs)])
+    text2 = _ragged(
+        "lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0], lhs_ragged_dimensions = [1], rhs_group_dimensions = []",
+        ["tensor<3x6xf64>", "tensor<6x2xf64>", "tensor<3xi64>"],
+        "tensor<3x3x2xf64>",
+    )
+    check(
+        text2,
+        [lhs2, rhs2, gs],
+        [want2],
+        ["contracting"],
+        rtol=1e-12,
+        atol=1e-12,
+        interpreter=False,
+        xla=False,
+    )
+    # 3: ragged batch dimension: an ordinary batched product.
+    lhs3, rhs3 = rng.standard_normal((5, 2, 3)), rng.standard_normal((5, 3, 4))
+    text3 = _ragged(
+        "lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1], lhs_ragged_dimensions = [0], rhs_group_dimensions = []",
+        ["tensor<5x2x3xf64>", "tensor<5x3x4xf64>", "tensor<3xi64>"],
+        "tensor<5x2x4xf64>",
+    )
+    check(
+        text3,
+        [lhs3, rhs3, gs],
+        [lhs3 @ rhs3],
+        ["batch"],
+        rtol=1e-12,
+        atol=1e-12,
+        interpreter=False,
+        xla=False,
+    )
+    # It differentiates like any dot: the gradient of a weighted sum against numpy's.
+    fn = juliabridge.load_mlir(text1, backend="lax")
+    w = rng.standard_normal((6, 5))
+    g = jax.grad(lambda r: (fn(lhs, r, gs)[0] * w).sum())(rhs)
+    want_g = np.zeros_like(rhs)
+    for i, sl in enumerate(_groups(gs)):
+        want_g[i] = lhs[sl].T @ w[sl]
+    np.testing.assert_allclose(g, want_g, rtol=1e-12, atol=1e-12)

@@ -8,8 +8,8 @@ name, shared with elementwise.py. zeta, polygamma and next_after get the partial
 JAX lacks where one exists, and a TransformError naming the op where none does.
 
 Not lifted (program.py's UnsupportedOpError names them): chlo.scan (which has no StableHLO
-decomposition, so XLA cannot run it either), chlo.ragged_dot and chlo._asin_acos_kernel (an
-internal step of the asin/acos decompositions that frameworks never emit).
+decomposition, so XLA cannot run it either) and chlo._asin_acos_kernel (an internal step of
+the asin/acos decompositions that frameworks never emit).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import jax
 import numpy as np
 from jax import lax
 from jax.custom_derivatives import SymbolicZero
+from jaxlib.mlir.dialects import chlo as chlo_dialect
 
 from ....errors import TransformError
 from ..registry import Impl, OpView, lifts
@@ -215,6 +216,47 @@ def top_k(view: OpView) -> Impl:
     def impl(x: Any) -> list[Any]:
         values, indices = lax.top_k(x, k)
         return [values, lax.convert_element_type(indices, index_type)]
+
+    return impl
+
+
+_PRECISION = {
+    "DEFAULT": lax.Precision.DEFAULT,
+    "HIGH": lax.Precision.HIGH,
+    "HIGHEST": lax.Precision.HIGHEST,
+}
+
+
+@lifts("chlo.ragged_dot")
+def ragged_dot(view: OpView) -> Impl:
+    """chlo.md#chloragged_dot: a dot_general whose lhs ragged dimension is split into groups
+    of `group_sizes` rows, each multiplied by its own rhs group (lax.ragged_dot_general)."""
+    dn = view.get_typed("ragged_dot_dimension_numbers", chlo_dialect.RaggedDotDimensionNumbers)
+    numbers = lax.RaggedDotDimensionNumbers(
+        dot_dimension_numbers=(
+            (tuple(dn.lhs_contracting_dimensions), tuple(dn.rhs_contracting_dimensions)),
+            (tuple(dn.lhs_batching_dimensions), tuple(dn.rhs_batching_dimensions)),
+        ),
+        lhs_ragged_dimensions=tuple(dn.lhs_ragged_dimensions),
+        rhs_group_dimensions=tuple(dn.rhs_group_dimensions),
+    )
+    names = view.get_enums("precision_config", ("DEFAULT", "DEFAULT"))
+    if len(names) != 2 or any(n not in _PRECISION for n in names):
+        raise view.error(f"precision_config {list(names)}")
+    precision = (_PRECISION[names[0]], _PRECISION[names[1]])
+    out = view.result.dtype
+
+    def impl(lhs: Any, rhs: Any, group_sizes: Any) -> list[Any]:
+        return [
+            lax.ragged_dot_general(
+                lhs,
+                rhs,
+                group_sizes,
+                numbers,
+                precision=precision,
+                preferred_element_type=out,
+            )
+        ]
 
     return impl
 
