@@ -209,3 +209,20 @@ def total_order_key(v: Any) -> tuple[int, int, float]:
         payload = int(bits(v)) & ((1 << ml_dtypes.finfo(v.dtype).nmant) - 1)
         return (0 if neg else 1, s, s * payload)
     return (0 if neg else 1, 0, s * float(abs(v.astype(np.float64))))
+
+
+def complex_parts(
+    line: str, name: str, tt: str, pt: str, value: np.ndarray, part_dtype: np.dtype
+) -> tuple[list[str], list[tuple[str, str]], list[str], list[np.ndarray]]:
+    """Body lines, outputs, names and numpy references for an op whose complex result leaves
+    @main as its real and imaginary parts (the interpreter's bindings cannot return complex
+    values). `line` defines `%{name}`; `value` is the reference complex result."""
+    body = [
+        line,
+        f"%re_{name} = stablehlo.real %{name} : ({tt}) -> {pt}",
+        f"%im_{name} = stablehlo.imag %{name} : ({tt}) -> {pt}",
+    ]
+    outs = [(f"%re_{name}", pt), (f"%im_{name}", pt)]
+    names = [f"real({name})", f"imag({name})"]
+    want = [value.real.astype(part_dtype), value.imag.astype(part_dtype)]
+    return body, outs, names, want

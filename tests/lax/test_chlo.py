@@ -30,6 +30,7 @@ from ._elementwise_util import (
     TOL,
     bits,
     check,
+    complex_parts,
     cplx,
     dt,
     int_ref,
@@ -160,15 +161,12 @@ def test_unary_complex_ops(t: str) -> None:
     body = [f"%z = stablehlo.complex %a0, %a1 : {tt}"]
     outs, names, want = [], [], []
     z = cplx(re, im)
-    for k, (op, f) in enumerate(UNARY_COMPLEX.items()):
-        body += [
-            f"%{k} = chlo.{op} %z : {tt} -> {tt}",
-            f"%re{k} = stablehlo.real %{k} : ({tt}) -> {pt}",
-            f"%im{k} = stablehlo.imag %{k} : ({tt}) -> {pt}",
-        ]
-        outs += [(f"%re{k}", pt), (f"%im{k}", pt)]
-        names += [f"real({op})", f"imag({op})"]
-        want += [f(z).real.astype(re.dtype), f(z).imag.astype(re.dtype)]
+    for op, f in UNARY_COMPLEX.items():
+        line = f"%{op} = chlo.{op} %z : {tt} -> {tt}"
+        for acc, more in zip(
+            (body, outs, names, want), complex_parts(line, op, tt, pt, f(z), re.dtype)
+        ):
+            acc += more
     rtol, atol = TOL[t]
     check(
         module([pt, pt], body, outs),
@@ -526,38 +524,38 @@ def test_broadcast_select_complex_and_specials() -> None:
     )
 
 
-def test_broadcast_incompatible_shapes_are_refused() -> None:
-    text = module(
-        ["tensor<2x3xf32>", "tensor<2xf32>"],
-        [
-            '%0 = "chlo.broadcast_add"(%a0, %a1) : (tensor<2x3xf32>, tensor<2xf32>) -> tensor<2x3xf32>'
-        ],
-        [("%0", "tensor<2x3xf32>")],
-    )
-    with pytest.raises(juliabridge.JuliaBridgeError, match="line 3"):
-        juliabridge.load_mlir(text, backend="lax")
-
-
-def test_special_function_on_integers_is_refused() -> None:
-    text = module(
-        ["tensor<2xf32>"],
-        ['%0 = "chlo.erf"(%a0) : (tensor<2xf32>) -> tensor<2xf32>'],
-        [("%0", "tensor<2xf32>")],
-    )
-    juliabridge.load_mlir(text, backend="lax")  # lifts
-    bad = text.replace("tensor<2xf32>", "tensor<2xi32>")
-    with pytest.raises(juliabridge.JuliaBridgeError):
-        juliabridge.load_mlir(bad, backend="lax")
-
-
-def test_unlifted_chlo_op_names_itself() -> None:
-    text = module(
-        ["tensor<2xcomplex<f32>>"],
-        ['%0 = "chlo._asin_acos_kernel"(%a0) : (tensor<2xcomplex<f32>>) -> tensor<2xcomplex<f32>>'],
-        [("%0", "tensor<2xcomplex<f32>>")],
-    )
-    with pytest.raises(UnsupportedOpError, match=r"chlo._asin_acos_kernel at line 3"):
-        juliabridge.load_mlir(text, backend="lax")
+@pytest.mark.parametrize(
+    ("line", "ins", "out", "error", "match"),
+    [
+        (
+            '"chlo.broadcast_add"(%a0, %a1) : (tensor<2x3xf32>, tensor<2xf32>) -> tensor<2x3xf32>',
+            ["tensor<2x3xf32>", "tensor<2xf32>"],
+            "tensor<2x3xf32>",
+            juliabridge.JuliaBridgeError,
+            "line 3",
+        ),
+        (
+            '"chlo.erf"(%a0) : (tensor<2xi32>) -> tensor<2xi32>',
+            ["tensor<2xi32>"],
+            "tensor<2xi32>",
+            juliabridge.JuliaBridgeError,
+            "line 3",
+        ),
+        (
+            '"chlo._asin_acos_kernel"(%a0) : (tensor<2xcomplex<f32>>) -> tensor<2xcomplex<f32>>',
+            ["tensor<2xcomplex<f32>>"],
+            "tensor<2xcomplex<f32>>",
+            UnsupportedOpError,
+            r"chlo._asin_acos_kernel at line 3",
+        ),
+    ],
+    ids=["incompatible broadcast", "erf of integers", "unlifted op"],
+)
+def test_refusals_name_the_op_and_line(
+    line: str, ins: list[str], out: str, error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        juliabridge.load_mlir(module(ins, [f"%0 = {line}"], [("%0", out)]), backend="lax")
 
 
 # --- transformations --------------------------------------------------------------------------
@@ -710,6 +708,11 @@ def _ragged(dims: str, ins: list[str], out: str) -> str:
     )
 
 
+def ttype_of(x: np.ndarray) -> str:
+    """The f64 tensor type of an array's shape."""
+    return f"tensor<{''.join(f'{d}x' for d in x.shape)}f64>"
+
+
 def _groups(sizes: np.ndarray) -> list[slice]:
     ends = np.cumsum(sizes)
     return [slice(int(e - s), int(e)) for s, e in zip(sizes, ends)]
@@ -720,61 +723,47 @@ def test_ragged_dot_three_modes() -> None:
     # ThunkEmitter"), so numpy's group-by-group products are the oracle.
     rng = np.random.default_rng(30)
     gs = np.array([2, 0, 3], np.int64)  # 5 of 6 rows in groups: the last row is 0
+    none = "lhs_batching_dimensions = [], rhs_batching_dimensions = []"
     # 1: ragged lhs rows, one rhs matrix per group.
     lhs, rhs = rng.standard_normal((6, 4)), rng.standard_normal((3, 4, 5))
     want1 = np.zeros((6, 5))
     for i, sl in enumerate(_groups(gs)):
         want1[sl] = lhs[sl] @ rhs[i]
-    text1 = _ragged(
-        "lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1], lhs_ragged_dimensions = [0], rhs_group_dimensions = [0]",
-        ["tensor<6x4xf64>", "tensor<3x4x5xf64>", "tensor<3xi64>"],
-        "tensor<6x5xf64>",
-    )
-    check(
-        text1,
-        [lhs, rhs, gs],
-        [want1],
-        ["rows"],
-        rtol=1e-12,
-        atol=1e-12,
-        interpreter=False,
-        xla=False,
-    )
     # 2: ragged contracting dimension: one product per group of k.
     lhs2, rhs2 = rng.standard_normal((3, 6)), rng.standard_normal((6, 2))
     want2 = np.stack([lhs2[:, sl] @ rhs2[sl] for sl in _groups(gs)])
-    text2 = _ragged(
-        "lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0], lhs_ragged_dimensions = [1], rhs_group_dimensions = []",
-        ["tensor<3x6xf64>", "tensor<6x2xf64>", "tensor<3xi64>"],
-        "tensor<3x3x2xf64>",
-    )
-    check(
-        text2,
-        [lhs2, rhs2, gs],
-        [want2],
-        ["contracting"],
-        rtol=1e-12,
-        atol=1e-12,
-        interpreter=False,
-        xla=False,
-    )
     # 3: ragged batch dimension: an ordinary batched product.
     lhs3, rhs3 = rng.standard_normal((5, 2, 3)), rng.standard_normal((5, 3, 4))
-    text3 = _ragged(
-        "lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1], lhs_ragged_dimensions = [0], rhs_group_dimensions = []",
-        ["tensor<5x2x3xf64>", "tensor<5x3x4xf64>", "tensor<3xi64>"],
-        "tensor<5x2x4xf64>",
-    )
-    check(
-        text3,
-        [lhs3, rhs3, gs],
-        [lhs3 @ rhs3],
-        ["batch"],
-        rtol=1e-12,
-        atol=1e-12,
-        interpreter=False,
-        xla=False,
-    )
+    cases = [
+        (
+            "rows",
+            f"{none}, lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1], lhs_ragged_dimensions = [0], rhs_group_dimensions = [0]",
+            lhs,
+            rhs,
+            want1,
+        ),
+        (
+            "contracting",
+            f"{none}, lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0], lhs_ragged_dimensions = [1], rhs_group_dimensions = []",
+            lhs2,
+            rhs2,
+            want2,
+        ),
+        (
+            "batch",
+            "lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1], lhs_ragged_dimensions = [0], rhs_group_dimensions = []",
+            lhs3,
+            rhs3,
+            lhs3 @ rhs3,
+        ),
+    ]
+    for name, dims, a, b, want in cases:
+        ins = [ttype_of(a), ttype_of(b), "tensor<3xi64>"]
+        text = _ragged(dims, ins, ttype_of(want))
+        check(
+            text, [a, b, gs], [want], [name], rtol=1e-12, atol=1e-12, interpreter=False, xla=False
+        )
+    text1 = _ragged(cases[0][1], [ttype_of(lhs), ttype_of(rhs), "tensor<3xi64>"], ttype_of(want1))
     # It differentiates like any dot: the gradient of a weighted sum against numpy's.
     fn = juliabridge.load_mlir(text1, backend="lax")
     w = rng.standard_normal((6, 5))

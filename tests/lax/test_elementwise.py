@@ -32,6 +32,7 @@ from ._elementwise_util import (
     TOL,
     bits,
     check,
+    complex_parts,
     cplx,
     dt,
     int_ref,
@@ -148,15 +149,10 @@ def test_unary_complex_ops(t: str) -> None:
     body = [f"%z = stablehlo.complex %a0, %a1 : {tt}"]
     outs, names, want = [], [], []
     z = cplx(re, im)
-    for k, (op, f) in enumerate(UNARY_COMPLEX.items()):
-        body += [
-            f"%{k} = stablehlo.{op} %z : {tt}",
-            f"%re{k} = stablehlo.real %{k} : ({tt}) -> {pt}",
-            f"%im{k} = stablehlo.imag %{k} : ({tt}) -> {pt}",
-        ]
-        outs += [(f"%re{k}", pt), (f"%im{k}", pt)]
-        names += [f"real({op})", f"imag({op})"]
-        want += [f(z).real.astype(re.dtype), f(z).imag.astype(re.dtype)]
+    for op, f in UNARY_COMPLEX.items():
+        case = complex_parts(f"%{op} = stablehlo.{op} %z : {tt}", op, tt, pt, f(z), re.dtype)
+        for acc, more in zip((body, outs, names, want), case):
+            acc += more
     body.append(f"%abs = stablehlo.abs %z : ({tt}) -> {pt}")
     outs.append(("%abs", pt))
     names.append("abs")
@@ -282,15 +278,12 @@ def test_binary_complex_ops(t: str, table: str) -> None:
     body = [f"%x = stablehlo.complex %a0, %a1 : {tt}", f"%y = stablehlo.complex %a2, %a3 : {tt}"]
     outs, names, want = [], [], []
     x, y = cplx(parts[0], parts[1]), cplx(parts[2], parts[3])
-    for k, (op, f) in enumerate(ops.items()):
-        body += [
-            f"%{k} = stablehlo.{op} %x, %y : {tt}",
-            f"%re{k} = stablehlo.real %{k} : ({tt}) -> {pt}",
-            f"%im{k} = stablehlo.imag %{k} : ({tt}) -> {pt}",
-        ]
-        outs += [(f"%re{k}", pt), (f"%im{k}", pt)]
-        names += [f"real({op})", f"imag({op})"]
-        want += [f(x, y).real.astype(parts[0].dtype), f(x, y).imag.astype(parts[0].dtype)]
+    for op, f in ops.items():
+        line = f"%{op} = stablehlo.{op} %x, %y : {tt}"
+        for acc, more in zip(
+            (body, outs, names, want), complex_parts(line, op, tt, pt, f(x, y), parts[0].dtype)
+        ):
+            acc += more
     rtol, atol = TOL[t]
     check(
         module([pt] * 4, body, outs),

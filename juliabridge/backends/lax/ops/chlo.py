@@ -29,7 +29,7 @@ from ..registry import Impl, OpView, lifts
 from .elementwise import (
     Fn,
     binary_fn,
-    compare_fn,
+    compare_of,
     constant_impl,
     is_complex,
     is_float,
@@ -381,12 +381,7 @@ def broadcast_binary(view: OpView) -> Impl:
 @lifts("chlo.broadcast_compare")
 def broadcast_compare(view: OpView) -> Impl:
     """chlo.md#chlobroadcast_compare: broadcast, then stablehlo.compare's semantics."""
-    fn = compare_fn(
-        view,
-        view.get_enum("comparison_direction"),
-        view.get_enum("compare_type", ""),
-        view.operand.dtype,
-    )
+    fn = compare_of(view)
     bx, by = _broadcasts(view)
     return lambda x, y: [fn(bx(x), by(y))]
 

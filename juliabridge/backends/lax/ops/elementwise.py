@@ -299,15 +299,16 @@ def compare_fn(view: OpView, direction: str, kind: str, dtype: np.dtype) -> Fn:
     return fn
 
 
+def compare_of(view: OpView) -> Fn:
+    """compare_fn for the op's comparison_direction and compare_type attributes."""
+    direction = view.get_enum("comparison_direction")
+    return compare_fn(view, direction, view.get_enum("compare_type", ""), view.operand.dtype)
+
+
 @lifts("stablehlo.compare")
 def compare(view: OpView) -> Impl:
     """spec.md#compare: every direction; FLOAT, TOTALORDER, SIGNED, UNSIGNED; complex order."""
-    fn = compare_fn(
-        view,
-        view.get_enum("comparison_direction"),
-        view.get_enum("compare_type", ""),
-        view.operand.dtype,
-    )
+    fn = compare_of(view)
     return lambda a, b: [fn(a, b)]
 
 

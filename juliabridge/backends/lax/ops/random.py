@@ -40,19 +40,21 @@ _ALGORITHMS = ("DEFAULT", "THREE_FRY", "PHILOX")
 _STATE_SIZES = {"THREE_FRY": (2,), "PHILOX": (2, 3)}
 
 
-def _impl_via_jit(p: Any) -> Any:
-    """Eager evaluation of a primitive that only has a lowering: compile the one op."""
+def _primitive(name: str, abstract: Any, lowering: Any, batch: Any) -> Any:
+    """A multiple-results primitive with these rules; evaluated eagerly by compiling it."""
+    p = make_primitive(name)
 
     def impl(*args: Any, **params: Any) -> Any:
         return jax.jit(lambda *a: p.bind(*a, **params))(*args)
 
-    return impl
+    p.def_impl(impl)
+    p.def_abstract_eval(abstract)
+    jax_mlir.register_lowering(p, lowering)
+    batching.primitive_batchers[p] = batch
+    return p
 
 
 # --- rng_bit_generator ------------------------------------------------------------------------
-
-_rbg_p = make_primitive("juliabridge_rng_bit_generator")
-_rbg_p.def_impl(_impl_via_jit(_rbg_p))
 
 
 def _rbg_abstract(state: Any, *, algorithm: str, shape: tuple[int, ...], dtype: np.dtype) -> Any:
@@ -66,17 +68,13 @@ def _rbg_lowering(ctx: Any, state: Any, *, algorithm: str, shape: Any, dtype: An
 
 
 def _rbg_batch(args: Sequence[Any], dims: Sequence[Any], **params: Any) -> Any:
-    (states,), (bd,) = args, dims
-    if bd is None:
-        return _rbg_p.bind(states, **params), (None, None)
+    (states,), (bd,) = args, dims  # the state is the only operand, so it is the batched one
     states = jax.numpy.moveaxis(states, bd, 0)
     new_states, bits = lax.map(lambda s: tuple(_rbg_p.bind(s, **params)), states)
     return (new_states, bits), (0, 0)
 
 
-_rbg_p.def_abstract_eval(_rbg_abstract)
-jax_mlir.register_lowering(_rbg_p, _rbg_lowering)
-batching.primitive_batchers[_rbg_p] = _rbg_batch
+_rbg_p = _primitive("juliabridge_rng_bit_generator", _rbg_abstract, _rbg_lowering, _rbg_batch)
 
 
 @lifts("stablehlo.rng_bit_generator")
@@ -113,9 +111,6 @@ def rng_bit_generator(view: OpView) -> Impl:
 
 # --- rng --------------------------------------------------------------------------------------
 
-_rng_p = make_primitive("juliabridge_rng")
-_rng_p.def_impl(_impl_via_jit(_rng_p))
-
 
 def _rng_abstract(a: Any, b: Any, *, distribution: str, shape: tuple[int, ...]) -> Any:
     return [jax.core.ShapedArray(shape, a.dtype)]
@@ -138,9 +133,7 @@ def _rng_batch(args: Sequence[Any], dims: Sequence[Any], *, distribution: str, s
     return [out], (0,)
 
 
-_rng_p.def_abstract_eval(_rng_abstract)
-jax_mlir.register_lowering(_rng_p, _rng_lowering)
-batching.primitive_batchers[_rng_p] = _rng_batch
+_rng_p = _primitive("juliabridge_rng", _rng_abstract, _rng_lowering, _rng_batch)
 
 
 @lifts("stablehlo.rng")
