@@ -60,8 +60,7 @@ def save_arrays(stem: Path, arrays: list[np.ndarray]) -> None:
     index = []
     with open(stem.with_suffix(".bin"), "wb") as f:
         for a in arrays:
-            # np.ascontiguousarray makes 0-d arrays 1-d; keep the shape.
-            a = np.ascontiguousarray(a).reshape(np.shape(a))
+            a = np.asarray(a, order="C")  # not ascontiguousarray: it makes 0-d arrays 1-d
             index.append({"dtype": a.dtype.name, "shape": list(a.shape), "nbytes": a.nbytes})
             f.write(a.tobytes())
     stem.with_suffix(".json").write_text(json.dumps(index))

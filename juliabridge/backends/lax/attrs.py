@@ -105,16 +105,22 @@ _BUFFER_KINDS = "biuf"
 
 
 def dense(
-    attr: ir.Attribute, ttype: TensorType, resources: Mapping[str, bytes] | None = None
+    attr: ir.Attribute | str, ttype: TensorType, resources: Mapping[str, bytes] | None = None
 ) -> np.ndarray:
     """The value of a dense elements attribute as a numpy array of `ttype`'s shape and dtype.
 
-    `resources` maps `dense_resource` blob names to their bytes (from the module's resource
-    section). Raises AttributeError_ for any other form.
+    `attr` may also be the attribute's printed form. `resources` maps `dense_resource` blob
+    names to their bytes (from the module's resource section). Raises AttributeError_ for any
+    other form.
     """
     want = ttype.dtype
     size = int(np.prod(ttype.shape, dtype=np.int64))
-    if want.kind in _BUFFER_KINDS and want.itemsize in (1, 2, 4, 8) and want.name in np.sctypeDict:
+    if (
+        not isinstance(attr, str)
+        and want.kind in _BUFFER_KINDS
+        and want.itemsize in (1, 2, 4, 8)
+        and want.name in np.sctypeDict
+    ):
         try:
             arr = np.asarray(ir.DenseElementsAttr(attr))
         except (ValueError, TypeError, RuntimeError):
@@ -161,7 +167,8 @@ def _scalar(token: re.Match[str], want: np.dtype) -> object:
 
 def _real(text: str, want: np.dtype) -> object:
     text = text.strip()
-    base = np.dtype(np.float64) if want.kind == "c" else want
+    # A complex element's parts are hex bit patterns of its component type (f32 in complex<f32>).
+    base = np.dtype(f"f{want.itemsize // 2}") if want.kind == "c" else want
     if text.lower().lstrip("+-").startswith("0x"):
         bits = int(text, 16)
         if base.kind in "iub":

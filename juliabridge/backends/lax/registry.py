@@ -195,13 +195,30 @@ class OpView:
 
     def get_dense(self, name: str, ttype: TensorType | None = None) -> Any:
         """A dense elements attribute as a numpy array (of `ttype`, default its own type)."""
-        attr = self.raw(name)
+        attr: Any
+        try:
+            attr = self.raw(name)
+        except TypeError as e:
+            # The bindings have no Python class for dense complex attributes and raise while
+            # wrapping one (reading NamedAttribute.attr even aborts the process), so these are
+            # decoded from their printed form, which needs the type from the caller.
+            attr = self._printed(name)
+            if ttype is None:
+                raise self.error(f"attribute {name}: the bindings cannot read its type") from e
         if ttype is None:
             ttype = self.tensor(self._type(attr.type, f"attribute {name}"), name)
         try:
             return attrs.dense(attr, ttype, self.program.resources)
         except (ValueError, TypeError, attrs.AttributeError_) as e:
             raise self.error(f"attribute {name}: {e}") from e
+
+    def _printed(self, name: str) -> str:
+        """The printed form of attribute `name`, read without wrapping it in a Python class."""
+        for i, key in enumerate(self.op.attributes.keys()):
+            if key == name:
+                text = str(self.op.attributes[i])  # "NamedAttribute(name=<attribute>)"
+                return text[len(f"NamedAttribute({name}=") : -1]
+        raise self.error(f"attribute {name} is missing")
 
     # --- regions -------------------------------------------------------------------------
 
