@@ -293,8 +293,8 @@ struct MatMul <: Lux.AbstractLuxLayer end
 struct UsesTwice <: Lux.AbstractLuxLayer end
 (::UsesTwice)(x, ps, st) = (ps.a * x .+ ps.b * x, st)
 
-struct Identity <: Lux.AbstractLuxLayer end
-(::Identity)(x, ps, st) = (x, st)
+struct IdentityLayer <: Lux.AbstractLuxLayer end
+(::IdentityLayer)(x, ps, st) = (x, st)
 
 # The manifest and Python check of export_and_check, for bundles exported without it.
 function check_bundle(dir)
@@ -621,7 +621,7 @@ changed(change!, m) = (m2 = deepcopy(m); change!(m2); m2)
 
     @testset "an identity model: its output is an alias, no examples" begin
         x = randn(rng, Float32, 3, 4)
-        dir = export_lux(joinpath(TMP, "identity.bundle"), Identity(), NamedTuple(), NamedTuple(), x)
+        dir = export_lux(joinpath(TMP, "identity.bundle"), IdentityLayer(), NamedTuple(), NamedTuple(), x)
         m = read_manifest(dir)
         @test isempty(m["results"]) || all(r -> haskey(r, "echo_of"), m["results"])
         # examples.outputs lists at least one result (spec §3.7), so without a result there is none.
