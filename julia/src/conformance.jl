@@ -151,11 +151,32 @@ function check_tree(leaves::AbstractVector, what::String; containers::AbstractVe
     return nothing
 end
 
-"""JSON nesting depth of a value as JSON.jl writes it (objects and arrays count one level)."""
-function json_depth(v)::Int
-    v isa AbstractDict && return 1 + maximum((json_depth(c) for c in values(v)); init=0)
-    (v isa AbstractVector || v isa Tuple) && return 1 + maximum((json_depth(c) for c in v); init=0)
-    return 0
+"""
+Nesting depth of JSON text (each `{` or `[` outside a string opens a level), measured the way
+the Python reader measures it before parsing.
+"""
+function json_text_depth(text::AbstractString)::Int
+    depth = deepest = 0
+    in_string = escaped = false
+    for c in codeunits(text)
+        if in_string
+            if escaped
+                escaped = false
+            elseif c == UInt8('\\')
+                escaped = true
+            elseif c == UInt8('"')
+                in_string = false
+            end
+        elseif c == UInt8('"')
+            in_string = true
+        elseif c == UInt8('{') || c == UInt8('[')
+            depth += 1
+            deepest = max(deepest, depth)
+        elseif c == UInt8('}') || c == UInt8(']')
+            depth -= 1
+        end
+    end
+    return deepest
 end
 
 """
@@ -204,8 +225,11 @@ function check_manifest_rules(m)
     haskey(m, "examples") && check_examples(m["examples"], args, results)
     metadata = get(m, "metadata", nothing)
     (metadata === nothing || metadata isa AbstractDict) || rule_fail("metadata", "expected a JSON object")
-    depth = json_depth(m)
+    text = JSON.json(m; pretty=2)                                   # as write_manifest writes it
+    depth = json_text_depth(text)
     depth > MAX_JSON_DEPTH && rule_fail("metadata", "the manifest nests $depth levels deep, more than the $MAX_JSON_DEPTH readers accept; flatten the metadata")
+    bytes = sizeof(text)
+    bytes > MAX_MANIFEST_BYTES && rule_fail("metadata", "the manifest is $bytes bytes, more than the $(MAX_MANIFEST_BYTES >> 20) MiB readers accept; keep large data out of the metadata")
     return nothing
 end
 

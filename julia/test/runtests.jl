@@ -642,6 +642,7 @@ changed(change!, m) = (m2 = deepcopy(m); change!(m2); m2)
     @testset "check_manifest refuses what the Python reader refuses" begin
         m = read_manifest(joinpath(TMP, "dense.bundle"))
         @test JuliaBridge.check_manifest(m) === nothing
+        @test JuliaBridge.json_text_depth("{\"a\": [1, {\"b\": \"[{\\\"\"}]}") == 3   # brackets inside strings do not count
         valid_static = [Dict("path" => ["n"], "value" => 1, "julia_type" => "Int64")]
         @test JuliaBridge.check_manifest(changed(m -> (m["static_state"] = valid_static), m)) === nothing
         for change! in (
@@ -659,6 +660,7 @@ changed(change!, m) = (m2 = deepcopy(m); change!(m2); m2)
             m -> (m["static_state"] = [Dict("path" => ["layer_1", "n"], "value" => 1, "julia_type" => "Int64")]),   # inside an empty container
             m -> (m["producer"]["made_with_julia"] = false),
             m -> (m["mode"] = "train"),   # with samples_independent true
+            m -> (m["metadata"] = foldl((inner, _) -> Dict("a" => inner), 1:70; init=1)),   # nests past 64 levels
         )
             @test_throws JuliaBridge.ExportError JuliaBridge.check_manifest(changed(change!, m))
         end
