@@ -26,6 +26,7 @@ export export_lux, load_params
 const FORMAT = "juliabridge.bundle"
 const FORMAT_VERSION = 2
 const WEIGHTS_FORMAT = "juliabridge.weights"
+const WEIGHTS_FORMAT_VERSION = 1
 const MODULE_FILE = "model.mlir"
 const ARTIFACT_FILE = "model.mlirbc"
 const WEIGHTS_FILE = "weights.h5"
@@ -36,6 +37,7 @@ const MANIFEST_FILE = "manifest.json"
 include("errors.jl")
 include("dtypes.jl")
 include("paths.jl")
+include("conformance.jl")
 include("leaves.jl")
 include("mlir_text.jl")
 include("artifact.jl")

@@ -42,15 +42,19 @@ end
 is_float_dtype(name::AbstractString) = name in ("f16", "bf16", "f32", "f64")
 is_complex_dtype(name::AbstractString) = startswith(name, "complex<")
 
-"""`A` as stored in HDF5 (spec §4): 16-bit floats as UInt16 bit patterns, Bool as UInt8 0/1."""
+"""
+`A` as stored in HDF5 (spec §4): 16-bit floats as UInt16 bit patterns, Bool as UInt8 0/1,
+every other type as is; always a fresh `Array` of `A`'s shape and of the stored element type,
+empty and 0-dimensional arrays included (`convert_each`).
+"""
 function encode_for_hdf5(A::AbstractArray, dtype::AbstractString)::Array
     if dtype == "f16" || dtype == "bf16"
         # HDF5.jl has no BFloat16 mapping and Float16 only with recent libhdf5
         # (HDF5 src/typeconversions.jl:135-153), so store the bits.
-        return map(v -> reinterpret(UInt16, v), A)
+        return convert_each(v -> reinterpret(UInt16, v), UInt16, A)
     elseif dtype == "i1"
         # HDF5.jl would write Bool as an H5T_NATIVE_B8 bitfield (typeconversions.jl:137).
-        return map(UInt8, A)
+        return convert_each(v -> v ? 0x01 : 0x00, UInt8, A)
     else
         return collect(A)
     end
@@ -62,14 +66,23 @@ function decode_from_hdf5(raw::AbstractArray, dtype::AbstractString)::Array
     if dtype == "f16" || dtype == "bf16"
         eltype(raw) === T && return collect(raw)          # a native IEEE half dataset
         eltype(raw) === UInt16 || throw(BundleReadError("a $dtype dataset must hold uint16 bit patterns, found $(eltype(raw))"))
-        return map(v -> reinterpret(T, v), raw)
+        return convert_each(v -> reinterpret(T, v), T, raw)
     elseif dtype == "i1"
         eltype(raw) === Bool && return collect(raw)       # an HDF5 bitfield bool
         eltype(raw) <: Integer || throw(BundleReadError("an i1 dataset must hold integers 0/1, found $(eltype(raw))"))
-        return map(!iszero, raw)
+        return convert_each(!iszero, Bool, raw)
     end
     eltype(raw) === T && return collect(raw)
     throw(BundleReadError("dataset has element type $(eltype(raw)) but its dtype attribute says $dtype"))
+end
+
+"""`f` applied to every element of `A`, in an `Array{T}` of `A`'s shape (also when empty)."""
+function convert_each(f, ::Type{T}, A::AbstractArray)::Array{T} where {T}
+    out = Array{T}(undef, size(A))
+    for (i, v) in zip(eachindex(out), A)
+        out[i] = f(v)
+    end
+    return out
 end
 
 """Default (rtol, atol) a reader's `verify` uses for outputs of these dtypes (spec §3.7)."""

@@ -1,6 +1,6 @@
 # export_lux: trace, check, compute references, write the bundle.
 
-const NAME_RE = r"^[A-Za-z0-9_.-]{1,128}$"
+const NAME_RE = r"^[A-Za-z0-9_.-]{1,128}\z"     # `\z`: `$` would accept a trailing newline
 
 # The bundle name: given, or the directory name without ".bundle", made safe.
 function bundle_name(name, target::AbstractString)::String
@@ -151,11 +151,9 @@ function export_model(
 
     report("writing $target")
     examples = nothing
-    if reference
+    kept = reference ? reference_results(traced, outputs) : nothing
+    if kept !== nothing
         inputs = [(a.index, values[a.index + 1], a.dtype) for a in traced.arguments if a.role == "input"]
-        # An echo's reference value is its argument by definition; storing it again would
-        # duplicate the weights.
-        kept = [(r, A) for (r, A) in zip(traced.results, outputs) if r.echo_of === nothing]
         rtol, atol = reference_tolerances([r.dtype for (r, _) in kept])
         examples = (;
             arrays=(;
@@ -197,9 +195,24 @@ function export_model(
             static,
             artifacts,
         )
+        check_manifest(manifest)     # never write what the reference reader would refuse
         write_manifest(joinpath(tmp, MANIFEST_FILE), manifest)
     end
     return target
+end
+
+"""
+The `(result, value)` pairs whose values the bundle stores as reference outputs (spec §3.7:
+`examples.outputs` lists at least one result), or `nothing` when there are none to store.
+An echo's reference value is its argument by definition, so echoes are left out, unless every
+result is one (an identity model): then the echoes that are outputs are stored. A model whose
+outputs are all aliases has no `@main` result, hence no examples section.
+"""
+function reference_results(traced::TracedForward, outputs)
+    pairs = collect(zip(traced.results, outputs))
+    kept = [(r, A) for (r, A) in pairs if r.echo_of === nothing]
+    isempty(kept) && (kept = [(r, A) for (r, A) in pairs if !isempty(r.paths)])
+    return isempty(kept) ? nothing : kept
 end
 
 """Check the tables agree with the printed `@main` signature (spec §6 step 4)."""

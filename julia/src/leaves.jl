@@ -164,12 +164,16 @@ Base.:(==)(a::StaticLeaf, b::StaticLeaf) = a.path == b.path && isequal(a.value, 
 """
 `(value, julia_type)` of a configuration value JuliaBridge records and `load_params` rebuilds
 (see `static_value` in load.jl), or `nothing` for values it leaves alone (layers, functions).
+`julia_type` is `string(typeof(v))` (spec §3.11); `check_manifest` refuses a value or type name
+outside the spec's limits (an integer beyond UInt64, a string over 4096 characters).
 """
 function static_entry(v)
     if v isa Val
         p = typeof(v).parameters[1]
         p isa Bool && return (p, string(typeof(v)))
-        p isa Base.BitInteger && return (p, string(typeof(v)))
+        # Only an `Int`: `string(typeof(Val(Int32(3))))` is "Val{3}" too, which `static_value`
+        # rebuilds as `Val(3)`, so other widths would not come back as they were.
+        p isa Int && return (p, string(typeof(v)))
         p isa Symbol && return (string(p), string(typeof(v)))
         return nothing
     elseif v isa Bool

@@ -19,64 +19,149 @@ With templates (e.g. from `Lux.setup`) the result has exactly the templates' str
 element types: every array leaf is read from the file and checked for shape, everything else
 is kept from the template.
 
-Format 2 bundles record a sha256 of every dataset; it is checked as the data is read. Throws
-`BundleReadError` for a missing, malformed or modified file.
+Every dataset must carry its `dtype` attribute (spec §4); for a bundle it must equal the
+manifest's, with the manifest's shape. Format 2 bundles record a digest of every dataset
+(spec §4.1), checked as the data is read; a `weights.sha256` (required in format 1) is checked
+over the whole file. Throws `BundleReadError` for a missing, malformed or modified file.
 """
 function load_params(path::AbstractString)
-    file, entries = weights_location(path)
+    file, plan = weights_location(path)
     return HDF5.h5open(file, "r") do f
         check_weights_file(f, file)
-        if entries === nothing
+        if plan === nothing
             (read_group_tree(f, "params"), read_group_tree(f, "state"))
         else
             (
-                tree_from_entries(f, "params", entries.params, entries.empty_params, StaticLeaf[]),
-                tree_from_entries(f, "state", entries.state, entries.empty_state, entries.static),
+                tree_from_entries(f, "params", plan.params, plan.empty_params, StaticLeaf[]),
+                tree_from_entries(f, "state", plan.state, plan.empty_state, plan.static),
             )
         end
     end
 end
 
 function load_params(path::AbstractString, ps_template, st_template)
-    file, entries = weights_location(path)
-    shas = entries === nothing ? Dict{String,String}() : entries.shas
+    file, plan = weights_location(path)
+    by_path = plan === nothing ? nothing : entries_by_path(plan)
     return HDF5.h5open(file, "r") do f
         check_weights_file(f, file)
-        (fill_like(f, file, "/params", ps_template, Any[], shas), fill_like(f, file, "/state", st_template, Any[], shas))
+        (
+            fill_like(f, file, "params", ps_template, Any[], by_path),
+            fill_like(f, file, "state", st_template, Any[], by_path),
+        )
     end
 end
 
-# A JSON path as a Vector{Any} of String/Int steps.
-json_path(p) = Any[s isa AbstractString ? String(s) : Int(s) for s in p]
+"""What a bundle's manifest says about one parameter or state argument's dataset."""
+struct DatasetEntry
+    path::Vector{Any}
+    tied_paths::Vector{Vector{Any}}
+    dataset::String
+    sha256::Union{Nothing,String}   # nothing in format 1 (spec §8: not part of it, ignored)
+    dtype::String
+    julia_shape::Vector{Int}
+end
 
-# The weights file of `path` and, for a bundle, what its manifest says about it: the
-# (path, dataset, sha256) of each parameter and state argument in manifest order (Lux's
-# depth-first order), the empty containers and the static state.
+# The manifest value at `obj[key]` (`at` names `obj` in messages), of type `T`, or a BundleReadError saying what was expected.
+function manifest_value(obj, key::String, ::Type{T}, mpath, at::String; default=missing) where {T}
+    obj isa AbstractDict || throw(BundleReadError("$mpath: $at is not a JSON object"))
+    if !haskey(obj, key) || obj[key] === nothing
+        default === missing || return default
+        throw(BundleReadError("$mpath: $at has no $(repr(key)); the manifest does not follow docs/bundle-format.md"))
+    end
+    v = obj[key]
+    v isa T || throw(BundleReadError("$mpath: $at.$key is a $(typeof(v)), expected $T"))
+    return v
+end
+
+# A JSON path as a Vector{Any} of String/Int steps (spec §3.8: names, or 1-based positions).
+function json_path(p, mpath="manifest.json", at="path")::Vector{Any}
+    p isa AbstractVector || throw(BundleReadError("$mpath: $at is not a JSON array"))
+    out = Any[]
+    for s in p
+        if s isa AbstractString
+            push!(out, String(s))
+        elseif s isa Integer && !(s isa Bool) && 1 <= s <= MAX_PATH_STEP
+            push!(out, Int(s))
+        else
+            throw(BundleReadError("$mpath: $at holds the step $(repr(s)); steps are names or positions in [1, 2^31]"))
+        end
+    end
+    return out
+end
+
+function manifest_dims(dims, mpath, at)::Vector{Int}
+    all(d -> d isa Integer && !(d isa Bool) && 0 <= d <= MAX_DIM, dims) ||
+        throw(BundleReadError("$mpath: $at holds $(repr(dims)); dimensions are integers in [0, 2^40]"))
+    return Int[Int(d) for d in dims]
+end
+
+# The weights file of `path` and, for a bundle, what its manifest says about it: one
+# DatasetEntry per parameter and state argument in manifest order (Lux's depth-first order),
+# the empty containers and (format 2) the static state. The whole-file `weights.sha256` is
+# checked here when the manifest has one (required in format 1, optional in format 2).
 function weights_location(path::AbstractString)
     if isdir(path)
         mpath = joinpath(path, MANIFEST_FILE)
-        isfile(mpath) || throw(BundleReadError("$path is a directory without $MANIFEST_FILE, so not a bundle"))
+        (isfile(mpath) && !islink(mpath)) || throw(BundleReadError("$path is a directory without a regular file $MANIFEST_FILE, so not a bundle"))
         m = JSON.parsefile(mpath)                                    # JSON src/parse.jl:241
+        m isa AbstractDict || throw(BundleReadError("$mpath is not a JSON object"))
         get(m, "format", nothing) == FORMAT || throw(BundleReadError("$mpath is not a juliabridge bundle manifest"))
         v = get(m, "format_version", 0)
-        (v isa Integer && 1 <= v <= FORMAT_VERSION) ||
-            throw(BundleReadError("$path has format_version $v; this JuliaBridge reads up to $FORMAT_VERSION, upgrade it"))
-        name = m["weights"]["file"]
-        (name isa AbstractString && !isempty(name) && !isabspath(name) && !occursin(r"[/\\]", name) && name != "..") ||
-            throw(BundleReadError("unsafe weights file name in $mpath: $(repr(name))"))
+        (v isa Integer && !(v isa Bool) && 1 <= v <= FORMAT_VERSION) ||
+            throw(BundleReadError("$path has format_version $(repr(v)); this JuliaBridge reads 1 to $FORMAT_VERSION, upgrade it"))
+        weights = manifest_value(m, "weights", AbstractDict, mpath, "top level")
+        name = manifest_value(weights, "file", AbstractString, mpath, "weights")
+        why = unsafe_file_name(name)
+        why === nothing || throw(BundleReadError("$mpath: weights.file $(repr(name)) $why; a bundle names only its own files"))
         file = joinpath(path, name)
         islink(file) && throw(BundleReadError("$file is a symlink; bundles hold regular files only"))
-        sha(a) = (s = get(a, "sha256", nothing); s isa AbstractString ? String(s) : nothing)
-        entry(a) = (json_path(a["path"]), String(a["dataset"]), sha(a))
-        params = [entry(a) for a in m["arguments"] if a["role"] == "parameter"]
-        state = [entry(a) for a in m["arguments"] if a["role"] == "state"]
+        isfile(file) || throw(BundleReadError("$file is missing or not a regular file"))
+        whole = manifest_value(weights, "sha256", AbstractString, mpath, "weights"; default=nothing)
+        (v == 1 && whole === nothing) && throw(BundleReadError("$mpath: a format-1 manifest records weights.sha256"))
+        if whole !== nothing
+            got = file_sha256(file)
+            got == whole || throw(BundleReadError("$file: sha256 is $got but the manifest records $whole; the file was modified or is corrupt"))
+        end
+        params = DatasetEntry[]
+        state = DatasetEntry[]
+        for (i, a) in enumerate(manifest_value(m, "arguments", AbstractVector, mpath, "top level"))
+            at = "arguments[$(i - 1)]"
+            role = manifest_value(a, "role", AbstractString, mpath, at)
+            role in ("parameter", "state") || continue
+            sha = nothing
+            if v >= 2
+                sha = manifest_value(a, "sha256", AbstractString, mpath, at)
+                occursin(HEX64_RE, sha) || throw(BundleReadError("$mpath: $at.sha256 is not 64 lowercase hex digits"))
+            end
+            entry = DatasetEntry(
+                json_path(manifest_value(a, "path", AbstractVector, mpath, at), mpath, "$at.path"),
+                [json_path(p, mpath, "$at.tied_paths") for p in manifest_value(a, "tied_paths", AbstractVector, mpath, at; default=Any[])],
+                String(manifest_value(a, "dataset", AbstractString, mpath, at)),
+                sha === nothing ? nothing : String(sha),
+                String(manifest_value(a, "dtype", AbstractString, mpath, at)),
+                manifest_dims(manifest_value(a, "julia_shape", AbstractVector, mpath, at), mpath, "$at.julia_shape"),
+            )
+            push!(role == "parameter" ? params : state, entry)
+        end
         empty = get(m, "empty", nothing)
-        empties(k) = empty === nothing ? Vector{Any}[] : [json_path(p) for p in get(empty, k, Any[])]
-        static = [
-            StaticLeaf(json_path(s["path"]), s["value"], String(s["julia_type"])) for s in get(m, "static_state", Any[])
-        ]
-        shas = Dict{String,String}(d => h for (_, d, h) in vcat(params, state) if h !== nothing)
-        return file, (; params, state, empty_params=empties("params"), empty_state=empties("state"), static, shas)
+        empties(k) = empty isa AbstractDict ? [json_path(p, mpath, "empty.$k") for p in get(empty, k, Any[])] : Vector{Any}[]
+        # static_state is format 2 (spec §8: a format-1 reader ignores it).
+        static = StaticLeaf[]
+        if v >= 2
+            for (j, s) in enumerate(manifest_value(m, "static_state", AbstractVector, mpath, "top level"; default=Any[]))
+                at = "static_state[$(j - 1)]"
+                (s isa AbstractDict && haskey(s, "value")) || throw(BundleReadError("$mpath: $at has no value"))
+                push!(
+                    static,
+                    StaticLeaf(
+                        json_path(manifest_value(s, "path", AbstractVector, mpath, at), mpath, "$at.path"),
+                        s["value"],
+                        String(manifest_value(s, "julia_type", AbstractString, mpath, at)),
+                    ),
+                )
+            end
+        end
+        return file, (; params, state, empty_params=empties("params"), empty_state=empties("state"), static)
     end
     isfile(path) || throw(BundleReadError("no bundle directory or weights file at $path"))
     return path, nothing
@@ -86,10 +171,11 @@ end
 function check_weights_file(f, file)
     a = HDF5.attrs(f)
     if haskey(a, "format")
-        a["format"] == WEIGHTS_FORMAT || a["format"] == FORMAT ||
-            throw(BundleReadError("$file has format $(repr(a["format"])), not $WEIGHTS_FORMAT"))
+        fmt = a["format"]
+        fmt in (WEIGHTS_FORMAT, FORMAT) || throw(BundleReadError("$file has format $(repr(fmt)), not $WEIGHTS_FORMAT"))
+        newest = fmt == WEIGHTS_FORMAT ? WEIGHTS_FORMAT_VERSION : FORMAT_VERSION
         v = haskey(a, "format_version") ? a["format_version"] : 1
-        v <= FORMAT_VERSION || throw(BundleReadError("$file has format_version $v; upgrade JuliaBridge"))
+        (v isa Integer && v <= newest) || throw(BundleReadError("$file has format_version $(repr(v)); this JuliaBridge reads up to $newest, upgrade it"))
     end
     return nothing
 end
@@ -179,14 +265,16 @@ function order_like_file!(node::Node, f, gpath::AbstractString)
     return node
 end
 
-# A tree from the manifest: the arrays (each checked against its sha256), the empty
-# containers and the static values, ordered like the file's groups.
-function tree_from_entries(f, group::AbstractString, entries, empties, static::Vector{StaticLeaf})
+# A tree from the manifest: the arrays (each checked against the manifest's dtype, shape and,
+# in format 2, digest; a tied array at every one of its paths), the empty containers and the
+# static values, ordered like the file's groups.
+function tree_from_entries(f, group::AbstractString, entries::Vector{DatasetEntry}, empties, static::Vector{StaticLeaf})
     root = Node()
-    for (path, dspath, sha) in entries
-        A = read_array(f, dspath; sha256=sha)
-        A === nothing && throw(BundleReadError("the manifest names dataset $dspath, which the weights file lacks"))
-        insert_leaf!(root, path, A)
+    for e in entries
+        A = read_entry(f, e)
+        for p in vcat([e.path], e.tied_paths)
+            insert_leaf!(root, p, A)
+        end
     end
     for path in empties
         insert_empty!(root, path)
@@ -198,12 +286,28 @@ function tree_from_entries(f, group::AbstractString, entries, empties, static::V
     return materialize(root)
 end
 
+function read_entry(f, e::DatasetEntry)
+    A = read_array(f, e.dataset; sha256=e.sha256, dtype=e.dtype, julia_shape=e.julia_shape)
+    A === nothing && throw(BundleReadError("the manifest names dataset $(e.dataset), which the weights file lacks"))
+    return A
+end
+
+# The bundle's entries by ("params"/"state", path), tied paths included.
+function entries_by_path(plan)::Dict{Tuple{String,Vector{Any}},DatasetEntry}
+    out = Dict{Tuple{String,Vector{Any}},DatasetEntry}()
+    for (group, entries) in ("params" => plan.params, "state" => plan.state), e in entries, p in vcat([e.path], e.tied_paths)
+        out[(group, p)] = e
+    end
+    return out
+end
+
 const INTEGER_TYPES = (Int8, Int16, Int32, Int64, Int128, UInt8, UInt16, UInt32, UInt64, UInt128)
+const FLOAT_TYPES = (Float16, Float32, Float64)
 
 """
 The Julia value of a `static_state` entry, rebuilt from its `julia_type` by this fixed list of
-forms (never `eval`): `Nothing`, `Bool`, `Symbol`, `String`, the integer types, and `Val{...}` of
-a Bool, an integer or a Symbol.
+forms (never `eval`): `Nothing`, `Bool`, `Symbol`, `String`, the integer and float types, and
+`Val{...}` of a Bool, an `Int` or a Symbol.
 """
 function static_value(s::StaticLeaf)
     t, v = s.julia_type, s.value
@@ -213,14 +317,17 @@ function static_value(s::StaticLeaf)
     t == "Symbol" && return v isa AbstractString ? Symbol(v) : fail()
     t == "String" && return v isa AbstractString ? String(v) : fail()
     for T in INTEGER_TYPES
-        t == string(T) && return (v isa Integer && !(v isa Bool)) ? T(v) : fail()
+        t == string(T) && return (v isa Integer && !(v isa Bool) && typemin(T) <= v <= typemax(T)) ? T(v) : fail()
     end
-    m = match(r"^Val\{(.*)\}$", t)
+    for T in FLOAT_TYPES
+        t == string(T) && return (v isa Real && !(v isa Bool)) ? T(v) : fail()
+    end
+    m = match(r"^Val\{(.*)\}\z", t)
     m === nothing && fail()
     p = m.captures[1]
     (p == "true" || p == "false") && return v isa Bool && string(v) == p ? Val(v) : fail()
     startswith(p, ":") && return v isa AbstractString && ":" * v == p ? Val(Symbol(v)) : fail()
-    occursin(r"^-?\d+$", p) && return v isa Integer && !(v isa Bool) && string(v) == p ? Val(Int(v)) : fail()
+    occursin(r"^-?\d+\z", p) && return v isa Integer && !(v isa Bool) && typemin(Int) <= v <= typemax(Int) && string(v) == p ? Val(Int(v)) : fail()
     return fail()
 end
 
@@ -253,23 +360,31 @@ function walk_group(g)::Node
     return node
 end
 
-# The template's structure, with every array leaf read from `prefix/<path>` (checked against
-# the manifest's sha256 of that dataset when `shas` has one).
-function fill_like(f, file, prefix::AbstractString, t, path::Vector{Any}, shas::Dict{String,String})
+# The template's structure, with every array leaf read from the file: for a bundle, from the
+# dataset the manifest gives for that path (`by_path`, checked against its dtype, shape and
+# digest); for a standalone weights file, from `/group/<path>`.
+function fill_like(f, file, group::AbstractString, t, path::Vector{Any}, by_path)
     if t isa NamedTuple
-        return NamedTuple{keys(t)}(Tuple(fill_like(f, file, prefix, getfield(t, k), vcat(path, string(k)), shas) for k in keys(t)))
+        return NamedTuple{keys(t)}(Tuple(fill_like(f, file, group, getfield(t, k), vcat(path, string(k)), by_path) for k in keys(t)))
     elseif t isa Tuple
-        return Tuple(fill_like(f, file, prefix, c, vcat(path, i), shas) for (i, c) in enumerate(t))
+        return Tuple(fill_like(f, file, group, c, vcat(path, i), by_path) for (i, c) in enumerate(t))
     elseif t isa ReactantLeaf || t isa AbstractArray{<:Number}
-        dspath = prefix * "/" * join(string.(path), "/")
-        A = read_array(f, dspath; sha256=get(shas, dspath, nothing))
-        A === nothing && throw(BundleReadError("$file has no dataset $dspath for $(path_label(path))"))
+        A = if by_path === nothing
+            dspath = "/" * group * "/" * join(string.(path), "/")
+            a = read_array(f, dspath)
+            a === nothing && throw(BundleReadError("$file has no dataset $dspath for $(path_label(path))"))
+            a
+        else
+            e = get(by_path, (String(group), path), nothing)
+            e === nothing && throw(BundleReadError("the bundle's manifest has no $group array at $(path_label(path)), which the template has"))
+            read_entry(f, e)
+        end
         size(A) == size(t) || throw(
-            BundleReadError("$dspath has Julia shape $(size(A)) but the template's $(path_label(path)) has $(size(t))"),
+            BundleReadError("$group.$(path_label(path)) has Julia shape $(size(A)) in $file but the template's has $(size(t))"),
         )
         return restore_like(t, A)
     elseif t isa AbstractArray
-        return reshape([fill_like(f, file, prefix, c, vcat(path, i), shas) for (i, c) in enumerate(t)], size(t))
+        return reshape([fill_like(f, file, group, c, vcat(path, i), by_path) for (i, c) in enumerate(t)], size(t))
     end
     return t
 end

@@ -11,7 +11,7 @@ version_string(m::Module) = (v = pkgversion(m); v === nothing ? "unknown" : stri
 
 function producer_object()
     return jobject(
-        "tool" => "JuliaBridge.jl",
+        "tool" => JULIA_TOOL,                                # spec §3.2: with made_with_julia
         "tool_version" => version_string(@__MODULE__),
         "julia" => string(VERSION),
         "lux" => version_string(Lux),

@@ -234,7 +234,19 @@ function check_state_tree(traced::TracedForward)
     end
     returned = vcat([p for r in traced.results for p in r.paths], [al.path for al in traced.aliases])
     state_out = Set{Vector{Any}}(p[2:end] for p in returned if first(p) == "state")
-    state_in == state_out && return nothing
+    if state_in == state_out
+        # Spec §3.5 names a returned state leaf by its argument's `path`, never by one of its
+        # `tied_paths`, so a state array reached twice cannot come back at both places.
+        for a in traced.arguments, t in a.tied_paths
+            (a.role == "state" && t in state_out) || continue
+            throw(
+                ExportError(
+                    "st holds the same array at $(path_label(a.path)) and $(path_label(t)), and the model returns it at both places; a bundle returns a state array at its one path only (docs/bundle-format.md §3.5). Pass a copy (`copy(a)`) for all but one place.",
+                ),
+            )
+        end
+        return nothing
+    end
     missing_ = sort!([path_label(p) for p in setdiff(state_in, state_out)])
     extra = sort!([path_label(p) for p in setdiff(state_out, state_in)])
     throw(
@@ -251,9 +263,12 @@ end
 input_batch_axis(a::ArgumentInfo, B::Union{Nothing,Int}) =
     (a.role == "input" && B !== nothing && !isempty(a.julia_shape) && last(a.julia_shape) == B) ? 0 : nothing
 
-"""Batch size: the common last Julia dim of all input arguments of rank ≥ 1, else `nothing`."""
+"""
+Batch size: the common last Julia dim of all input arguments of rank ≥ 1, else `nothing`; also
+`nothing` when that dim is 0 (spec §3.6: a batch has at least one sample).
+"""
 function batch_size(arguments)::Union{Nothing,Int}
     dims = [last(a.julia_shape) for a in arguments if a.role == "input" && !isempty(a.julia_shape)]
-    (isempty(dims) || !allequal(dims)) && return nothing
+    (isempty(dims) || !allequal(dims) || first(dims) < 1) && return nothing
     return first(dims)
 end

@@ -5,19 +5,36 @@
 # data in MLIR row-major order: that is what the per-dataset sha256 (format 2) covers.
 
 """
-sha256 (64 lowercase hex digits) of the stored bytes of `data`, the array exactly as written to
-or read from HDF5 (`encode_for_hdf5`'s output): its memory, little-endian. Format 2 records it
-for every dataset; 16-bit floats are their UInt16 bits, Bool is UInt8 0/1, complex numbers are
-interleaved (re, im), as Julia lays them out.
+sha256 (64 lowercase hex digits) of the memory of plain-bits array `data`, each element
+little-endian: on every machine JuliaBridge runs on, the bytes as they lie in memory.
 """
 function stored_sha256(data::Array)::String
     T = eltype(data)
     isbitstype(T) || throw(ArgumentError("cannot hash an array of $T: not a plain bits type"))
-    ENDIAN_BOM == 0x04030201 || throw(ExportError("JuliaBridge writes bundles on little-endian machines only"))
+    ENDIAN_BOM == 0x04030201 || (data = map(htol, data))          # bswap is defined for Complex too
     GC.@preserve data begin
         bytes = unsafe_wrap(Array, Ptr{UInt8}(pointer(data)), sizeof(data))
         return bytes2hex(SHA.sha256(bytes))                           # SHA src/SHA.jl:95-99
     end
+end
+
+"""
+The digest of spec §4.1 of Julia array `A` holding values of bundle dtype `dtype`: the sha256 of
+its canonical bytes. The elements are taken in Julia's column-major memory order, which is the
+MLIR row-major order of the dataset (HDF5.jl reverses the dims), encoded as §4 stores them
+(`encode_for_hdf5`: 16-bit floats as their UInt16 bits, Bool as one byte 0/1), complex
+numbers as (re, im) as Julia lays them out, every value little-endian. It is a function of the
+values alone: a native half dataset and its UInt16 encoding, a Bool bitfield and its UInt8
+encoding, a 0-dimensional array (its one element) and an empty one (the empty string) hash as
+the Python writer's `juliabridge.bundle.digest.dataset_digest` does.
+"""
+canonical_sha256(A::AbstractArray, dtype::AbstractString)::String = stored_sha256(canonical_encoding(A, dtype))
+
+"""`A` as spec §4 stores it (`encode_for_hdf5`), after checking it holds `dtype`'s Julia type."""
+function canonical_encoding(A::AbstractArray, dtype::AbstractString)::Array
+    T = julia_eltype(dtype)
+    eltype(A) === T || throw(ArgumentError("a $dtype dataset holds $T values, got an array of $(eltype(A))"))
+    return encode_for_hdf5(A, dtype)
 end
 
 """Create `group` (an absolute path) and the groups above it, tracking creation order so
@@ -36,11 +53,11 @@ ensure_groups!(f, dspath::AbstractString) = ensure_group!(f, dirname(dspath))
 
 """
 Write Julia array `A` (Julia layout) at `dspath` with its spec §4 encoding and `dtype`
-attribute; return the sha256 of the stored bytes.
+attribute; return its digest (spec §4.1, `canonical_sha256`).
 """
 function write_array!(f, dspath::AbstractString, A::AbstractArray, dtype::AbstractString)::String
     ensure_groups!(f, dspath)
-    data = encode_for_hdf5(A, dtype)
+    data = canonical_encoding(A, dtype)
     # A 0-dimensional array is written as its element: an HDF5 scalar dataspace
     # (HDF5 src/dataspaces.jl:122-123, src/datasets.jl:549-554).
     value = ndims(data) == 0 ? data[] : data
@@ -125,26 +142,50 @@ function write_weights(path::AbstractString, trees, arguments::Vector{ArgumentIn
 end
 
 """
-Read and decode dataset `dspath` of open file `f` (Julia layout); `nothing` if absent. With
-`sha256`, the digest of the stored bytes just read must match it (format 2).
+Read and decode dataset `dspath` of open file `f` (Julia layout); `nothing` if absent.
+
+The dataset must carry its `dtype` attribute (spec §4), equal to `dtype` when the manifest gives
+one; with `julia_shape`, it must have that shape. With `sha256`, the digest (spec §4.1) of the
+values just read must match it: it is taken over the decoded values (`canonical_sha256`), so it
+does not depend on the stored type (a native half or a Bool bitfield dataset hashes like its
+UInt16/UInt8 encoding), as the Python reader's is.
 """
-function read_array(f, dspath::AbstractString; sha256::Union{Nothing,AbstractString}=nothing)
+function read_array(
+    f,
+    dspath::AbstractString;
+    sha256::Union{Nothing,AbstractString}=nothing,
+    dtype::Union{Nothing,AbstractString}=nothing,
+    julia_shape=nothing,
+)
     haskey(f, dspath) || return nothing
     obj = f[dspath]                                                  # HDF5 src/highlevel.jl:74-77
     try
         obj isa HDF5.Dataset || throw(BundleReadError("$dspath is not a dataset"))
         attrs = HDF5.attrs(obj)
-        dtype = haskey(attrs, "dtype") ? String(attrs["dtype"]) : nothing
+        haskey(attrs, "dtype") || throw(
+            BundleReadError("dataset $dspath has no dtype attribute; every dataset of a bundle or weights file carries its MLIR element type (spec §4)"),
+        )
+        tag = attrs["dtype"]
+        tag isa AbstractString || throw(BundleReadError("dataset $dspath: its dtype attribute is a $(typeof(tag)), not a string"))
+        (dtype === nothing || tag == dtype) ||
+            throw(BundleReadError("dataset $dspath has dtype attribute $(repr(tag)) but the manifest says $(repr(dtype))"))
         raw = read(obj)                                              # HDF5 src/readwrite.jl:48-54
         raw isa AbstractArray || (raw = fill(raw))                   # scalar dataspace -> 0-dim
+        A = try
+            decode_from_hdf5(raw, String(tag))
+        catch err
+            err isa BundleReadError ? throw(BundleReadError("dataset $dspath: $(err.msg)")) : rethrow()
+        end
+        (julia_shape === nothing || collect(size(A)) == collect(julia_shape)) || throw(
+            BundleReadError("dataset $dspath has Julia shape $(size(A)) but the manifest says $(Tuple(julia_shape))"),
+        )
         if sha256 !== nothing
-            isbitstype(eltype(raw)) || throw(BundleReadError("$dspath holds $(eltype(raw)) values, not numbers"))
-            got = stored_sha256(collect(raw))
+            got = canonical_sha256(A, String(tag))
             got == sha256 || throw(
                 BundleReadError("$dspath: the sha256 of its data is $got but the manifest records $sha256; the weights file was modified or is corrupt. Export the bundle again"),
             )
         end
-        return dtype === nothing ? collect(raw) : decode_from_hdf5(raw, dtype)
+        return A
     finally
         close(obj)
     end

@@ -69,6 +69,69 @@ function artifact_text(file)
     end
 end
 
+# The Python reader is the reference for the format (docs/bundle-format.md). Where a Python
+# with juliabridge is found (JULIABRIDGE_PYTHON, else python3 or python on PATH), every bundle
+# exported here is opened by it (manifest, files, artifacts, @main signature), its parameters
+# and states are read with their digests checked, and its examples are verified on JAX.
+const PYTHON_CHECK = raw"""
+import sys
+import jax
+jax.config.update("jax_enable_x64", True)
+from juliabridge.bundle.bundle import open_bundle
+from juliabridge.model import import_lux
+from juliabridge.verify import verify
+path = sys.argv[1]
+bundle = open_bundle(path)
+if bundle.module_source != "artifact":
+    sys.exit(f"the forward module was read from its {bundle.module_source}: {bundle.module_source_note}")
+if bundle.manifest.vjp is not None and bundle.vjp_source != "artifact":
+    sys.exit(f"the vjp module was read from its {bundle.vjp_source}")
+import_lux(path, backend="xla")
+if bundle.manifest.examples is not None:
+    report = verify(path, backend="xla")
+    if not report.ok:
+        sys.exit(f"verify: max abs err {report.max_abs}, max rel err {report.max_rel}")
+"""
+
+function find_python()
+    for name in (get(ENV, "JULIABRIDGE_PYTHON", ""), "python3", "python")
+        isempty(name) && continue
+        exe = Sys.which(name)
+        exe === nothing && continue
+        success(pipeline(`$exe -c "import juliabridge.bundle.bundle"`; stdout=devnull, stderr=devnull)) && return exe
+    end
+    return nothing
+end
+
+const PYTHON = find_python()
+PYTHON === nothing &&
+    @info "no Python with juliabridge found (set JULIABRIDGE_PYTHON): bundles are checked by JuliaBridge.check_manifest only, not by the Python reader"
+
+function python_accepts(dir)
+    err = IOBuffer()
+    ok = success(pipeline(`$PYTHON -c $PYTHON_CHECK $dir`; stdout=devnull, stderr=err))
+    ok || @error "the Python reader refuses $dir" String(take!(err))
+    return ok
+end
+
+# The golden digests of spec §4.1 (julia/test/digest_golden.json, also checked against the
+# Python reader by tests/test_julia_spec_alignment.py), as Julia arrays.
+function golden_digest_cases()
+    doc = JSON.parsefile(joinpath(@__DIR__, "digest_golden.json"))
+    return map(doc["cases"]) do c
+        T = julia_eltype(c["dtype"])
+        vals = c["column_major"]
+        flat = if c["dtype"] in ("f16", "bf16")
+            T[reinterpret(T, UInt16(v)) for v in vals]
+        elseif T <: Complex
+            T[T(v[1], v[2]) for v in vals]
+        else
+            T[T(v) for v in vals]
+        end
+        (; dtype=c["dtype"], A=reshape(flat, Tuple(Int.(c["julia_shape"]))), sha256=c["sha256"])
+    end
+end
+
 """Export `model` and check everything format 2 promises; returns the bundle path."""
 function export_and_check(tag, model, ps, st, x; mode=:test, vjp=false)
     dir = joinpath(TMP, "$tag.bundle")
@@ -118,13 +181,29 @@ function export_and_check(tag, model, ps, st, x; mode=:test, vjp=false)
         end
     end
 
+    @testset "$tag: the manifest follows the spec" begin
+        @test JuliaBridge.check_manifest(m) === nothing
+        if PYTHON === nothing
+            @test_skip "the Python reader (no Python with juliabridge here)"
+        else
+            @test python_accepts(dir)
+        end
+    end
+
     @testset "$tag: portable artifact" begin
         art = m["module"]["artifact"]
         @test art["file"] == "model.mlirbc"
         @test JuliaBridge.file_sha256(joinpath(dir, art["file"])) == art["sha256"]
         @test VersionNumber(art["target"]) <= v"1.17.0"
         @test VersionNumber(art["target"]) <= VersionNumber(art["stablehlo_version"])
-        @test main_signature(artifact_text(joinpath(dir, art["file"]))) == sig
+        art_text = artifact_text(joinpath(dir, art["file"]))
+        @test main_signature(art_text) == sig
+        # Spec §2.1: StableHLO and func ops only (CHLO legalized), no Reactant-only attributes
+        # and no module name.
+        @test isempty(unsupported_ops(art_text))
+        @test !any(l -> occursin(r"^\s*(%\S+ = )?\"?chlo\.", l), eachline(IOBuffer(art_text)))
+        @test !occursin("enzymexla", art_text) && !occursin("tf.aliasing_output", art_text)
+        @test !occursin(r"^module @"m, art_text)
     end
 
     @testset "$tag: HDF5 shapes and digests" begin
@@ -149,9 +228,11 @@ function export_and_check(tag, model, ps, st, x; mode=:test, vjp=false)
 
     @testset "$tag: reference outputs equal Lux's CPU outputs" begin
         y, st_new = model(x, ps, st_mode)
+        # An echo's reference is its argument, so echoes are stored only when every result is one.
+        all_echoes = all(r -> haskey(r, "echo_of"), m["results"])
         for o in m["examples"]["outputs"]
             r = m["results"][o["result"] + 1]
-            @test !haskey(r, "echo_of")            # an echo's reference is its argument
+            @test all_echoes || !haskey(r, "echo_of")
             ref = read_dataset(dir, o["dataset"])
             @test size(ref) == Tuple(reverse(r["shape"]))
             for p in r["paths"]
@@ -209,6 +290,21 @@ struct KeepsCount <: Lux.AbstractLuxLayer end
 struct MatMul <: Lux.AbstractLuxLayer end
 (::MatMul)(x, ps, st) = (ps.w * x, st)
 
+struct UsesTwice <: Lux.AbstractLuxLayer end
+(::UsesTwice)(x, ps, st) = (ps.a * x .+ ps.b * x, st)
+
+struct IdentityLayer <: Lux.AbstractLuxLayer end
+(::IdentityLayer)(x, ps, st) = (x, st)
+
+# The manifest and Python check of export_and_check, for bundles exported without it.
+function check_bundle(dir)
+    @test JuliaBridge.check_manifest(read_manifest(dir)) === nothing
+    PYTHON === nothing || @test python_accepts(dir)
+end
+
+# A copy of manifest `m` changed by `change!`.
+changed(change!, m) = (m2 = deepcopy(m); change!(m2); m2)
+
 @testset "JuliaBridge" begin
     rng = Random.Xoshiro(0)
 
@@ -242,9 +338,59 @@ struct MatMul <: Lux.AbstractLuxLayer end
         @test_throws JuliaBridge.BundleReadError decode_from_hdf5(Float32[1], "f64")
         # sha256 of the row-major little-endian bytes: numpy's
         # hashlib.sha256(np.array([[1, 2, 3], [4, 5, 6]], dtype="<f4").tobytes()).hexdigest()
-        @test JuliaBridge.stored_sha256(Float32[1 4; 2 5; 3 6]) == bytes2hex(SHA.sha256(collect(reinterpret(UInt8, Float32[1, 2, 3, 4, 5, 6]))))
-        @test JuliaBridge.stored_sha256(fill(UInt8(1))) == bytes2hex(SHA.sha256(UInt8[1]))
-        @test JuliaBridge.stored_sha256(ComplexF32[1 + 2im]) == bytes2hex(SHA.sha256(collect(reinterpret(UInt8, Float32[1, 2]))))
+        @test JuliaBridge.canonical_sha256(Float32[1 4; 2 5; 3 6], "f32") == bytes2hex(SHA.sha256(collect(reinterpret(UInt8, Float32[1, 2, 3, 4, 5, 6]))))
+        @test JuliaBridge.canonical_sha256(fill(true), "i1") == bytes2hex(SHA.sha256(UInt8[1]))
+        @test JuliaBridge.canonical_sha256(ComplexF32[1 + 2im], "complex<f32>") == bytes2hex(SHA.sha256(collect(reinterpret(UInt8, Float32[1, 2]))))
+        @test JuliaBridge.canonical_sha256(Float32[], "f32") == bytes2hex(SHA.sha256(UInt8[]))
+        @test_throws ArgumentError JuliaBridge.canonical_sha256(Float32[1], "f64")
+        # Empty and 0-dimensional arrays keep their stored element type through both directions.
+        @test eltype(JuliaBridge.encode_for_hdf5(Reactant.BFloat16[], "bf16")) === UInt16
+        @test eltype(decode_from_hdf5(UInt16[], "bf16")) === Reactant.BFloat16
+        @test decode_from_hdf5(fill(UInt8(1)), "i1") == fill(true)
+    end
+
+    @testset "golden digests (spec §4.1), written and read back" begin
+        file = joinpath(TMP, "golden.h5")
+        cases = golden_digest_cases()
+        HDF5.h5open(file, "w") do f
+            for (i, c) in enumerate(cases)
+                @test JuliaBridge.canonical_sha256(c.A, c.dtype) == c.sha256
+                @test JuliaBridge.write_array!(f, "/golden/$i", c.A, c.dtype) == c.sha256
+            end
+            # Storage the spec lets readers accept: an HDF5.jl Bool (bitfield) dataset for i1.
+            f["/native/bool"] = [true false; false true]
+            HDF5.attrs(f["/native/bool"])["dtype"] = "i1"
+        end
+        HDF5.h5open(file, "r") do f
+            for (i, c) in enumerate(cases)
+                A = JuliaBridge.read_array(f, "/golden/$i"; sha256=c.sha256, dtype=c.dtype, julia_shape=collect(size(c.A)))
+                @test A == c.A && eltype(A) === eltype(c.A) && size(A) == size(c.A)
+            end
+            i1 = findfirst(c -> c.dtype == "i1" && size(c.A) == (2, 2), cases)
+            @test JuliaBridge.read_array(f, "/native/bool"; sha256=cases[i1].sha256) == cases[i1].A
+            @test_throws JuliaBridge.BundleReadError JuliaBridge.read_array(f, "/golden/1"; sha256=cases[2].sha256)
+            @test_throws JuliaBridge.BundleReadError JuliaBridge.read_array(f, "/golden/1"; dtype="f64")
+            @test_throws JuliaBridge.BundleReadError JuliaBridge.read_array(f, "/golden/1"; julia_shape=[2, 3])
+        end
+        # A native IEEE half dataset, where this HDF5.jl and libhdf5 can write one, hashes like
+        # its uint16 encoding.
+        f16 = findfirst(c -> c.dtype == "f16", cases)
+        native = try
+            HDF5.h5open(joinpath(TMP, "half.h5"), "w") do f
+                f["h"] = cases[f16].A
+                HDF5.attrs(f["h"])["dtype"] = "f16"
+            end
+            true
+        catch
+            false
+        end
+        if native
+            HDF5.h5open(joinpath(TMP, "half.h5"), "r") do f
+                @test JuliaBridge.read_array(f, "h"; sha256=cases[f16].sha256) == cases[f16].A
+            end
+        else
+            @test_skip "this HDF5.jl cannot write a native Float16 dataset"
+        end
     end
 
     @testset "replace_at has one method per container, no ambiguity" begin
@@ -452,6 +598,95 @@ struct MatMul <: Lux.AbstractLuxLayer end
         @test m["static_state"] == [Dict("path" => ["count"], "value" => 3, "julia_type" => "Int64"), Dict("path" => ["mode"], "value" => "fast", "julia_type" => "Symbol")]
         _, st = load_params(dir)
         @test st === (; count=3, mode=:fast)
+    end
+
+    @testset "shared arrays: tied parameters come back at every path" begin
+        w = randn(rng, Float32, 3, 3)
+        x = randn(rng, Float32, 3, 2)
+        dir = export_lux(joinpath(TMP, "tied.bundle"), UsesTwice(), (; a=w, b=w), NamedTuple(), x)
+        m = read_manifest(dir)
+        params = [a for a in m["arguments"] if a["role"] == "parameter"]
+        @test length(params) == 1 && params[1]["path"] == ["a"] && params[1]["tied_paths"] == [["b"]]
+        check_bundle(dir)
+        ps, _ = load_params(dir)
+        @test ps.a == w && ps.b == w
+        ps2, _ = load_params(dir, (; a=w, b=w), NamedTuple())
+        @test ps2.a == w && ps2.b == w
+        # A state array reached twice cannot be returned at both places (spec §3.5).
+        v = ones(Float32, 3, 2)
+        target = joinpath(TMP, "tied_state.bundle")
+        @test_throws JuliaBridge.ExportError export_lux(target, KeepsCount(), (; w=ones(Float32, 3, 2)), (; a=v, b=v), x)
+        @test !ispath(target)
+    end
+
+    @testset "an identity model: its output is an alias, no examples" begin
+        x = randn(rng, Float32, 3, 4)
+        dir = export_lux(joinpath(TMP, "identity.bundle"), IdentityLayer(), NamedTuple(), NamedTuple(), x)
+        m = read_manifest(dir)
+        @test isempty(m["results"]) || all(r -> haskey(r, "echo_of"), m["results"])
+        # examples.outputs lists at least one result (spec §3.7), so without a result there is none.
+        isempty(m["results"]) && @test !haskey(m, "examples")
+        haskey(m, "examples") && @test !isempty(m["examples"]["outputs"])
+        check_bundle(dir)
+    end
+
+    @testset "static state beyond the spec's limits is refused" begin
+        x = randn(rng, Float32, 3, 2)
+        target = joinpath(TMP, "static_limits.bundle")
+        for st in ((; big=Int128(2)^70), (; note="x"^5000))
+            @test_throws JuliaBridge.ExportError export_lux(target, KeepsCount(), (; w=ones(Float32, 3, 2)), st, x)
+            @test !ispath(target)
+        end
+    end
+
+    @testset "check_manifest refuses what the Python reader refuses" begin
+        m = read_manifest(joinpath(TMP, "dense.bundle"))
+        @test JuliaBridge.check_manifest(m) === nothing
+        @test JuliaBridge.json_text_depth("{\"a\": [1, {\"b\": \"[{\\\"\"}]}") == 3   # brackets inside strings do not count
+        valid_static = [Dict("path" => ["n"], "value" => 1, "julia_type" => "Int64")]
+        @test JuliaBridge.check_manifest(changed(m -> (m["static_state"] = valid_static), m)) === nothing
+        for change! in (
+            m -> (m["examples"]["outputs"] = Any[]),
+            m -> (m["name"] = "dense\n"),
+            m -> (m["batch"]["size"] = 0),
+            m -> (m["weights"]["sha256"] = "0"^64),
+            m -> (m["module"]["artifact"]["target"] = "99.0.0"),
+            m -> (m["module"]["artifact"]["file"] = "MODEL.mlir"),
+            m -> (m["arguments"][2]["path"] = ["layer_1", "a/b"]),
+            m -> (m["arguments"][2]["path"] = Any[]),
+            m -> (m["results"][1]["paths"] = Any[]),
+            m -> (m["static_state"] = [Dict("path" => ["n"], "value" => 1, "julia_type" => "x"^257)]),
+            m -> (m["static_state"] = [Dict("path" => ["n"], "value" => Dict("a" => 1), "julia_type" => "Dict")]),
+            m -> (m["static_state"] = [Dict("path" => ["layer_1", "n"], "value" => 1, "julia_type" => "Int64")]),   # inside an empty container
+            m -> (m["producer"]["made_with_julia"] = false),
+            m -> (m["mode"] = "train"),   # with samples_independent true
+            m -> (m["metadata"] = foldl((inner, _) -> Dict("a" => inner), 1:70; init=1)),   # nests past 64 levels
+        )
+            @test_throws JuliaBridge.ExportError JuliaBridge.check_manifest(changed(change!, m))
+        end
+    end
+
+    @testset "load_params reads format 1 (spec §8)" begin
+        src = joinpath(TMP, "dense.bundle")
+        dir = joinpath(TMP, "dense_v1.bundle")
+        cp(src, dir; force=true)
+        m = read_manifest(src)
+        m["format_version"] = 1
+        delete!(m["module"], "artifact")
+        m["weights"]["sha256"] = JuliaBridge.file_sha256(joinpath(dir, "weights.h5"))
+        # Per-dataset digests are not part of format 1: a wrong one is ignored.
+        for a in m["arguments"]
+            haskey(a, "sha256") && (a["sha256"] = "0"^64)
+        end
+        JuliaBridge.write_manifest(joinpath(dir, "manifest.json"), m)
+        ps, _ = load_params(dir)
+        @test ps.layer_1.weight == first(load_params(src)).layer_1.weight
+        m["weights"]["sha256"] = "0"^64
+        JuliaBridge.write_manifest(joinpath(dir, "manifest.json"), m)
+        @test_throws JuliaBridge.BundleReadError load_params(dir)
+        delete!(m["weights"], "sha256")
+        JuliaBridge.write_manifest(joinpath(dir, "manifest.json"), m)
+        @test_throws JuliaBridge.BundleReadError load_params(dir)
     end
 
     @testset "the export driver: scripts can include files and eval" begin
