@@ -6,7 +6,7 @@ import pytest
 
 from juliabridge.backends.enzyme import enzyme_available
 
-BACKENDS = ("xla", "enzyme")
+BACKENDS = ("lax", "xla", "enzyme")
 
 
 def require_backend(backend: str) -> None:

@@ -137,9 +137,17 @@ def test_enzyme_missing(bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(juliabridge.BackendUnavailableError) as info:
         juliabridge.import_lux(bundle, backend="enzyme")
     actionable(str(info.value), "enzyme-ad", "CPython 3.11", "backend='xla'")
-    # "auto" silently picks xla where enzyme-ad is missing.
+    # "auto" picks lax, and falls back to xla (not enzyme) where enzyme-ad is missing.
     monkeypatch.setattr("juliabridge.backends.enzyme_available", lambda: False)
-    assert juliabridge.import_lux(bundle).fn.backend_name == "xla"
+    assert juliabridge.import_lux(bundle).fn.backend_name == "lax"
+    from juliabridge.errors import UnsupportedOpError
+
+    def cannot_lift(*_: object, **__: object) -> None:
+        raise UnsupportedOpError("not lifted", op="stablehlo.foo", where="line 3")
+
+    monkeypatch.setattr("juliabridge.backends.lax.LaxBackend.__init__", cannot_lift)
+    model = juliabridge.import_lux(bundle)
+    assert model.backend == "xla" and model.metadata["backend_fallback"] == "not lifted"
 
 
 def test_julia_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

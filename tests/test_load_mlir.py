@@ -154,11 +154,24 @@ def test_module_is_serialized_once_per_load(monkeypatch: pytest.MonkeyPatch) -> 
     assert len(calls) == 1
 
 
-def test_auto_backend_prefers_enzyme_when_available() -> None:
+def test_auto_backend_prefers_lax_then_enzyme_then_xla(monkeypatch: pytest.MonkeyPatch) -> None:
     from juliabridge.backends import enzyme_available
+    from juliabridge.errors import UnsupportedOpError
 
     fn = juliabridge.load_mlir(REACTANT_LIKE)
+    assert fn.backend_name == "lax" and fn.fallback_reason is None
+
+    def cannot_lift(*_: object, **__: object) -> None:
+        raise UnsupportedOpError(
+            "stablehlo.foo at line 3: not lifted", op="stablehlo.foo", where="line 3"
+        )
+
+    monkeypatch.setattr("juliabridge.backends.lax.LaxBackend.__init__", cannot_lift)
+    fn = juliabridge.load_mlir(REACTANT_LIKE)
     assert fn.backend_name == ("enzyme" if enzyme_available() else "xla")
+    assert fn.fallback_reason is not None and "stablehlo.foo at line 3" in fn.fallback_reason
+    with pytest.raises(UnsupportedOpError):
+        juliabridge.load_mlir(REACTANT_LIKE, backend="lax")
 
 
 def test_allowlisted_custom_call_is_accepted() -> None:
