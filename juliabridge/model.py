@@ -15,10 +15,8 @@ from .backends import make_backend, resolve_backend_name
 from .batchsize import batch_size_of, call_with_batch
 from .bundle import Bundle, open_bundle
 from .bundle.manifest import ArgumentEntry, Manifest
-from .bundle.weights import open_weights
 from .errors import CallArgumentError, JuliaBridgeError
 from .function import ImportedFunction
-from .stablehlo import parse_module
 from .trees import build_tree, lookup
 
 
@@ -222,14 +220,13 @@ def import_lux(
     if layout not in LAYOUTS:
         raise JuliaBridgeError(f"unknown layout {layout!r}; expected 'mlir' or 'julia'")
     backend = resolve_backend_name(backend)
-    bundle = open_bundle(path, verify_checksums=verify_checksums, trust=trust)
+    # Weights are verified while they are read below (hashed as loaded), not in a pass of their
+    # own; the modules are verified and parsed here, from the bytes read once.
+    bundle = open_bundle(path, verify_checksums=verify_checksums, trust=trust, defer_weights=True)
     m = bundle.manifest
-    vjp_source = None
-    if m.vjp is not None:
-        vjp_source = parse_module(bundle.file(m.vjp), trust=trust)
     fn = ImportedFunction(
         bundle.module,
-        make_backend(bundle.module, backend, trust=trust, vjp_source=vjp_source),
+        make_backend(bundle.module, backend, trust=trust, vjp_source=bundle.vjp_module),
         arg_labels=[a.label for a in m.arguments],
         result_labels=[".".join(map(str, r.paths[0])) for r in m.results],
     )
@@ -238,15 +235,16 @@ def import_lux(
         {a.label: a.dtype for a in m.arguments if a.role != "input"}, f"bundle {bundle.root}"
     )
     leaves: dict[str, list[tuple[Any, Any]]] = {"parameter": [], "state": []}
-    # One array at a time: the host copy is dropped as soon as it is on the device, so peak
-    # memory stays near the weights' size instead of twice it.
-    with open_weights(bundle.file(m.weights)) as f:
-        for a in m.arguments:
-            if a.role == "input" or a.dataset is None:
-                continue
-            host = f.read_array(a.dataset, a.shape, a.dtype, a.label)
-            leaves[a.role].append((a.path, jax.device_put(host.T if layout == "julia" else host)))
-            del host
+    # Arrays arrive as they are read (in parallel) and verified. On CPU, device_put adopts the
+    # aligned host buffer (no copy); elsewhere each host copy is dropped once transferred, so
+    # host memory stays near one dataset in flight instead of a second copy of the weights.
+    adopt = jax.default_backend() == "cpu"
+    for a, host in bundle.read_weights():
+        dev = jax.device_put(host.T if layout == "julia" else host)
+        if not adopt:
+            dev = jax.block_until_ready(dev)
+        leaves[a.role].append((a.path, dev))
+        del host
     params = build_tree(leaves["parameter"], empty=m.empty.get("params", ()))
     state = build_tree(leaves["state"], empty=m.empty.get("state", ()))
     return LuxModel(bundle, fn, params, state, layout=layout)

@@ -1,35 +1,131 @@
-"""Opening a bundle directory: safe paths, checksums, manifest vs MLIR vs HDF5 checks."""
+"""Opening a bundle directory: safe paths, checksums, manifest vs MLIR vs HDF5 checks.
+
+Each file is opened once, without following symlinks, relative to the bundle directory
+(``safefile``); what is hashed is what is parsed: the module's bytes are read once, hashed,
+then parsed; the weights are hashed while they are read (``weights``). Sizes are compared with
+what the manifest declares before anything is hashed.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import itertools
 import os
 import stat
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from ..errors import BundleError, ChecksumError, SignatureMismatchError, UnsafeBundleError
+from ..errors import (
+    BundleError,
+    ChecksumError,
+    JuliaBridgeError,
+    MLIRParseError,
+    SignatureMismatchError,
+    UnsafeBundleError,
+)
 from ..stablehlo import StableHLOModule, TensorSpec, parse_module
-from . import _h5core
-from .checksum import sha256_file
-from .manifest import MANIFEST_NAME, FileRef, Manifest, load_manifest, tensor_bytes
-from .weights import _physical_memory, open_weights
+from ..stablehlo.module import MAX_MODULE_BYTES
+from . import h5parse, safefile
+from .manifest import MANIFEST_NAME, ArgumentEntry, FileRef, Manifest, load_manifest, tensor_bytes
+from .weights import ReadRequest, WeightsReader, _physical_memory, open_weights
+
+#: A weights file may be at most this many times the bytes of the datasets its manifest
+#: declares, plus FILE_SLACK: HDF5 metadata is small, so a much larger file is padded or sparse
+#: (a sparse 200 GiB file would otherwise be hashed for minutes before anything is compared).
+FILE_FACTOR = 2
+FILE_SLACK = 64 << 20
 
 
 @dataclass(frozen=True)
 class Bundle:
-    """A validated bundle: its manifest and parsed forward module."""
+    """A validated bundle: its manifest and parsed forward (and VJP) modules.
+
+    `checksums_verified`: the module files were verified when opened, and the weights are
+    verified whenever they are read through `read_weights`/`read_examples` (format 1: the
+    whole file's sha256; format 2: each dataset's).
+    """
 
     root: Path
     manifest: Manifest
     module: StableHLOModule
     checksums_verified: bool
+    vjp_module: StableHLOModule | None = None
 
     def file(self, ref: FileRef) -> Path:
         """Absolute path of a file the manifest names."""
         return self.root / ref.file
+
+    @contextmanager
+    def open_weights(self, requests: Sequence[ReadRequest] = ()) -> Iterator[WeightsReader]:
+        """The weights file opened for reading `requests` with this bundle's checksum policy.
+
+        The file is opened without following symlinks inside the bundle directory, and its
+        size is checked against the manifest on the very descriptor that is then read.
+        """
+        ref = self.manifest.weights
+        path = self.file(ref)
+        with safefile.directory(self.root) as dfd:
+            fd, st = safefile.open_regular(path, "the weights file", dir_fd=dfd)
+        try:
+            _check_weight_sizes(self.manifest, path, st.st_size)
+            file_sha256 = self._file_digest(requests)
+            with open_weights(path, fd=fd, file_sha256=file_sha256) as f:
+                yield f
+        finally:
+            os.close(fd)
+
+    def _file_digest(self, requests: Sequence[ReadRequest]) -> str | None:
+        """The whole-file sha256 to verify, or None when the per-dataset digests cover all."""
+        if not self.checksums_verified:
+            return None
+        if requests and all(r.sha256 is not None for r in requests):
+            return None
+        expected: str | None = self.manifest.weights.sha256
+        if expected is None:
+            missing = next(r for r in requests if r.sha256 is None)
+            raise ChecksumError(
+                f"{self.file(self.manifest.weights)}: {missing.where} ({missing.dataset}) has "
+                f"no sha256 in {MANIFEST_NAME} and the weights file has none either, so it "
+                "cannot be verified; re-export the bundle, or pass verify_checksums=False"
+            )
+        return expected
+
+    def _request(self, dataset: str, spec: Any, where: str, sha256: str | None) -> ReadRequest:
+        return ReadRequest(
+            dataset,
+            tuple(spec.shape),
+            spec.dtype,
+            where,
+            sha256 if self.checksums_verified else None,
+        )
+
+    def weight_requests(self) -> list[ReadRequest]:
+        """A request for every parameter and state dataset, in @main order."""
+        return [
+            self._request(a.dataset, a, a.label, getattr(a, "sha256", None))
+            for a in self.manifest.arguments
+            if a.role != "input" and a.dataset is not None
+        ]
+
+    def read_weights(self) -> Iterator[tuple[ArgumentEntry, np.ndarray]]:
+        """(argument, decoded array) for every parameter and state, in no particular order.
+
+        Every check runs before any data is read and every array is verified before it is
+        yielded (see `open_weights`).
+        """
+        by_dataset = {
+            a.dataset: a for a in self.manifest.arguments if a.role != "input" and a.dataset
+        }
+        requests = self.weight_requests()
+        with self.open_weights(requests) as f:
+            for r, arr in f.read(requests):
+                yield by_dataset[r.dataset], arr
 
     def read_examples(self) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]] | None:
         """(inputs by argument index, Julia's outputs by result index), or None without examples."""
@@ -37,22 +133,46 @@ class Bundle:
         if ex is None:
             return None
         args, res = self.manifest.arguments, self.manifest.results
-        with open_weights(self.file(self.manifest.weights)) as f:
-            ins = {
-                i: f.read_array(ds, args[i].shape, args[i].dtype, f"example input {args[i].label}")
-                for i, ds in ex.inputs
-            }
-            outs = {
-                k: f.read_array(ds, res[k].shape, res[k].dtype, f"example output {res[k].label}")
-                for k, ds in ex.outputs
-            }
-        return ins, outs
+        ins = [
+            (i, self._request(ds, args[i], f"example input {args[i].label}", sha))
+            for i, ds, sha in _example_entries(ex.inputs)
+        ]
+        outs = [
+            (k, self._request(ds, res[k], f"example output {res[k].label}", sha))
+            for k, ds, sha in _example_entries(ex.outputs)
+        ]
+        requests = [r for _, r in ins + outs]
+        got: dict[ReadRequest, np.ndarray] = {}
+        with self.open_weights(requests) as f:
+            for r, arr in f.read(requests):
+                got[r] = arr
+        return {i: got[r] for i, r in ins}, {k: got[r] for k, r in outs}
+
+    def verify_weights(self) -> None:
+        """Check the weights' checksums now (reading every dataset the manifest names)."""
+        if not self.checksums_verified:
+            return
+        requests = self.weight_requests()
+        with self.open_weights(requests) as f:
+            for _ in f.read(requests):
+                pass
 
 
-_HF_HINT = (
-    "copy it to a plain directory first (`cp -rL SRC DST`, or huggingface_hub's "
-    "snapshot_download(..., local_dir=DST)), so that it holds regular files"
-)
+def _example_entries(entries: Any) -> list[tuple[int, str, str | None]]:
+    """(index, dataset, sha256 or None) of `Examples.inputs`/`.outputs` entries, whether they
+    are (index, dataset) pairs or carry a digest (bundle format 2)."""
+    out = []
+    for e in entries:
+        if isinstance(e, tuple):
+            out.append((int(e[0]), str(e[1]), e[2] if len(e) > 2 else None))
+        else:
+            index: Any = getattr(e, "argument", None)
+            index = getattr(e, "result", 0) if index is None else index
+            out.append((int(index), str(e.dataset), getattr(e, "sha256", None)))
+    return out
+
+
+_HF_HINT = safefile.HF_HINT
 
 
 def _resolve_root(path: str | os.PathLike[str]) -> Path:
@@ -120,16 +240,7 @@ def _children(root: Path) -> list[Path]:
         return []
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a named pipe"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a special file"
+_kind = safefile.kind_of
 
 
 def _inside(root: Path, ref: FileRef, key: str) -> Path:
@@ -158,21 +269,46 @@ def _inside(root: Path, ref: FileRef, key: str) -> Path:
     return p
 
 
-def _check_weight_sizes(manifest: Manifest, weights: Path) -> None:
-    """Refuse, before the file is opened, weights the file cannot hold or memory cannot fit."""
-    declared = sum(
+def _declared(manifest: Manifest) -> tuple[int, int]:
+    """(bytes of parameters and states, bytes of every dataset the manifest names)."""
+    weights = sum(
         tensor_bytes(a.shape, a.dtype)
         for a in manifest.arguments
         if a.role != "input" and a.dataset is not None
     )
-    size = weights.stat().st_size
-    if declared > _h5core.expansion_budget(size):
+    examples = 0
+    if manifest.examples is not None:
+        args, res = manifest.arguments, manifest.results
+        examples += sum(
+            tensor_bytes(args[i].shape, args[i].dtype)
+            for i, _, _ in _example_entries(manifest.examples.inputs)
+        )
+        examples += sum(
+            tensor_bytes(res[k].shape, res[k].dtype)
+            for k, _, _ in _example_entries(manifest.examples.outputs)
+        )
+    return weights, weights + examples
+
+
+def _check_weight_sizes(manifest: Manifest, weights: Path, size: int) -> None:
+    """Refuse, before the file is hashed or parsed, a weights file whose size does not fit
+    what the manifest declares, or weights memory cannot hold."""
+    declared, named = _declared(manifest)
+    if declared > h5parse.expansion_budget(size):
         raise BundleError(
             f"{weights}: the manifest declares {declared} bytes of parameters and states but the "
             f"file holds only {size} bytes (juliabridge accepts at most "
-            f"{_h5core.EXPANSION_FACTOR} times the file's size plus "
-            f"{_h5core.EXPANSION_SLACK >> 20} MiB, even compressed); the manifest's shapes are "
-            "wrong or the file is truncated. Export or download the bundle again"
+            f"{h5parse.EXPANSION_FACTOR} times the file's size plus "
+            f"{h5parse.EXPANSION_SLACK >> 20} MiB, even compressed); the manifest's "
+            "shapes are wrong or the file is truncated. Export or download the bundle again"
+        )
+    limit = FILE_FACTOR * named + FILE_SLACK
+    if size > limit:
+        raise BundleError(
+            f"{weights}: the file is {size} bytes but the datasets {MANIFEST_NAME} names take "
+            f"{named} bytes; juliabridge accepts at most {FILE_FACTOR} times that plus "
+            f"{FILE_SLACK >> 20} MiB (HDF5's own metadata is small), so the file is padded, "
+            "sparse or not this bundle's. Export or download the bundle again"
         )
     memory = _physical_memory()
     if memory is not None and declared > memory:
@@ -180,6 +316,45 @@ def _check_weight_sizes(manifest: Manifest, weights: Path) -> None:
             f"{weights}: the parameters and states take {declared} bytes but this machine has "
             f"{memory} bytes of memory; load the bundle on a larger machine"
         )
+
+
+def _read_module(
+    root: Path, dfd: int | None, ref: FileRef, key: str, verify: bool, trust: bool
+) -> StableHLOModule:
+    """Read a module file once, verify its sha256 over those bytes, then parse them."""
+    path = root / ref.file
+    fd, st = safefile.open_regular(path, f"the {key} file", dir_fd=dfd)
+    try:
+        if st.st_size > MAX_MODULE_BYTES:
+            raise MLIRParseError(
+                f"{path}: {st.st_size} bytes is larger than the 1 GiB module limit"
+            )
+        data = safefile.read_all(fd, st.st_size, path, f"the {key} file")
+    finally:
+        os.close(fd)
+    if verify:
+        got = hashlib.sha256(data).hexdigest()
+        if got != ref.sha256:
+            raise ChecksumError(
+                f"{path}: sha256 is {got} but {MANIFEST_NAME} records {ref.sha256}; the file "
+                "was modified or corrupted. Re-export the bundle, or pass "
+                "verify_checksums=False if you changed it on purpose."
+            )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MLIRParseError(
+            f"{path}: not UTF-8 text ({e}), so not an MLIR module; is it the right file "
+            "(e.g. not the HDF5 weights)?"
+        ) from e
+    if "{" not in text:
+        # parse_module would take brace-less text for a path; no module lacks a brace.
+        raise MLIRParseError(f"{path}: holds no MLIR module (no '{{' in it)")
+    try:
+        module = parse_module(text, trust=trust)
+    except JuliaBridgeError as e:
+        raise type(e)(str(e).replace("<mlir text>", str(path), 1)) from e
+    return dataclasses.replace(module, origin=str(path))
 
 
 def _check_signature(
@@ -200,29 +375,27 @@ def _check_signature(
 
 
 def open_bundle(
-    path: str | os.PathLike[str], *, verify_checksums: bool = True, trust: bool = False
+    path: str | os.PathLike[str],
+    *,
+    verify_checksums: bool = True,
+    trust: bool = False,
+    defer_weights: bool = False,
 ) -> Bundle:
-    """Validate and open a bundle directory (docs/bundle-format.md §6) without reading weights."""
+    """Validate and open a bundle directory (docs/bundle-format.md §6).
+
+    The module (and VJP module) are read once, verified and parsed. The weights are verified
+    now (a full read) unless `defer_weights`, in which case they are verified when read
+    through `Bundle.read_weights` (what `import_lux` does: hashed while loaded).
+    """
     root = _resolve_root(path)
     manifest = load_manifest(root / MANIFEST_NAME)
     files = {key: _inside(root, ref, key) for key, ref in manifest.files()}
-    _check_weight_sizes(manifest, files["weights"])
-    if verify_checksums:
-        for key, ref in manifest.files():
-            try:
-                got = sha256_file(files[key])
-            except OSError as e:
-                raise BundleError(
-                    f"{files[key]}: cannot read the {key} file ({e.strerror}); check its "
-                    "permissions"
-                ) from e
-            if got != ref.sha256:
-                raise ChecksumError(
-                    f"{files[key]}: sha256 is {got} but {MANIFEST_NAME} records {ref.sha256}; the "
-                    "file was modified or corrupted. Re-export the bundle, or pass "
-                    "verify_checksums=False if you changed it on purpose."
-                )
-    module = parse_module(files["module"], trust=trust)
+    _check_weight_sizes(manifest, files["weights"], os.lstat(files["weights"]).st_size)
+    with safefile.directory(root) as dfd:
+        module = _read_module(root, dfd, manifest.module, "module", verify_checksums, trust)
+        vjp = None
+        if manifest.vjp is not None:
+            vjp = _read_module(root, dfd, manifest.vjp, "vjp", verify_checksums, trust)
     _check_signature(
         "argument",
         [TensorSpec(a.shape, a.dtype) for a in manifest.arguments],
@@ -237,4 +410,7 @@ def open_bundle(
         [r.label for r in manifest.results],
         str(files["module"]),
     )
-    return Bundle(root, manifest, module, checksums_verified=verify_checksums)
+    bundle = Bundle(root, manifest, module, checksums_verified=verify_checksums, vjp_module=vjp)
+    if verify_checksums and not defer_weights:
+        bundle.verify_weights()
+    return bundle

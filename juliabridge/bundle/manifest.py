@@ -67,6 +67,8 @@ class ArgumentEntry:
     dataset: str | None = None
     batch_axis: int | None = None
     tied_paths: tuple[LuxPath, ...] = ()
+    #: sha256 of the dataset's stored bytes (bundle format 2), None when the manifest has none.
+    sha256: str | None = None
 
     @property
     def label(self) -> str:
@@ -335,6 +337,9 @@ def _argument(value: Any, i: int) -> ArgumentEntry:
         dataset = _dataset_name(dataset, f"{w}.dataset")
     if role != "input" and dataset is None:
         raise _fail(w, f"a {role} needs the HDF5 'dataset' that holds its value")
+    digest = _opt(obj, "sha256", str, w)
+    if digest is not None and not _SHA.match(digest):
+        raise _fail(f"{w}.sha256", "expected 64 lowercase hex digits")
     batch_axis = _opt(obj, "batch_axis", int, w)
     if batch_axis is not None and not 0 <= batch_axis < max(len(shape), 1):
         raise _fail(f"{w}.batch_axis", f"axis {batch_axis} out of range for rank {len(shape)}")
@@ -352,6 +357,7 @@ def _argument(value: Any, i: int) -> ArgumentEntry:
         dataset=dataset,
         batch_axis=batch_axis,
         tied_paths=tied,
+        sha256=digest,
     )
 
 
