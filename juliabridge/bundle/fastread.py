@@ -42,6 +42,8 @@ SLAB = 1 << 20
 ALIGN = 64
 #: Bytes of datasets in flight at once when streaming (the largest dataset always fits).
 WINDOW = 256 << 20
+#: Files larger than this are read ahead by a second thread while the first one hashes.
+THREAD_ABOVE = 16 << 20
 
 AVAILABLE = hasattr(os, "preadv") and hasattr(os, "pread")
 
@@ -275,44 +277,55 @@ def read_whole_file(
         pieces.append((pos, None, size - pos))
     shadow = _Shadow(parsed)
     digest = hashlib.sha256()
-    slabs: queue.Queue[tuple[int, memoryview] | BaseException | None] = queue.Queue(maxsize=8)
+
+    def slabs() -> Iterator[tuple[int, memoryview]]:
+        for offset, view, length in pieces:
+            for start in range(0, length, SLAB):
+                n = min(SLAB, length - start)
+                dest = view[start : start + n] if view is not None else memoryview(bytearray(n))
+                _pread_into(fd, dest, offset + start)
+                yield offset + start, dest
+
+    source = slabs() if size <= THREAD_ABOVE else _read_ahead(slabs())
+    for at, data in source:
+        digest.update(data)
+        shadow.check(at, data)
+    if digest.hexdigest() != expected:
+        raise DigestMismatch(None, digest.hexdigest())
+    return [(item.key, _finish(item, arrays[n], None)) for n, item in enumerate(items)]
+
+
+def _read_ahead(slabs: Iterator[tuple[int, memoryview]]) -> Iterator[tuple[int, memoryview]]:
+    """`slabs`, produced by a second thread up to 8 slabs ahead of the consumer."""
+    box: queue.Queue[tuple[int, memoryview] | BaseException | None] = queue.Queue(maxsize=8)
     stop = threading.Event()
 
     def produce() -> None:
         try:
-            for offset, view, length in pieces:
-                for start in range(0, length, SLAB):
-                    if stop.is_set():
-                        return
-                    n = min(SLAB, length - start)
-                    dest = view[start : start + n] if view is not None else memoryview(bytearray(n))
-                    _pread_into(fd, dest, offset + start)
-                    slabs.put((offset + start, dest))
-            slabs.put(None)
+            for slab in slabs:
+                if stop.is_set():
+                    return
+                box.put(slab)
+            box.put(None)
         except BaseException as e:  # handed to the consumer, which raises it
-            slabs.put(e)
+            box.put(e)
 
     reader = threading.Thread(target=produce, name="juliabridge-read", daemon=True)
     reader.start()
     try:
         while True:
-            got = slabs.get()
+            got = box.get()
             if got is None:
-                break
+                return
             if isinstance(got, BaseException):
                 raise got
-            at, data = got
-            digest.update(data)
-            shadow.check(at, data)
+            yield got
     finally:
         stop.set()
         while reader.is_alive():
             with contextlib.suppress(queue.Empty):
-                slabs.get(timeout=0.05)
+                box.get(timeout=0.05)
         reader.join()
-    if digest.hexdigest() != expected:
-        raise DigestMismatch(None, digest.hexdigest())
-    return [(item.key, _finish(item, arrays[n], None)) for n, item in enumerate(items)]
 
 
 def sha256_fd(fd: int, size: int, chunk: int = 1 << 22) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -398,37 +399,46 @@ class H5Metadata:
     def _walk(self) -> None:
         """Walk every link without recursion; refuse anything that could reach another file."""
         seen = {self.root}
-        stack: list[tuple[int, str, int]] = [(self.root, "", 0)]
+        # Depth first, each group's links in libhdf5's iteration order, so datasets are listed
+        # as h5py's visit lists them (Lux's order for files JuliaBridge wrote).
+        stack: list[tuple[Iterator[tuple[str, int]], str, int]] = [
+            (iter(self._links(self.root, "")), "", 0)
+        ]
         count = 0
         while stack:
-            addr, prefix, depth = stack.pop()
-            for name, target in self._links(addr, prefix):
-                count += 1
-                if count > MAX_OBJECTS:
+            links, prefix, depth = stack[-1]
+            step = next(links, None)
+            if step is None:
+                stack.pop()
+                continue
+            name, target = step
+            count += 1
+            if count > MAX_OBJECTS:
+                raise Problem(
+                    "limit", f"more than {MAX_OBJECTS} links; not a juliabridge weights file"
+                )
+            full = f"{prefix}/{name}"
+            msgs = self.messages(target)
+            kinds = {m.kind for m in msgs}
+            group = bool(kinds & {_STAB, _LINFO, _LINK})
+            if group and _LAYOUT in kinds:
+                raise Unsupported(f"{full} is both a group and a dataset")
+            if group:
+                if target in seen:
+                    continue  # a second hard link to a group: its content is checked once
+                seen.add(target)
+                self.groups.add(full)
+                if depth + 1 > MAX_GROUP_DEPTH:
                     raise Problem(
-                        "limit", f"more than {MAX_OBJECTS} links; not a juliabridge weights file"
+                        "limit", f"{full}: groups nest deeper than {MAX_GROUP_DEPTH} levels"
                     )
-                full = f"{prefix}/{name}"
-                msgs = self.messages(target)
-                kinds = {m.kind for m in msgs}
-                group = bool(kinds & {_STAB, _LINFO, _LINK})
-                if group and _LAYOUT in kinds:
-                    raise Unsupported(f"{full} is both a group and a dataset")
-                if group:
-                    if target in seen:
-                        continue  # a second hard link to a group: its content is checked once
-                    seen.add(target)
-                    self.groups.add(full)
-                    if depth + 1 > MAX_GROUP_DEPTH:
-                        raise Problem(
-                            "limit", f"{full}: groups nest deeper than {MAX_GROUP_DEPTH} levels"
-                        )
-                    stack.append((target, full, depth + 1))
-                elif _LAYOUT in kinds:
-                    self.datasets[full] = self._dataset(full, target, msgs)
+                stack.append((iter(self._links(target, full)), full, depth + 1))
+            elif _LAYOUT in kinds:
+                self.datasets[full] = self._dataset(full, target, msgs)
 
     def _links(self, addr: int, prefix: str) -> list[tuple[str, int]]:
-        """(name, object header address) of each hard link in the group at `addr`."""
+        """(name, object header address) of each hard link in the group at `addr`, in
+        creation order where the group tracks it, else by name (libhdf5's orders)."""
         msgs = self.messages(addr)
         stab = [m for m in msgs if m.kind == _STAB]
         linfo = [m for m in msgs if m.kind == _LINFO]
@@ -437,19 +447,22 @@ class H5Metadata:
         if stab:
             return self._symbol_table(stab[0].body, prefix)
         out = [self._link(m.body, prefix) for m in msgs if m.kind == _LINK]
+        tracked = False
         if linfo:
             c = self._cursor(linfo[0].body, 0, "a link info message")
             version, flags = c.u8(), c.u8()
             if version != 0:
                 raise Unsupported(f"link info message version {version}")
-            if flags & 1:
+            tracked = bool(flags & 1)
+            if tracked:
                 c.take(8)
             heap, names = c.addr(), c.addr()
             if self._defined(heap):
                 if out:
                     raise Unsupported("a group with both compact and dense links")
                 out = [self._link(obj, prefix) for obj in self._dense(heap, names, 5, 4)]
-        return out
+        out.sort(key=(lambda link: link[2]) if tracked else (lambda link: link[0].encode()))
+        return [(name, target) for name, target, _ in out]
 
     def _symbol_table(self, body: bytes, prefix: str) -> list[tuple[str, int]]:
         c = self._cursor(body, 0, "a symbol table message")
@@ -512,14 +525,14 @@ class H5Metadata:
         self._heaps[addr] = data
         return data
 
-    def _link(self, body: bytes, prefix: str) -> tuple[str, int]:
+    def _link(self, body: bytes, prefix: str) -> tuple[str, int, int]:
+        """(name, object header address, creation order or 0) of a hard link message."""
         c = self._cursor(body, 0, "a link message")
         version, flags = c.u8(), c.u8()
         if version != 1:
             raise Unsupported(f"link message version {version}")
         kind = c.u8() if flags & 0x08 else 0
-        if flags & 0x04:
-            c.take(8)
+        order = c.uint(8) if flags & 0x04 else 0
         if flags & 0x10:
             c.u8()
         name = _text(c.take(c.uint(1 << (flags & 3))))
@@ -541,7 +554,7 @@ class H5Metadata:
                 f"{full} is a user-defined HDF5 link (type {kind}); weights files hold plain "
                 "groups and datasets only",
             )
-        return name, c.addr()
+        return name, c.addr(), order
 
     # --- dense storage: fractal heap + version 2 B-tree ---------------------------------------
 

@@ -59,7 +59,10 @@ def stored_dtype(mlir_dtype: str) -> np.dtype:
 
 def encode(value: np.ndarray, mlir_dtype: str) -> np.ndarray:
     """Array as stored in HDF5: bit patterns for bf16/f16, 0/1 bytes for Bool."""
-    arr = np.ascontiguousarray(value, dtype=dtypes.to_numpy(mlir_dtype))
+    arr = np.asarray(value, dtype=dtypes.to_numpy(mlir_dtype))
+    # Not np.ascontiguousarray alone: it turns a 0-d array into shape (1,), and a rank-0 value
+    # must stay an HDF5 scalar (spec §4).
+    arr = np.ascontiguousarray(arr) if arr.ndim else arr.copy()
     if mlir_dtype in ("bf16", "f16"):
         return arr.view(np.uint16)
     if mlir_dtype == "i1":
