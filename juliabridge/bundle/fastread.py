@@ -157,6 +157,14 @@ def _refuse_fill_only(plan: Plan, arr: np.ndarray) -> None:
 
 
 def _one(fd: int, item: Item) -> np.ndarray:
+    try:
+        return _read_one(fd, item)
+    except Problem as e:
+        e.key = item.key  # type: ignore[attr-defined]
+        raise
+
+
+def _read_one(fd: int, item: Item) -> np.ndarray:
     plan = item.plan
     arr = aligned_empty(plan.shape, plan.stored)
     digest = hashlib.sha256() if item.sha256 is not None else None
@@ -292,7 +300,14 @@ def read_whole_file(
         shadow.check(at, data)
     if digest.hexdigest() != expected:
         raise DigestMismatch(None, digest.hexdigest())
-    return [(item.key, _finish(item, arrays[n], None)) for n, item in enumerate(items)]
+    out = []
+    for n, item in enumerate(items):
+        try:
+            out.append((item.key, _finish(item, arrays[n], None)))
+        except Problem as e:
+            e.key = item.key  # type: ignore[attr-defined]
+            raise
+    return out
 
 
 def _read_ahead(slabs: Iterator[tuple[int, memoryview]]) -> Iterator[tuple[int, memoryview]]:

@@ -39,7 +39,25 @@ from ..errors import (
     UnsafeBundleError,
 )
 from . import _worker, atomic, fastread, h5parse, safefile
-from ._worker import WORKER_ENV, use_worker
+from ._worker import DEFAULT_TIMEOUT, TIMEOUT_ENV, WORKER_ENV, use_worker
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "FAST_ENV",
+    "TIMEOUT_ENV",
+    "WORKER_ENV",
+    "ReadRequest",
+    "WeightsReader",
+    "accepted_stored",
+    "decode",
+    "encode",
+    "open_weights",
+    "read_array",
+    "stored_dtype",
+    "use_fast_path",
+    "use_worker",
+    "write_weights",
+]
 
 #: "0" sends every file to libhdf5 (in the reader process), skipping the Python reader.
 FAST_ENV = "JULIABRIDGE_HDF5_FASTPATH"
@@ -372,7 +390,9 @@ class WeightsReader:
                 "verified; load it again once nothing writes to it"
             ) from None
         except h5parse.Problem as e:
-            raise _fast_error(self.path, None, e) from e
+            key = getattr(e, "key", None)
+            where = f"{key.where} ({key.dataset})" if isinstance(key, ReadRequest) else None
+            raise _fast_error(self.path, where, e) from e
 
     def _check_digest(self, r: ReadRequest, raw: np.ndarray) -> None:
         if r.sha256 is None:
