@@ -31,9 +31,15 @@ from ..errors import (
 )
 from ..stablehlo import StableHLOModule, TensorSpec, parse_module
 from ..stablehlo.module import MAX_MODULE_BYTES
-from . import h5parse, safefile
+from . import fastread, h5parse, safefile
 from .manifest import MANIFEST_NAME, ArgumentEntry, FileRef, Manifest, load_manifest, tensor_bytes
-from .weights import ReadRequest, WeightsReader, _physical_memory, open_weights
+from .weights import (
+    ReadRequest,
+    WeightsReader,
+    _physical_memory,
+    file_checksum_error,
+    open_weights,
+)
 
 #: A weights file may be at most this many times the bytes of the datasets its manifest
 #: declares, plus FILE_SLACK: HDF5 metadata is small, so a much larger file is padded or sparse
@@ -149,13 +155,37 @@ class Bundle:
         return {i: got[r] for i, r in ins}, {k: got[r] for k, r in outs}
 
     def verify_weights(self) -> None:
-        """Check the weights' checksums now (reading every dataset the manifest names)."""
+        """Check the weights' checksums now, without keeping what was read.
+
+        Format 1: the whole file's sha256 through one descriptor, after the size checks (no
+        array is allocated). Format 2: every dataset read and hashed, streamed (at most a
+        window of datasets in memory at once).
+        """
         if not self.checksums_verified:
             return
         requests = self.weight_requests()
-        with self.open_weights(requests) as f:
-            for _ in f.read(requests):
-                pass
+        expected = self._file_digest(requests)
+        if expected is None:
+            with self.open_weights(requests) as f:
+                for _ in f.read(requests):
+                    pass
+            return
+        path = self.file(self.manifest.weights)
+        with safefile.directory(self.root) as dfd:
+            fd, st = safefile.open_regular(path, "the weights file", dir_fd=dfd)
+        try:
+            _check_weight_sizes(self.manifest, path, st.st_size)
+            got = fastread.sha256_fd(fd, st.st_size)
+        except OSError as e:
+            raise BundleError(
+                f"{path}: cannot read the weights file ({e.strerror or e}); check its permissions"
+            ) from e
+        except h5parse.Problem as e:  # the file shrank while it was hashed
+            raise BundleError(f"{path}: {e}") from e
+        finally:
+            os.close(fd)
+        if got != expected:
+            raise file_checksum_error(path, got, expected)
 
 
 def _example_entries(entries: Any) -> list[tuple[int, str, str | None]]:

@@ -325,7 +325,12 @@ class WeightsReader:
         """Hash the whole file through the descriptor (for the libhdf5 route and refusals)."""
         if self.file_sha256 is None or self._file_verified:
             return
-        got = fastread.sha256_fd(self.fd, self.size)
+        try:
+            got = fastread.sha256_fd(self.fd, self.size)
+        except OSError as e:
+            raise BundleError(f"{self.path}: cannot read the file ({e.strerror or e})") from e
+        except h5parse.Problem as e:  # the file shrank while it was hashed
+            raise _error(self.path, None, e.kind, str(e)) from e
         if got != self.file_sha256:
             raise file_checksum_error(self.path, got, self.file_sha256)
         self._file_verified = True
@@ -389,6 +394,10 @@ class WeightsReader:
                 f"{e.offset} differ from those parsed a moment earlier), so it cannot be "
                 "verified; load it again once nothing writes to it"
             ) from None
+        except OSError as e:  # e.g. EIO from a failing disk
+            raise BundleError(
+                f"{self.path}: cannot read the file ({e.strerror or e}); check the disk"
+            ) from e
         except h5parse.Problem as e:
             key = getattr(e, "key", None)
             where = f"{key.where} ({key.dataset})" if isinstance(key, ReadRequest) else None
