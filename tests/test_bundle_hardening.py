@@ -1,4 +1,4 @@
-"""Issue 11's bundle-side attack classes, one test (or more) per class (docs/reliability.md §5).
+"""Issue 11's bundle-side attack classes, one test (or more) per class (docs/reliability.md §1).
 
 (2) a file far larger than the manifest declares is refused by size before anything is hashed;
 (3) decompression is bounded as it inflates; (4) no escapes: `load_params` refuses symlinks,

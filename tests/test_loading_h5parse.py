@@ -288,7 +288,7 @@ def samples(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
 
 
 @settings(
-    max_examples=400,
+    max_examples=int(os.environ.get("JB_H5PARSE_EXAMPLES", "400")),
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

@@ -42,8 +42,10 @@ SLAB = 1 << 20
 ALIGN = 64
 #: Bytes of datasets in flight at once when streaming (the largest dataset always fits).
 WINDOW = 256 << 20
-#: Files larger than this are read ahead by a second thread while the first one hashes.
+#: Files larger than this are read ahead by a second thread while the first one hashes, in
+#: slabs of PASS_SLAB (fewer hand-overs between the two threads).
 THREAD_ABOVE = 16 << 20
+PASS_SLAB = 4 << 20
 
 AVAILABLE = hasattr(os, "preadv") and hasattr(os, "pread")
 
@@ -286,10 +288,12 @@ def read_whole_file(
     shadow = _Shadow(parsed)
     digest = hashlib.sha256()
 
+    step = SLAB if size <= THREAD_ABOVE else PASS_SLAB
+
     def slabs() -> Iterator[tuple[int, memoryview]]:
         for offset, view, length in pieces:
-            for start in range(0, length, SLAB):
-                n = min(SLAB, length - start)
+            for start in range(0, length, step):
+                n = min(step, length - start)
                 dest = view[start : start + n] if view is not None else memoryview(bytearray(n))
                 _pread_into(fd, dest, offset + start)
                 yield offset + start, dest
