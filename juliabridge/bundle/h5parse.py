@@ -311,6 +311,7 @@ class H5Metadata:
         chunks = [(addr + 16, size)]
         out: list[Message] = []
         seen: set[int] = set()
+        parsed = 0  # every message counts, NIL and continuations included
         while chunks:
             start, length = chunks.pop(0)
             if start in seen or len(seen) >= MAX_CHUNKS:
@@ -318,12 +319,13 @@ class H5Metadata:
             seen.add(start)
             data = self._read(start, length, "an object header")
             pos = 0
-            while pos + 8 <= length and len(out) < count:
+            while pos + 8 <= length and parsed < count:
                 kind, n, flags = struct.unpack_from("<HHB", data, pos)
                 if pos + 8 + n > length:
                     raise _corrupt(f"a message of the object header at {addr} runs past it")
                 body = data[pos + 8 : pos + 8 + n]
                 pos += 8 + n
+                parsed += 1
                 self._add(out, kind, flags, body, chunks, addr)
         return out
 
