@@ -234,7 +234,7 @@ def import_lux(
     dtypes.require_x64(
         {a.label: a.dtype for a in m.arguments if a.role != "input"}, f"bundle {bundle.root}"
     )
-    leaves: dict[str, list[tuple[Any, Any]]] = {"parameter": [], "state": []}
+    leaves: dict[str, list[tuple[int, Any, Any]]] = {"parameter": [], "state": []}
     # Arrays arrive as they are read (in parallel) and verified. On CPU, device_put adopts the
     # aligned host buffer (no copy); elsewhere each host copy is dropped once transferred, so
     # host memory stays near one dataset in flight instead of a second copy of the weights.
@@ -243,10 +243,13 @@ def import_lux(
         dev = jax.device_put(host.T if layout == "julia" else host)
         if not adopt:
             dev = jax.block_until_ready(dev)
-        leaves[a.role].append((a.path, dev))
+        leaves[a.role].append((a.index, a.path, dev))
         del host
-    params = build_tree(leaves["parameter"], empty=m.empty.get("params", ()))
-    state = build_tree(leaves["state"], empty=m.empty.get("state", ()))
+    # Arrays complete in any order; the trees are built in @main order (Lux's), every time.
+    for role in leaves.values():
+        role.sort(key=lambda leaf: leaf[0])
+    params = build_tree([leaf[1:] for leaf in leaves["parameter"]], empty=m.empty.get("params", ()))
+    state = build_tree([leaf[1:] for leaf in leaves["state"]], empty=m.empty.get("state", ()))
     return LuxModel(bundle, fn, params, state, layout=layout)
 
 

@@ -282,3 +282,20 @@ def test_julia_layout_still_transposes(bundle: Path) -> None:
     np.testing.assert_array_equal(
         np.asarray(model.params["layer_1"]["weight"]), dense_bn_arrays()[1].T
     )
+
+
+def test_trees_keep_the_manifest_order_whatever_order_reads_finish(
+    bundle: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = fastread.read_parallel
+
+    def reversed_completion(fd: int, items: list, **kw: object):  # type: ignore[no-untyped-def]
+        return reversed(list(real(fd, items, **kw)))  # type: ignore[arg-type]
+
+    add_dataset_digests(bundle)  # the parallel route
+    monkeypatch.setattr(fastread, "read_parallel", reversed_completion)
+    model = juliabridge.import_lux(bundle, backend="xla")
+    assert list(model.params) == ["layer_1", "layer_2"]
+    assert list(model.params["layer_1"]) == ["weight", "bias"]
+    assert list(model.params["layer_2"]) == ["scale", "bias"]
+    assert list(model.state["layer_2"]) == ["running_mean", "running_var"]
