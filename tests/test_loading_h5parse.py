@@ -22,7 +22,7 @@ from h5py import h5d, h5p
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from juliabridge.bundle import _h5core, h5parse
+from juliabridge.bundle import _h5core, _worker, h5parse
 from juliabridge.bundle.lookup3 import lookup3
 
 DTYPES = [
@@ -257,6 +257,7 @@ def test_limits_agree_with_the_reader_process() -> None:
     for name in ("MAX_OBJECTS", "MAX_GROUP_DEPTH", "MAX_TAG_BYTES", "EXPANSION_FACTOR"):
         assert getattr(h5parse, name) == getattr(_h5core, name), name
     assert h5parse.expansion_budget(12345) == _h5core.expansion_budget(12345)
+    assert _worker.HEAD.format == _h5core._HEAD.format  # the reader process's frame header
 
 
 def test_lookup3_matches_the_published_test_vectors() -> None:
