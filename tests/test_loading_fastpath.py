@@ -239,6 +239,7 @@ def test_streaming_keeps_a_bounded_window(tmp_path: Path, monkeypatch: pytest.Mo
                 active[0] -= 1
 
     monkeypatch.setattr(fastread, "_one", counted)
+    monkeypatch.setattr(fastread, "THREAD_ABOVE", 0)  # threads even for these small datasets
     monkeypatch.setattr(fastread, "WINDOW", 1)
     with open_weights(p) as f:
         got = dict(f.read(_requests(arrays, digests=True)))

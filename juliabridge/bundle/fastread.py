@@ -42,8 +42,9 @@ SLAB = 1 << 20
 ALIGN = 64
 #: Bytes of datasets in flight at once when streaming (the largest dataset always fits).
 WINDOW = 256 << 20
-#: Files larger than this are read ahead by a second thread while the first one hashes, in
-#: slabs of PASS_SLAB (fewer hand-overs between the two threads).
+#: Below this many bytes everything is read by the calling thread (threads cost more than they
+#: save). Above it, a whole file is read ahead by a second thread while the first one hashes, in
+#: slabs of PASS_SLAB (fewer hand-overs between the two), and datasets are read in parallel.
 THREAD_ABOVE = 16 << 20
 PASS_SLAB = 4 << 20
 
@@ -201,7 +202,7 @@ def read_parallel(
     check_overlaps(items)
     todo = sorted(items, key=lambda i: -i.plan.nbytes)
     workers = workers or min(cores(), 8)
-    if len(todo) <= 1 or workers == 1:
+    if len(todo) <= 1 or workers == 1 or sum(i.plan.nbytes for i in todo) <= THREAD_ABOVE:
         for item in todo:
             yield item.key, _one(fd, item)
         return
