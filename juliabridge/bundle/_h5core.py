@@ -125,6 +125,8 @@ class Reader:
                 source = path
             self.file = h5py.File(source, "r", locking=False)
         except (OSError, ValueError, RuntimeError, TypeError) as e:
+            if fd is not None:
+                os.close(fd)
             raise Problem("corrupt", f"not a readable HDF5 file ({_short(e)})") from e
         self._storage: dict[str, int] = {}
         self._expanded: dict[str, int] = {}
