@@ -15,7 +15,6 @@ from .backends import make_backend, resolve_backend_name
 from .batchsize import batch_size_of, call_with_batch
 from .bundle import Bundle, open_bundle
 from .bundle.manifest import ArgumentEntry, Manifest
-from .bundle.weights import open_weights
 from .errors import CallArgumentError, JuliaBridgeError
 from .function import ImportedFunction
 from .trees import build_tree, lookup
@@ -251,12 +250,16 @@ def import_lux(
     if layout not in LAYOUTS:
         raise JuliaBridgeError(f"unknown layout {layout!r}; expected 'mlir' or 'julia'")
     backend = resolve_backend_name(backend)
-    bundle = open_bundle(path, verify_checksums=verify_checksums, trust=trust)
+    # Weights are verified while they are read below (hashed as loaded), not in a pass of their
+    # own; the modules are verified and parsed here, from the bytes read once.
+    bundle = open_bundle(path, verify_checksums=verify_checksums, trust=trust, defer_weights=True)
     m = bundle.manifest
-    vjp_source = bundle.vjp_module(trust=trust)
     fn = ImportedFunction(
         bundle.module,
-        make_backend(bundle.module, backend, trust=trust, vjp_source=vjp_source),
+        # Parsed only if the xla backend needs gradients (lax differentiates by itself).
+        make_backend(
+            bundle.module, backend, trust=trust, vjp_source=lambda: bundle.vjp_module(trust=trust)
+        ),
         arg_labels=[a.label for a in m.arguments],
         result_labels=[".".join(map(str, r.paths[0])) if r.paths else r.label for r in m.results],
     )
@@ -264,19 +267,22 @@ def import_lux(
     dtypes.require_x64(
         {a.label: a.dtype for a in m.arguments if a.role != "input"}, f"bundle {bundle.root}"
     )
-    leaves: dict[str, list[tuple[Any, Any]]] = {"parameter": [], "state": []}
-    # One array at a time: the host copy is dropped as soon as it is on the device, so peak
-    # memory stays near the weights' size instead of twice it.
-    with open_weights(bundle.file(m.weights)) as f:
-        for a in m.arguments:
-            if a.role == "input" or a.dataset is None:
-                continue
-            host = f.read_array(a.dataset, a.shape, a.dtype, a.label)
-            bundle.verify_dataset(host, a.dtype, a.sha256, f"{a.label} ({a.dataset})")
-            leaves[a.role].append((a.path, jax.device_put(host.T if layout == "julia" else host)))
-            del host
-    params = build_tree(leaves["parameter"], empty=m.empty.get("params", ()))
-    state = build_tree(leaves["state"], empty=m.empty.get("state", ()))
+    leaves: dict[str, list[tuple[int, Any, Any]]] = {"parameter": [], "state": []}
+    # Arrays arrive as they are read (in parallel) and verified. On CPU, device_put adopts the
+    # aligned host buffer (no copy); elsewhere each host copy is dropped once transferred, so
+    # host memory stays near one dataset in flight instead of a second copy of the weights.
+    adopt = jax.default_backend() == "cpu"
+    for a, host in bundle.read_weights():
+        dev = jax.device_put(host.T if layout == "julia" else host)
+        if not adopt:
+            dev = jax.block_until_ready(dev)
+        leaves[a.role].append((a.index, a.path, dev))
+        del host
+    # Arrays complete in any order; the trees are built in @main order (Lux's), every time.
+    for role in leaves.values():
+        role.sort(key=lambda leaf: leaf[0])
+    params = build_tree([leaf[1:] for leaf in leaves["parameter"]], empty=m.empty.get("params", ()))
+    state = build_tree([leaf[1:] for leaf in leaves["state"]], empty=m.empty.get("state", ()))
     return LuxModel(bundle, fn, params, state, layout=layout)
 
 

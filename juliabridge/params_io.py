@@ -7,6 +7,7 @@ attributes format = "juliabridge.weights", format_version = 1; JuliaBridge.load_
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,10 @@ import jax
 import numpy as np
 
 from . import dtypes
+from .bundle import safefile
 from .bundle.manifest import LuxPath
-from .bundle.weights import open_weights, write_weights
-from .errors import BundleError, CallArgumentError
+from .bundle.weights import ReadRequest, open_weights, write_weights
+from .errors import BundleError, CallArgumentError, UnsafeBundleError
 
 WEIGHTS_FORMAT = "juliabridge.weights"
 WEIGHTS_FORMAT_VERSION = 1
@@ -105,38 +107,91 @@ def load_params(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str,
     """Read (params, state) as nested dicts of numpy arrays (MLIR layout) from a weights file.
 
     `path` is a file written by save_params (or JuliaBridge), or a bundle directory (its
-    weights.h5). The file is checked like a bundle's weights: plain datasets only, each with
-    a valid `dtype` attribute, sizes matching what is stored, read outside this process.
+    weights.h5). The file is opened like a bundle's weights: a symlink is refused (the
+    bundle's weights.h5 is looked up inside the directory, never followed elsewhere), and it
+    must hold plain datasets only, each with a valid `dtype` attribute and sizes matching what
+    is stored; libhdf5, when needed, runs outside this process.
+
+    Raises:
+        BundleError: the file is missing, not a regular file, corrupt or not a weights file
+            (UnsafeBundleError for a symlink or links and storage reaching other files).
     """
     if not isinstance(path, (str, os.PathLike)):
         raise BundleError(
             f"expected the path of a weights file (str or os.PathLike), got {type(path).__name__}"
         )
     p = Path(path)
-    if p.is_dir():
-        p = p / "weights.h5"
-    if not p.is_file():
-        what = "no such file" if not p.exists() else "not a regular file"
+    what = "the weights file"
+    try:
+        is_dir = stat.S_ISDIR(os.stat(p).st_mode)
+    except OSError:
+        is_dir = False
+    if is_dir:
+        file = p / "weights.h5"
+        with safefile.directory(p) as dfd:
+            fd, _ = _open(file, what, dfd)
+    else:
+        file = p
+        fd, _ = _open(file, what, None)
+    try:
+        return _read_trees(file, fd)
+    finally:
+        os.close(fd)
+
+
+def _open(file: Path, what: str, dfd: int | None) -> tuple[int, os.stat_result]:
+    try:
+        return safefile.open_regular(file, what, dir_fd=dfd)
+    except UnsafeBundleError:
+        raise
+    except BundleError as e:
+        if os.path.lexists(file) and not os.path.isdir(file):
+            raise
+        found = "no such file" if not os.path.lexists(file) else "not a regular file"
         raise BundleError(
-            f"{p}: {what}; pass a weights file written by juliabridge.save_params (or "
+            f"{file}: {found}; pass a weights file written by juliabridge.save_params (or "
             "JuliaBridge's save_params), or a bundle directory"
-        )
+        ) from e
+
+
+def _read_trees(file: Path, fd: int) -> tuple[dict[str, Any], dict[str, Any]]:
     trees: dict[str, dict[str, Any]] = {"params": {}, "state": {}}
-    with open_weights(p) as f:
-        entries = f.list_datasets(list(trees))
-        for e in entries:
+    with open_weights(file, fd=fd) as f:
+        requests = []
+        for e in f.list_datasets(list(trees)):
             name = str(e["name"])
-            group, _, rest = name.lstrip("/").partition("/")
             tag = e.get("tag")
             if not isinstance(tag, str) or not dtypes.is_known(tag):
                 raise BundleError(
-                    f"{p}: dataset {name} has no valid 'dtype' attribute (found {tag!r}); files "
-                    "written by save_params or JuliaBridge tag every dataset with its MLIR type"
+                    f"{file}: dataset {name} has no valid 'dtype' attribute (found {tag!r}); "
+                    "files written by save_params or JuliaBridge tag every dataset with its "
+                    "MLIR type"
                 )
+            group, _, rest = name.lstrip("/").partition("/")
+            requests.append(
+                ReadRequest(name, tuple(e["shape"]), tag, ".".join([group, *rest.split("/")]))
+            )
+        for r, arr in f.read(requests):
+            group, _, rest = r.dataset.lstrip("/").partition("/")
             steps = rest.split("/")
             node = trees[group]
             for s in steps[:-1]:
                 node = node.setdefault(s, {})
-            label = ".".join([group, *steps])
-            node[steps[-1]] = f.read_array(name, tuple(e["shape"]), tag, label)
-    return trees["params"], trees["state"]
+            node[steps[-1]] = arr
+    # Reads complete in any order; keep the file's order (Lux's, for files JuliaBridge wrote).
+    order = {r.dataset: n for n, r in enumerate(requests)}
+    return _ordered(trees["params"], "/params", order), _ordered(trees["state"], "/state", order)
+
+
+def _ordered(tree: dict[str, Any], prefix: str, order: dict[str, int]) -> dict[str, Any]:
+    def first(key: str, node: Any) -> int:
+        name = f"{prefix}/{key}"
+        if isinstance(node, dict):
+            return min((first(f"{key}/{k}", v) for k, v in node.items()), default=0)
+        return order.get(name, 0)
+
+    out: dict[str, Any] = {}
+    for k in sorted(tree, key=lambda k: first(k, tree[k])):
+        v = tree[k]
+        out[k] = _ordered(v, f"{prefix}/{k}", order) if isinstance(v, dict) else v
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -82,3 +83,25 @@ def edit_manifest(bundle: Path, change: Any) -> None:
     m = json.loads(p.read_text())
     change(m)
     p.write_text(json.dumps(m))
+
+
+def to_format1(bundle: Path) -> Path:
+    """Rewrite a bundle the Python writer made (format 2) as format 1: a whole-file weights
+    sha256 instead of per-dataset digests, no portable artifacts (spec §8)."""
+    m = json.loads((bundle / "manifest.json").read_text())
+    m["format_version"] = 1
+    for a in m["arguments"]:
+        a.pop("sha256", None)
+    for key in ("inputs", "outputs"):
+        for e in (m.get("examples") or {}).get(key, []):
+            e.pop("sha256", None)
+    for key in ("module", "vjp"):
+        art = (m.get(key) or {}).pop("artifact", None)
+        if art is not None:
+            (bundle / art["file"]).unlink()
+    m.pop("static_state", None)
+    for r in m["results"]:
+        r.pop("echo_of", None)
+    m["weights"]["sha256"] = hashlib.sha256((bundle / "weights.h5").read_bytes()).hexdigest()
+    (bundle / "manifest.json").write_text(json.dumps(m, indent=1))
+    return bundle

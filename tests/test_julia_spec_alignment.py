@@ -431,12 +431,6 @@ def test_golden_digests_survive_the_python_weights_file(tmp_path: Path) -> None:
     _python_round_trip(tmp_path, [c for c in _golden_cases() if c["julia_shape"]])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="juliabridge/bundle/weights.py encode() uses np.ascontiguousarray, which makes a "
-    "rank-0 array 1-d, so the Python writer stores shape (1,) and its reader then refuses the "
-    "dataset (spec §4: rank-0 values are HDF5 scalars); JuliaBridge writes scalars",
-)
 def test_rank_0_golden_digests_survive_the_python_weights_file(tmp_path: Path) -> None:
     _python_round_trip(tmp_path, [c for c in _golden_cases() if not c["julia_shape"]])
 

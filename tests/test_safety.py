@@ -261,6 +261,7 @@ def test_reader_process_crash_or_hang_becomes_a_bundle_error(
     weights._stop_idle()
     monkeypatch.setattr(_h5core, "__file__", str(script))
     monkeypatch.setenv(weights.TIMEOUT_ENV, "2")
+    monkeypatch.setenv(weights.FAST_ENV, "0")  # libhdf5's route: the Python reader needs none
     t = time.perf_counter()
     with pytest.raises(juliabridge.BundleError, match=re.escape(needle)) as info:
         juliabridge.import_lux(bundle, backend="xla")
@@ -269,7 +270,10 @@ def test_reader_process_crash_or_hang_becomes_a_bundle_error(
     weights._stop_idle()
 
 
-def test_reader_process_is_reused_and_survives_refusals(bundle: Path, tmp_path: Path) -> None:
+def test_reader_process_is_reused_and_survives_refusals(
+    bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(weights.FAST_ENV, "0")  # libhdf5's route: the Python reader needs none
     weights._stop_idle()
     juliabridge.import_lux(bundle, backend="xla")
     first = weights._IDLE[0].proc.pid

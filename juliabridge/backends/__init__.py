@@ -7,7 +7,7 @@ from ..stablehlo import StableHLOModule
 from .base import Backend
 from .enzyme import EnzymeBackend, enzyme_available
 from .lax import LaxBackend
-from .xla import XlaBackend
+from .xla import VjpSource, XlaBackend
 
 BACKENDS = ("auto", "lax", "enzyme", "xla")
 
@@ -29,13 +29,14 @@ def make_backend(
     name: str = "auto",
     *,
     trust: bool = False,
-    vjp_source: StableHLOModule | str | None = None,
+    vjp_source: VjpSource = None,
 ) -> Backend:
     """Build the named backend for `module` (all load-time work happens here).
 
     "auto" lifts the module onto the lax backend when every op lifts, and otherwise falls back
     to enzyme (where importable) or xla, recording why on the backend as `fallback_reason`.
-    `vjp_source` is a VJP module (spec §5) for the xla backend's gradients.
+    `vjp_source` is a VJP module (spec §5) for the xla backend's gradients, or a function
+    returning one (called only when gradients are first needed).
 
     Raises:
         UnsupportedOpError: backend="lax" and an op does not lift.

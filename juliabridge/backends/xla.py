@@ -17,7 +17,7 @@ from ..jaxinternals import build_exported, ir, make_context, serialize_portable
 from ..stablehlo import StableHLOModule, TensorSpec, parse_module
 from ..transforms.derive import vjp_module_text
 
-VjpSource = StableHLOModule | str | None
+VjpSource = StableHLOModule | str | Callable[[], StableHLOModule | None] | None
 
 
 def _aval(spec: TensorSpec) -> jax.core.ShapedArray:
@@ -73,6 +73,8 @@ class XlaBackend:
 
     def _vjp_module(self) -> StableHLOModule:
         src = self.vjp_source
+        if callable(src):
+            src = src()
         if isinstance(src, StableHLOModule):
             return src
         if isinstance(src, str):

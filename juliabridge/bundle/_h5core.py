@@ -2,10 +2,15 @@
 
 libhdf5 is a large C library and a crafted or corrupt file can make it loop forever (seen while
 fuzzing: a flipped byte in a variable-length string attribute) or, in older releases, crash.
-So juliabridge normally runs this module in a separate process (``python -P _h5core.py``,
-spoken to over pipes by ``weights.py``), where a hang is cut off by a timeout and a crash is
-reported as an error instead of taking the caller down. The same functions also run in-process
-when that is switched off (``JULIABRIDGE_HDF5_WORKER=0``).
+So juliabridge runs this module in a separate process (``python -I _h5core.py SOCKET``, with
+a scrubbed environment and a neutral working directory, spoken to over pipes by
+``_worker.py``), where a hang is cut off by a timeout and a crash is reported as an error
+instead of taking the caller down. The caller opens the file itself and hands the open file
+descriptor over a Unix socket, so this process reads exactly the file the caller checked (no
+second lookup by name). Most files never get here: ``h5parse.py`` reads their metadata in
+the caller; this is for what it does not parse (chunked and compressed data, unusual
+structures). The same functions also run in-process when the reader process is switched off
+(``JULIABRIDGE_HDF5_WORKER=0``).
 
 It imports only the standard library, numpy and h5py (no juliabridge, no jax), so the worker
 starts in a fraction of a second. Refusals are `Problem`s carrying a kind that ``weights.py``
@@ -15,9 +20,11 @@ maps to juliabridge's exception classes:
 - ``mismatch``: a dataset's presence, shape or stored type differs from what the caller expects;
 - ``corrupt``: libhdf5 cannot read the structure or the data;
 - ``limit``: sizes that do not add up (data never written, so only HDF5 fill values, more
-  stored bytes claimed than the file holds, compression beyond what deflate can reach).
+  stored bytes claimed than the file holds, compression beyond what deflate can reach, a
+  chunk that inflates past its size).
 
-Nothing is allocated for a dataset before its shape, type and stored size are checked.
+Nothing is allocated for a dataset before its shape, type and stored size are checked, and no
+deflate-compressed chunk reaches libhdf5's inflater before it was inflated here with a bound.
 """
 
 from __future__ import annotations
@@ -25,11 +32,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import struct
 import sys
 import threading
 import time
 import traceback
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -84,17 +93,40 @@ class Prepared:
     nbytes: int
     tag: str | None
     chunk_bytes: int = 0
+    early: bool = False
+
+
+def _fd_path(fd: int) -> str | None:
+    """A name under which libhdf5 opens the very file `fd` is open on (no lookup by path)."""
+    for template in ("/proc/self/fd/{}", "/dev/fd/{}"):
+        name = template.format(fd)
+        if os.path.exists(name):
+            return name
+    return None
 
 
 class Reader:
-    """One weights file opened read-only; its structure is checked on open."""
+    """One weights file opened read-only; its structure is checked on open.
 
-    def __init__(self, path: str) -> None:
+    `fd`, when given, is an open descriptor of the file (the caller's, passed over a socket):
+    libhdf5 then reads that very file, whatever `path` names by now.
+    """
+
+    def __init__(self, path: str, fd: int | None = None) -> None:
         self.path = path
+        self.fd = fd
         try:
-            self.size = os.stat(path).st_size
-            self.file = h5py.File(path, "r", locking=False)
+            if fd is not None:
+                self.size = os.fstat(fd).st_size
+                name = _fd_path(fd)
+                source: Any = name if name is not None else os.fdopen(fd, "rb", closefd=False)
+            else:
+                self.size = os.stat(path).st_size
+                source = path
+            self.file = h5py.File(source, "r", locking=False)
         except (OSError, ValueError, RuntimeError, TypeError) as e:
+            if fd is not None:
+                os.close(fd)
             raise Problem("corrupt", f"not a readable HDF5 file ({_short(e)})") from e
         self._storage: dict[str, int] = {}
         self._expanded: dict[str, int] = {}
@@ -108,9 +140,13 @@ class Reader:
             raise Problem("corrupt", f"the HDF5 structure is unreadable ({_short(e)})") from e
 
     def close(self) -> None:
-        """Close the file (idempotent)."""
+        """Close the file (idempotent) and the descriptor it was opened from."""
         with contextlib.suppress(Exception):  # closing a corrupt file may itself fail
             self.file.close()
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
 
     # --- structure ---------------------------------------------------------------------------
 
@@ -227,9 +263,60 @@ class Reader:
         chunk_bytes = native.itemsize
         for c in chunk or ():
             chunk_bytes *= int(c)
-        return Prepared(
-            name, obj, got_shape, native, nbytes, found_tag, chunk_bytes if chunk else 0
+        try:
+            dcpl = obj.id.get_create_plist()
+            early = dcpl.get_layout() == h5d.COMPACT or (
+                dcpl.get_alloc_time() == h5d.ALLOC_TIME_EARLY
+            )
+        except Exception as e:
+            raise Problem("corrupt", f"{name}: unreadable storage layout ({_short(e)})") from e
+        prep = Prepared(
+            name, obj, got_shape, native, nbytes, found_tag, chunk_bytes if chunk else 0, early
         )
+        if chunk and nbytes:
+            self._check_inflation(prep)
+        return prep
+
+    def _check_inflation(self, prep: Prepared) -> None:
+        """Inflate every deflate-compressed chunk with a bound before libhdf5 may inflate it.
+
+        libhdf5's deflate filter grows its buffer until a chunk is fully inflated, however far
+        past the chunk's size that is; here each chunk's output is counted as it inflates, in
+        pieces of at most 1 MiB, and a chunk that would exceed its size is refused. (lzf is
+        bounded by lzf's own ratio, the 1100:1 dataset ratio and this process's heap cap.)
+        """
+        dsid = prep.dataset.id
+        try:
+            dcpl = dsid.get_create_plist()
+            codes = [int(dcpl.get_filter(i)[0]) for i in range(dcpl.get_nfilters())]
+            if 1 not in codes:
+                return
+            if codes.count(1) > 1 or 32000 in codes:
+                raise Problem(
+                    "limit", f"dataset {prep.name} applies more than one compressing filter"
+                )
+            deflate_at = codes.index(1)
+            after = codes[deflate_at + 1 :]  # applied after deflate when writing: undone first
+            n = int(dsid.get_num_chunks())
+        except Problem:
+            raise
+        except Exception as e:
+            raise Problem("corrupt", f"{prep.name}: unreadable chunk index ({_short(e)})") from e
+        for i in range(n):
+            try:
+                info = dsid.get_chunk_info(i)
+                mask, raw = dsid.read_direct_chunk(info.chunk_offset)
+            except Exception as e:
+                raise Problem(
+                    "corrupt", f"cannot read chunk {i} of {prep.name} ({_short(e)})"
+                ) from e
+            if mask & (1 << deflate_at):
+                continue  # deflate skipped for this chunk: stored as is
+            data = memoryview(raw)
+            for code in reversed(after):
+                if code == 3 and not mask & (1 << codes.index(3)):
+                    data = data[:-4]  # fletcher32's checksum (libhdf5 verifies it later)
+            _bounded_inflate(data, prep.chunk_bytes, f"chunk {i} of dataset {prep.name}")
 
     def _check_storage(self, obj: h5py.Dataset, name: str, nbytes: int) -> tuple[int, ...] | None:
         """Check layout, filters and stored size; return the chunk shape (None: not chunked)."""
@@ -323,6 +410,8 @@ class Reader:
                 prep.dataset.read_direct(out)
             except Exception as e:
                 raise Problem("corrupt", f"cannot read dataset {prep.name} ({_short(e)})") from e
+            if prep.early and is_fill(out, fill_value(prep)):
+                raise Problem("limit", NEVER_WRITTEN.format(name=prep.name))
         return out
 
     def pieces(self, prep: Prepared) -> Iterator[tuple[int, np.ndarray]]:
@@ -367,6 +456,51 @@ class Reader:
                 }
             )
         return out
+
+
+def _bounded_inflate(data: memoryview, limit: int, what: str) -> None:
+    """Inflate `data` piecewise, refusing it as soon as more than `limit` bytes come out."""
+    d = zlib.decompressobj()
+    total = 0
+    pending: bytes | memoryview = data
+    try:
+        while pending:
+            out = d.decompress(pending, 1 << 20)
+            total += len(out)
+            if total > limit:
+                raise Problem(
+                    "limit",
+                    f"{what} inflates to more than its {limit} bytes; this is a decompression "
+                    "bomb or a corrupt chunk",
+                )
+            pending = d.unconsumed_tail
+            if d.eof:
+                break
+    except zlib.error as e:
+        raise Problem("corrupt", f"{what} is not valid deflate data ({e})") from e
+
+
+def fill_value(prep: Prepared) -> np.ndarray:
+    """The dataset's fill value as one element's bytes (zeros when none is set)."""
+    fill = np.zeros((), prep.dtype)
+    with contextlib.suppress(Exception):
+        prep.dataset.id.get_create_plist().get_fill_value(fill)
+    return fill.reshape(1).view(np.uint8)
+
+
+def is_fill(piece: np.ndarray, fill: np.ndarray) -> bool:
+    """Whether every element of `piece` has exactly the bytes `fill`."""
+    flat = np.ascontiguousarray(piece).reshape(-1).view(np.uint8)
+    if not flat.size:
+        return True
+    rows = flat.reshape(-1, fill.size)
+    return bool(np.array_equal(rows, np.broadcast_to(fill, rows.shape)))
+
+
+NEVER_WRITTEN = (
+    "dataset {name} was allocated when created (HDF5 early allocation) and holds nothing but "
+    "its fill value: it was never written. Writers write every dataset's data (spec §4)"
+)
 
 
 def expansion_budget(file_size: int) -> int:
@@ -500,8 +634,19 @@ def _retire_when_idle(last: list[float]) -> None:
             os._exit(0)
 
 
-def serve(inp: BinaryIO, out: BinaryIO) -> None:
-    """Answer requests until `exit` or end of input (see weights.py for the parent side)."""
+def _receive_fd(sock: socket.socket | None) -> int:
+    if sock is None:
+        raise Problem("corrupt", "bad request: no socket to receive the file on")
+    _, fds, _, _ = socket.recv_fds(sock, 1, 1)
+    if len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        raise Problem("corrupt", "bad request: no file descriptor came with it")
+    return fds[0]
+
+
+def serve(inp: BinaryIO, out: BinaryIO, sock: socket.socket | None = None) -> None:
+    """Answer requests until `exit` or end of input (see _worker.py for the parent side)."""
     last = [time.monotonic()]
     threading.Thread(target=_retire_when_idle, args=(last,), daemon=True).start()
     _limit_memory(0)
@@ -525,7 +670,8 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
                 if reader is not None:
                     reader.close()
                 reader = None
-                reader = Reader(req["path"])
+                fd = _receive_fd(sock) if req.get("fd") else None
+                reader = Reader(str(req.get("path")), fd)
                 send_json(out, {"ok": True, "size": reader.size})
             elif op == "close":
                 if reader is not None:
@@ -552,10 +698,15 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
                         "nbytes": prep.nbytes,
                     },
                 )
+                fill = fill_value(prep) if prep.early else None
+                only_fill = fill is not None
                 for _, piece in reader.pieces(prep):
+                    only_fill = only_fill and fill is not None and is_fill(piece, fill)
                     flat = np.ascontiguousarray(piece).reshape(-1).view(np.uint8)
                     send_frame(out, b"D", memoryview(flat))  # type: ignore[arg-type]
                 _limit_memory(0)
+                if only_fill and prep.nbytes:
+                    raise Problem("limit", NEVER_WRITTEN.format(name=prep.name))
                 send_json(out, {"done": True})
             elif op == "list" and reader is not None:
                 send_json(out, {"ok": True, "datasets": reader.listing(req["groups"])})
@@ -584,4 +735,7 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
 if __name__ == "__main__":
     _out = sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but frames may reach the protocol pipe
-    serve(sys.stdin.buffer, _out)
+    _sock = None
+    if len(sys.argv) > 1 and hasattr(socket, "recv_fds"):
+        _sock = socket.socket(fileno=int(sys.argv[1]))
+    serve(sys.stdin.buffer, _out, _sock)

@@ -1,28 +1,57 @@
-"""Opening a bundle directory: safe paths, checksums, manifest vs MLIR vs HDF5 checks."""
+"""Opening a bundle directory: safe paths, checksums, manifest vs MLIR vs HDF5 checks.
+
+Each file is opened once, without following symlinks, relative to the bundle directory
+(``safefile``); what is hashed is what is parsed: the module's bytes are read once, hashed,
+then parsed; the weights are hashed while they are read (``weights``). Sizes are compared with
+what the manifest declares before anything is hashed.
+"""
 
 from __future__ import annotations
 
 import itertools
 import os
 import stat
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from ..errors import BundleError, ChecksumError, SignatureMismatchError, UnsafeBundleError
+from ..errors import (
+    BundleError,
+    ChecksumError,
+    SignatureMismatchError,
+    UnsafeBundleError,
+)
 from ..stablehlo import StableHLOModule, TensorSpec, parse_module
-from . import _h5core
-from .checksum import sha256_file
-from .digest import check_dataset_digest
-from .manifest import MANIFEST_NAME, FileRef, Manifest, load_manifest, tensor_bytes
+from . import fastread, h5parse, safefile
+from .manifest import MANIFEST_NAME, ArgumentEntry, FileRef, Manifest, load_manifest, tensor_bytes
 from .sources import ModuleSource, read_module_sources
-from .weights import _physical_memory, open_weights
+from .weights import (
+    ReadRequest,
+    WeightsReader,
+    _physical_memory,
+    file_checksum_error,
+    open_weights,
+)
+
+#: A weights file may be at most this many times the bytes of the datasets its manifest
+#: declares, plus FILE_SLACK: HDF5 metadata is small, so a much larger file is padded or sparse
+#: (a sparse 200 GiB file would otherwise be hashed for minutes before anything is compared).
+FILE_FACTOR = 2
+FILE_SLACK = 64 << 20
 
 
 @dataclass(frozen=True)
 class Bundle:
-    """A validated bundle: its manifest and parsed forward module."""
+    """A validated bundle: its manifest and parsed forward (and VJP) modules.
+
+    `checksums_verified`: the module files were verified when opened, and the weights are
+    verified whenever they are read through `read_weights`/`read_examples` (format 1: the
+    whole file's sha256; format 2: each dataset's).
+    """
 
     root: Path
     manifest: Manifest
@@ -46,6 +75,9 @@ class Bundle:
     def vjp_module(self, *, trust: bool = False) -> StableHLOModule | None:
         """The parsed VJP module (spec §5), or None when the bundle has none.
 
+        Its bytes were read and verified by `open_bundle`; it is parsed only when asked for
+        (only the xla backend needs it).
+
         Raises:
             MLIRParseError, UnsupportedModuleError: it does not parse or breaks the policy.
         """
@@ -53,18 +85,71 @@ class Bundle:
             return None
         return parse_module(self._vjp.text, trust=trust, origin=self._vjp.origin)
 
-    def verify_dataset(self, value: np.ndarray, dtype: str, sha256: str | None, what: str) -> None:
-        """Check one array read from the weights file against its format-2 digest (spec §4.1).
+    @contextmanager
+    def open_weights(self, requests: Sequence[ReadRequest] = ()) -> Iterator[WeightsReader]:
+        """The weights file opened for reading `requests` with this bundle's checksum policy.
 
-        Does nothing when checksums are off or the manifest has no digest (format 1).
-
-        Raises:
-            ChecksumError: the data differs from what the writer recorded.
+        The file is opened without following symlinks inside the bundle directory, and its
+        size is checked against the manifest on the very descriptor that is then read.
         """
-        if self.checksums_verified:
-            check_dataset_digest(
-                value, dtype, sha256, f"{self.file(self.manifest.weights)}: {what}"
-            )
+        ref = self.manifest.weights
+        path = self.file(ref)
+        with safefile.directory(self.root) as dfd:
+            fd, st = safefile.open_regular(path, "the weights file", dir_fd=dfd)
+        try:
+            _check_weight_sizes(self.manifest, path, st.st_size)
+            file_sha256 = self._file_digest(requests)
+            with open_weights(path, fd=fd, file_sha256=file_sha256) as f:
+                yield f
+        finally:
+            os.close(fd)
+
+    def _file_digest(self, requests: Sequence[ReadRequest]) -> str | None:
+        """The whole-file sha256 to verify: the manifest's when it records one (always in
+        format 1; spec §8: verified when present in format 2), else None when the per-dataset
+        digests cover every dataset read."""
+        if not self.checksums_verified:
+            return None
+        expected: str | None = self.manifest.weights.sha256
+        if expected is not None or all(r.sha256 is not None for r in requests):
+            return expected
+        missing = next(r for r in requests if r.sha256 is None)
+        raise ChecksumError(
+            f"{self.file(self.manifest.weights)}: {missing.where} ({missing.dataset}) has "
+            f"no sha256 in {MANIFEST_NAME} and the weights file has none either, so it "
+            "cannot be verified; re-export the bundle, or pass verify_checksums=False"
+        )
+
+    def _request(self, dataset: str, spec: Any, where: str, sha256: str | None) -> ReadRequest:
+        return ReadRequest(
+            dataset,
+            tuple(spec.shape),
+            spec.dtype,
+            where,
+            sha256 if self.checksums_verified else None,
+        )
+
+    def weight_requests(self) -> list[ReadRequest]:
+        """A request for every parameter and state dataset, in @main order."""
+        return [
+            self._request(a.dataset, a, a.label, getattr(a, "sha256", None))
+            for a in self.manifest.arguments
+            if a.role != "input" and a.dataset is not None
+        ]
+
+    def read_weights(self) -> Iterator[tuple[ArgumentEntry, np.ndarray]]:
+        """(argument, decoded array) for every parameter and state, in no particular order.
+
+        Every check runs before any data is read and every array is verified before it is
+        yielded (see `open_weights`).
+        """
+        by_dataset = {
+            a.dataset: a for a in self.manifest.arguments if a.role != "input" and a.dataset
+        }
+        requests = self.weight_requests()
+        with self.open_weights(requests) as f:
+            for r, arr in f.read(requests):
+                yield by_dataset[r.dataset], arr
 
     def read_examples(self) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]] | None:
         """(inputs by argument index, Julia's outputs by result index), or None without examples."""
@@ -72,28 +157,61 @@ class Bundle:
         if ex is None:
             return None
         args, res = self.manifest.arguments, self.manifest.results
-        ins: dict[int, np.ndarray] = {}
-        outs: dict[int, np.ndarray] = {}
-        with open_weights(self.file(self.manifest.weights)) as f:
-            for e in ex.inputs:
-                a = args[e.index]
-                what = f"example input {a.label} ({e.dataset})"
-                ins[e.index] = f.read_array(e.dataset, a.shape, a.dtype, f"example input {a.label}")
-                self.verify_dataset(ins[e.index], a.dtype, e.sha256, what)
-            for e in ex.outputs:
-                r = res[e.index]
-                what = f"example output {r.label} ({e.dataset})"
-                outs[e.index] = f.read_array(
-                    e.dataset, r.shape, r.dtype, f"example output {r.label}"
-                )
-                self.verify_dataset(outs[e.index], r.dtype, e.sha256, what)
-        return ins, outs
+        ins = [
+            (i, self._request(ds, args[i], f"example input {args[i].label}", sha))
+            for i, ds, sha in _example_entries(ex.inputs)
+        ]
+        outs = [
+            (k, self._request(ds, res[k], f"example output {res[k].label}", sha))
+            for k, ds, sha in _example_entries(ex.outputs)
+        ]
+        requests = [r for _, r in ins + outs]
+        got: dict[ReadRequest, np.ndarray] = {}
+        with self.open_weights(requests) as f:
+            for r, arr in f.read(requests):
+                got[r] = arr
+        return {i: got[r] for i, r in ins}, {k: got[r] for k, r in outs}
+
+    def verify_weights(self) -> None:
+        """Check the weights' checksums now, without keeping what was read.
+
+        Format 1: the whole file's sha256 through one descriptor, after the size checks (no
+        array is allocated). Format 2: every dataset read and hashed, streamed (at most a
+        window of datasets in memory at once).
+        """
+        if not self.checksums_verified:
+            return
+        requests = self.weight_requests()
+        expected = self._file_digest(requests)
+        if expected is None:
+            with self.open_weights(requests) as f:
+                for _ in f.read(requests):
+                    pass
+            return
+        path = self.file(self.manifest.weights)
+        with safefile.directory(self.root) as dfd:
+            fd, st = safefile.open_regular(path, "the weights file", dir_fd=dfd)
+        try:
+            _check_weight_sizes(self.manifest, path, st.st_size)
+            got = fastread.sha256_fd(fd, st.st_size)
+        except OSError as e:
+            raise BundleError(
+                f"{path}: cannot read the weights file ({e.strerror or e}); check its permissions"
+            ) from e
+        except h5parse.Problem as e:  # the file shrank while it was hashed
+            raise BundleError(f"{path}: {e}") from e
+        finally:
+            os.close(fd)
+        if got != expected:
+            raise file_checksum_error(path, got, expected)
 
 
-_HF_HINT = (
-    "copy it to a plain directory first (`cp -rL SRC DST`, or huggingface_hub's "
-    "snapshot_download(..., local_dir=DST)), so that it holds regular files"
-)
+def _example_entries(entries: Any) -> list[tuple[int, str, str | None]]:
+    """(index, dataset, sha256 or None) of `Examples.inputs`/`.outputs` entries."""
+    return [(int(e.index), str(e.dataset), e.sha256) for e in entries]
+
+
+_HF_HINT = safefile.HF_HINT
 
 
 def _resolve_root(path: str | os.PathLike[str]) -> Path:
@@ -161,16 +279,7 @@ def _children(root: Path) -> list[Path]:
         return []
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a named pipe"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a special file"
+_kind = safefile.kind_of
 
 
 def _inside(root: Path, ref: FileRef, key: str) -> Path:
@@ -199,21 +308,46 @@ def _inside(root: Path, ref: FileRef, key: str) -> Path:
     return p
 
 
-def _check_weight_sizes(manifest: Manifest, weights: Path) -> None:
-    """Refuse, before the file is opened, weights the file cannot hold or memory cannot fit."""
-    declared = sum(
+def _declared(manifest: Manifest) -> tuple[int, int]:
+    """(bytes of parameters and states, bytes of every dataset the manifest names)."""
+    weights = sum(
         tensor_bytes(a.shape, a.dtype)
         for a in manifest.arguments
         if a.role != "input" and a.dataset is not None
     )
-    size = weights.stat().st_size
-    if declared > _h5core.expansion_budget(size):
+    examples = 0
+    if manifest.examples is not None:
+        args, res = manifest.arguments, manifest.results
+        examples += sum(
+            tensor_bytes(args[i].shape, args[i].dtype)
+            for i, _, _ in _example_entries(manifest.examples.inputs)
+        )
+        examples += sum(
+            tensor_bytes(res[k].shape, res[k].dtype)
+            for k, _, _ in _example_entries(manifest.examples.outputs)
+        )
+    return weights, weights + examples
+
+
+def _check_weight_sizes(manifest: Manifest, weights: Path, size: int) -> None:
+    """Refuse, before the file is hashed or parsed, a weights file whose size does not fit
+    what the manifest declares, or weights memory cannot hold."""
+    declared, named = _declared(manifest)
+    if declared > h5parse.expansion_budget(size):
         raise BundleError(
             f"{weights}: the manifest declares {declared} bytes of parameters and states but the "
             f"file holds only {size} bytes (juliabridge accepts at most "
-            f"{_h5core.EXPANSION_FACTOR} times the file's size plus "
-            f"{_h5core.EXPANSION_SLACK >> 20} MiB, even compressed); the manifest's shapes are "
-            "wrong or the file is truncated. Export or download the bundle again"
+            f"{h5parse.EXPANSION_FACTOR} times the file's size plus "
+            f"{h5parse.EXPANSION_SLACK >> 20} MiB, even compressed); the manifest's "
+            "shapes are wrong or the file is truncated. Export or download the bundle again"
+        )
+    limit = FILE_FACTOR * named + FILE_SLACK
+    if size > limit:
+        raise BundleError(
+            f"{weights}: the file is {size} bytes but the datasets {MANIFEST_NAME} names take "
+            f"{named} bytes; juliabridge accepts at most {FILE_FACTOR} times that plus "
+            f"{FILE_SLACK >> 20} MiB (HDF5's own metadata is small), so the file is padded, "
+            "sparse or not this bundle's. Export or download the bundle again"
         )
     memory = _physical_memory()
     if memory is not None and declared > memory:
@@ -241,31 +375,26 @@ def _check_signature(
 
 
 def open_bundle(
-    path: str | os.PathLike[str], *, verify_checksums: bool = True, trust: bool = False
+    path: str | os.PathLike[str],
+    *,
+    verify_checksums: bool = True,
+    trust: bool = False,
+    defer_weights: bool = False,
 ) -> Bundle:
-    """Validate and open a bundle directory (docs/bundle-format.md §6) without reading weights."""
+    """Validate and open a bundle directory (docs/bundle-format.md §6).
+
+    The module (and VJP module) are read once, verified and parsed. The weights are verified
+    now (a full read) unless `defer_weights`, in which case they are verified when read
+    through `Bundle.read_weights` (what `import_lux` does: hashed while loaded).
+    """
     root = _resolve_root(path)
     manifest = load_manifest(root / MANIFEST_NAME)
     files = {key: _inside(root, ref, key) for key, ref in manifest.files()}
-    _check_weight_sizes(manifest, files["weights"])
-    sources = read_module_sources(root, manifest, verify=verify_checksums, isolated=not trust)
-    if verify_checksums:
-        for key, ref in manifest.files():
-            if key in _MODULE_FILES or ref.sha256 is None:
-                continue  # modules were hashed as they were read; datasets carry digests
-            try:
-                got = sha256_file(files[key])
-            except OSError as e:
-                raise BundleError(
-                    f"{files[key]}: cannot read the {key} file ({e.strerror}); check its "
-                    "permissions"
-                ) from e
-            if got != ref.sha256:
-                raise ChecksumError(
-                    f"{files[key]}: sha256 is {got} but {MANIFEST_NAME} records {ref.sha256}; the "
-                    "file was modified or corrupted. Re-export the bundle, or pass "
-                    "verify_checksums=False if you changed it on purpose."
-                )
+    _check_weight_sizes(manifest, files["weights"], os.lstat(files["weights"]).st_size)
+    with safefile.directory(root) as dfd:
+        sources = read_module_sources(
+            root, manifest, verify=verify_checksums, isolated=not trust, dir_fd=dfd
+        )
     src = sources["module"]
     module = parse_module(src.text, trust=trust, origin=src.origin)
     _check_signature(
@@ -282,7 +411,7 @@ def open_bundle(
         [r.label for r in manifest.results],
         src.origin,
     )
-    return Bundle(
+    bundle = Bundle(
         root,
         manifest,
         module,
@@ -291,7 +420,6 @@ def open_bundle(
         module_source_note=src.note,
         _vjp=sources.get("vjp"),
     )
-
-
-#: Files read_module_sources hashes itself.
-_MODULE_FILES = frozenset({"module", "module.artifact", "vjp", "vjp.artifact"})
+    if verify_checksums and not defer_weights:
+        bundle.verify_weights()
+    return bundle

@@ -8,6 +8,7 @@ child process.
 from __future__ import annotations
 
 import hashlib
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 from ..errors import BundleError, ChecksumError, MLIRParseError
 from ..stablehlo import artifact
 from ..stablehlo.module import MAX_MODULE_BYTES
-from .checksum import sha256_file
+from . import fastread, safefile
 from .manifest import MANIFEST_NAME, FileRef, Manifest
 
 ARTIFACT = "artifact"
@@ -35,17 +36,17 @@ class ModuleSource:
     note: str
 
 
-def _read(path: Path, key: str, limit: int) -> bytes:
+def _read(path: Path, key: str, limit: int, dir_fd: int | None) -> bytes:
+    """The whole file, opened without following symlinks, its size bounded before reading."""
+    fd, st = safefile.open_regular(path, f"the {key} file", dir_fd=dir_fd)
     try:
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
-    except OSError as e:
-        raise BundleError(
-            f"{path}: cannot read the {key} file ({e.strerror}); check its permissions"
-        ) from e
-    if len(data) > limit:
-        raise MLIRParseError(f"{path}: larger than the {limit >> 30} GiB {key} file limit")
-    return data
+        if st.st_size > limit:
+            raise MLIRParseError(
+                f"{path}: {st.st_size} bytes is larger than the {limit >> 30} GiB {key} file limit"
+            )
+        return safefile.read_all(fd, st.st_size, path, f"the {key} file")
+    finally:
+        os.close(fd)
 
 
 def _check_sha(path: Path, got: str, want: str | None) -> None:
@@ -67,15 +68,20 @@ def _text(path: Path, data: bytes) -> str:
         ) from e
 
 
-def _read_text(path: Path, key: str, ref: FileRef, verify: bool) -> str:
-    data = _read(path, key, MAX_MODULE_BYTES)
+def _read_text(path: Path, key: str, ref: FileRef, verify: bool, dir_fd: int | None) -> str:
+    data = _read(path, key, MAX_MODULE_BYTES, dir_fd)
     if verify:
         _check_sha(path, hashlib.sha256(data).hexdigest(), ref.sha256)
     return _text(path, data)
 
 
 def read_module_sources(
-    root: Path, manifest: Manifest, *, verify: bool, isolated: bool = True
+    root: Path,
+    manifest: Manifest,
+    *,
+    verify: bool,
+    isolated: bool = True,
+    dir_fd: int | None = None,
 ) -> dict[str, ModuleSource]:
     """The text to parse for ``"module"`` and (when the bundle has one) ``"vjp"``.
 
@@ -88,6 +94,7 @@ def read_module_sources(
         manifest: the validated manifest.
         verify: check sha256 digests.
         isolated: deserialize artifacts in a child process (False only for trusted bundles).
+        dir_fd: a descriptor of `root`: files are opened relative to it (no symlinks).
 
     Returns:
         ``{"module": ModuleSource, "vjp": ModuleSource}`` (no ``"vjp"`` without one).
@@ -118,11 +125,11 @@ def read_module_sources(
             )
         if art is not None and not reason:
             path = root / art.file
-            data = _read(path, f"{key} artifact", artifact.MAX_ARTIFACT_BYTES)
+            data = _read(path, f"{key} artifact", artifact.MAX_ARTIFACT_BYTES, dir_fd)
             if verify:
                 _check_sha(path, hashlib.sha256(data).hexdigest(), art.sha256)
                 # The text is not parsed, but it is part of the bundle: check it all the same.
-                _check_sha(text_path, _hash_file(text_path, key), ref.sha256)
+                _check_sha(text_path, _hash_file(text_path, key, dir_fd), ref.sha256)
             pending.append((key, data, path))
             notes[key] = (
                 f"portable artifact {art.file} (VHLO target {art.target}, written at StableHLO "
@@ -130,9 +137,9 @@ def read_module_sources(
             )
         else:
             if art is not None and verify:  # not used, but part of the bundle: check it
-                _check_sha(root / art.file, _hash_file(root / art.file, key), art.sha256)
+                _check_sha(root / art.file, _hash_file(root / art.file, key, dir_fd), art.sha256)
             out[key] = ModuleSource(
-                _read_text(text_path, key, ref, verify), str(text_path), TEXT, reason
+                _read_text(text_path, key, ref, verify, dir_fd), str(text_path), TEXT, reason
             )
     texts = artifact.deserialize(
         [d for _, d, _ in pending], [str(p) for _, _, p in pending], isolated=isolated
@@ -148,7 +155,7 @@ def read_module_sources(
         )
         text_path = root / ref.file
         out[key] = ModuleSource(
-            _read_text(text_path, key, ref, verify),
+            _read_text(text_path, key, ref, verify, dir_fd),
             str(text_path),
             TEXT,
             f"the artifact could not be read ({text})",
@@ -156,10 +163,14 @@ def read_module_sources(
     return out
 
 
-def _hash_file(path: Path, key: str) -> str:
+def _hash_file(path: Path, key: str, dir_fd: int | None) -> str:
+    """sha256 of a file that is checked but not parsed, opened like every other bundle file."""
+    fd, st = safefile.open_regular(path, f"the {key} file", dir_fd=dir_fd)
     try:
-        return sha256_file(path)
+        return fastread.sha256_fd(fd, st.st_size)
     except OSError as e:
         raise BundleError(
             f"{path}: cannot read the {key} file ({e.strerror}); check its permissions"
         ) from e
+    finally:
+        os.close(fd)

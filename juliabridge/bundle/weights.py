@@ -1,42 +1,66 @@
-"""HDF5 weights: the dtype encodings of docs/bundle-format.md §4, safe reading, atomic writing."""
+"""HDF5 weights: the dtype encodings of docs/bundle-format.md §4, safe reading, atomic writing.
+
+Reading takes one of two routes, chosen per file:
+
+- **in this process, without libhdf5** (the default whenever it applies): ``h5parse`` reads
+  the file's metadata in pure Python (bounded, it cannot crash or hang the caller) and
+  ``fastread`` reads the datasets with ``preadv`` into aligned buffers, hashing them as they
+  are read, in parallel;
+- **libhdf5 in a sandboxed reader process** (``_worker`` / ``_h5core``) for files the Python
+  reader does not parse (chunked or compressed data, unusual structures), or when
+  ``JULIABRIDGE_HDF5_FASTPATH=0``; ``JULIABRIDGE_HDF5_WORKER=0`` runs libhdf5 in this process
+  instead (no protection; for files you trust).
+
+Either way the file is opened once, without following symlinks, and everything (metadata,
+data, checksums) is read through that one descriptor.
+"""
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import json
+import hashlib
 import os
-import subprocess
-import sys
-import tempfile
-import threading
-import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import h5py
 import ml_dtypes
 import numpy as np
 
 from .. import dtypes
 from ..errors import (
     BundleError,
+    ChecksumError,
     JuliaBridgeError,
     SaveError,
     SignatureMismatchError,
     UnsafeBundleError,
 )
-from . import _h5core, atomic
+from . import _worker, atomic, fastread, h5parse, safefile
+from ._worker import DEFAULT_TIMEOUT, TIMEOUT_ENV, WORKER_ENV, use_worker
 
-#: "0" reads HDF5 in this process (faster start, no protection from a hanging or crashing
-#: libhdf5); anything else, or unset, uses a separate reader process.
-WORKER_ENV = "JULIABRIDGE_HDF5_WORKER"
-#: Seconds the reader process may go without progress before it is stopped (default 60).
-TIMEOUT_ENV = "JULIABRIDGE_HDF5_TIMEOUT"
-DEFAULT_TIMEOUT = 60.0
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "FAST_ENV",
+    "TIMEOUT_ENV",
+    "WORKER_ENV",
+    "ReadRequest",
+    "WeightsReader",
+    "accepted_stored",
+    "decode",
+    "encode",
+    "open_weights",
+    "read_array",
+    "stored_dtype",
+    "use_fast_path",
+    "use_worker",
+    "write_weights",
+]
+
+#: "0" sends every file to libhdf5 (in the reader process), skipping the Python reader.
+FAST_ENV = "JULIABRIDGE_HDF5_FASTPATH"
 
 # Types HDF5.jl cannot write portably travel as bit patterns / bytes (spec §4).
 _ENCODED: dict[str, np.dtype] = {
@@ -53,7 +77,10 @@ def stored_dtype(mlir_dtype: str) -> np.dtype:
 
 def encode(value: np.ndarray, mlir_dtype: str) -> np.ndarray:
     """Array as stored in HDF5: bit patterns for bf16/f16, 0/1 bytes for Bool."""
-    arr = np.ascontiguousarray(value, dtype=dtypes.to_numpy(mlir_dtype))
+    arr = np.asarray(value, dtype=dtypes.to_numpy(mlir_dtype))
+    # Not np.ascontiguousarray alone: it turns a 0-d array into shape (1,), and a rank-0 value
+    # must stay an HDF5 scalar (spec §4).
+    arr = np.ascontiguousarray(arr) if arr.ndim else arr.copy()
     if mlir_dtype in ("bf16", "f16"):
         return arr.view(np.uint16)
     if mlir_dtype == "i1":
@@ -98,6 +125,10 @@ _ADVICE = {
     "complete, inline datasets)",
     "internal": "This is a juliabridge bug; please report it together with the file",
 }
+_FAST_HINT = (
+    f" (juliabridge's own HDF5 reader found this; if libhdf5 reads the file, please report it, "
+    f"and set {FAST_ENV}=0 meanwhile)"
+)
 
 
 def _error(path: Path, where: str | None, kind: str, message: str) -> JuliaBridgeError:
@@ -106,462 +137,35 @@ def _error(path: Path, where: str | None, kind: str, message: str) -> JuliaBridg
     return cls(f"{lead}{message.rstrip('.')}. {_ADVICE.get(kind, _ADVICE['corrupt'])}")
 
 
-def _timeout() -> float:
-    try:
-        value = float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT))
-    except ValueError:
-        return DEFAULT_TIMEOUT
-    return value if value > 0 else DEFAULT_TIMEOUT
+def _fast_error(path: Path, where: str | None, e: h5parse.Problem) -> JuliaBridgeError:
+    err = _error(path, where, e.kind, str(e))
+    if e.kind == "corrupt":
+        return type(err)(f"{err}{_FAST_HINT}")
+    return err
 
 
-def use_worker() -> bool:
-    """Whether HDF5 files are read in a separate process (the default)."""
-    return os.environ.get(WORKER_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+# Kept under their old names: tests and tools stop or inspect the pool through this module.
+_timeout = _worker.timeout
+_IDLE = _worker.IDLE
+_stop_idle = _worker.stop_idle
 
 
-class WeightsReader:
-    """An open weights file; every dataset is checked before any of its data is read."""
-
-    path: Path
-    isolated: bool
-
-    def read_array(
-        self, dataset: str, shape: tuple[int, ...], mlir_dtype: str, where: str
-    ) -> np.ndarray:
-        """Dataset `dataset`, checked against `shape`/`mlir_dtype`, decoded (spec §4)."""
-        raw = self._read(dataset, tuple(shape), accepted_stored(mlir_dtype), mlir_dtype, where)
-        return decode(raw, mlir_dtype, f"{self.path}: {where} ({dataset})")
-
-    def list_datasets(self, groups: list[str]) -> list[dict[str, Any]]:
-        """name, shape, dtype (numpy str), tag and nbytes of every dataset under `groups`."""
-        raise NotImplementedError
-
-    def read_stored(self, dataset: str, shape: tuple[int, ...], accept: list[str]) -> np.ndarray:
-        """Dataset `dataset` as stored (no decoding), checked against `shape` and `accept`."""
-        return self._read(dataset, shape, accept, None, None)
-
-    def _read(
-        self,
-        dataset: str,
-        shape: tuple[int, ...],
-        accept: list[str],
-        tag: str | None,
-        where: str | None,
-    ) -> np.ndarray:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """Release the file (and the reader process)."""
+def use_fast_path() -> bool:
+    """Whether the pure-Python metadata reader is tried first (the default)."""
+    off = os.environ.get(FAST_ENV, "1").strip().lower() in ("0", "false", "no", "off")
+    return fastread.AVAILABLE and not off
 
 
-class _LocalReader(WeightsReader):
-    """libhdf5 in this process (JULIABRIDGE_HDF5_WORKER=0)."""
+@dataclass(frozen=True)
+class ReadRequest:
+    """One dataset to read: its name, the manifest's shape and dtype, a label for messages and
+    the sha256 its stored bytes must have (None: not checked on its own)."""
 
-    isolated = False
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        try:
-            self._reader = _h5core.Reader(str(path))
-        except _h5core.Problem as e:
-            raise _error(path, None, e.kind, str(e)) from e
-
-    def _read(
-        self,
-        dataset: str,
-        shape: tuple[int, ...],
-        accept: list[str],
-        tag: str | None,
-        where: str | None,
-    ) -> np.ndarray:
-        try:
-            prep = self._reader.prepare(dataset, shape, accept, tag)
-            _check_memory(prep.nbytes, self.path, where or dataset)
-            return self._reader.read(prep)
-        except _h5core.Problem as e:
-            raise _error(self.path, where, e.kind, str(e)) from e
-
-    def list_datasets(self, groups: list[str]) -> list[dict[str, Any]]:
-        try:
-            return self._reader.listing(groups)
-        except _h5core.Problem as e:
-            raise _error(self.path, None, e.kind, str(e)) from e
-
-    def close(self) -> None:
-        self._reader.close()
-
-
-class _Garbled(Exception):
-    """The reader process broke the protocol or vanished."""
-
-
-def _widen_pipe(fd: int) -> None:
-    """Ask Linux for a 1 MiB pipe buffer (default 64 KiB): fewer wake-ups per weight read."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import fcntl
-
-        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
-    except (ImportError, OSError):
-        pass
-
-
-class _WorkerProcess:
-    """A `python -P _h5core.py` child and its pipes; reused for later files after a clean read.
-
-    A watchdog thread kills the child when a request makes no progress for the timeout.
-    """
-
-    def __init__(self) -> None:
-        env = dict(os.environ)
-        # One thread is plenty, and no filter plugin is ever loaded (only built-in filters).
-        env.update(
-            OPENBLAS_NUM_THREADS="1",
-            OMP_NUM_THREADS="1",
-            MKL_NUM_THREADS="1",
-            HDF5_PLUGIN_PATH=os.devnull,
-            PYTHONDONTWRITEBYTECODE="1",
-        )
-        self.owner = os.getpid()
-        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the child
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-P", _h5core.__file__],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=self.stderr,
-                bufsize=0,
-                env=env,
-                close_fds=True,
-            )
-        except BaseException:
-            self.stderr.close()
-            raise
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self._in = self.proc.stdin
-        self._out = self.proc.stdout
-        _widen_pipe(self._out.fileno())
-        self.timeout = _timeout()
-        self.timed_out = False
-        self._progress = time.monotonic()
-        self._busy = threading.Event()
-        self._stopped = False
-        threading.Thread(target=self._watch, name="juliabridge-hdf5-watchdog", daemon=True).start()
-
-    def _watch(self) -> None:
-        while not self._stopped:
-            self._busy.wait()
-            while self._busy.is_set() and not self._stopped:
-                if time.monotonic() - self._progress > self.timeout:
-                    self.timed_out = True
-                    with contextlib.suppress(OSError):
-                        self.proc.kill()
-                    return
-                time.sleep(0.1)
-
-    def alive(self) -> bool:
-        """Still running, and started by this very process (not inherited through fork)."""
-        return self.owner == os.getpid() and not self._stopped and self.proc.poll() is None
-
-    def failure(self, path: Path, doing: str) -> JuliaBridgeError:
-        """The error for a child that died, hung or broke the protocol; stops the child."""
-        if self.proc.poll() is None and not self.timed_out:
-            self.proc.kill()
-        rc = self.proc.wait()
-        self.stop()
-        if self.timed_out:
-            what = (
-                f"libhdf5 made no progress for {self.timeout:g} s while {doing} (the file makes "
-                "it loop), so the reader process was stopped"
-            )
-        elif rc == -9:
-            what = f"the HDF5 reader process was killed (SIGKILL: out of memory?) while {doing}"
-        elif rc < 0:
-            what = f"libhdf5 crashed (signal {-rc}) while {doing}"
-        else:
-            with contextlib.suppress(OSError, ValueError):
-                self.stderr.seek(0)
-            try:
-                tail = self.stderr.read()[-1500:].decode("utf-8", "replace").strip()
-            except (OSError, ValueError):
-                tail = ""
-            what = f"the HDF5 reader process ended (status {rc}) while {doing}: {tail}"
-        hint = (
-            f" (A disk so slow that one read needs more than {self.timeout:g} s can raise "
-            f"{TIMEOUT_ENV}.)"
-            if self.timed_out
-            else ""
-        )
-        return BundleError(
-            f"{path}: {what}. The file is corrupt or crafted; download or export the bundle "
-            f"again.{hint}"
-        )
-
-    # --- protocol ----------------------------------------------------------------------------
-
-    def _read_exact(self, view: memoryview) -> None:
-        got = 0
-        while got < len(view):
-            n = self._out.readinto(view[got:])  # type: ignore[attr-defined]
-            if not n:
-                raise _Garbled
-            got += n
-            self._progress = time.monotonic()
-
-    def frame(self) -> tuple[bytes, int]:
-        """The next frame's (type, length)."""
-        head = bytearray(_h5core._HEAD.size)
-        self._read_exact(memoryview(head))
-        kind, length = _h5core._HEAD.unpack(bytes(head))
-        return kind, int(length)
-
-    def json_body(self, length: int) -> dict[str, Any]:
-        """A JSON frame's body."""
-        if length > 1 << 30:
-            raise _Garbled
-        body = bytearray(length)
-        self._read_exact(memoryview(body))
-        try:
-            obj = json.loads(bytes(body))
-        except ValueError:
-            raise _Garbled from None
-        if not isinstance(obj, dict):
-            raise _Garbled
-        return obj
-
-    def data_into(self, view: memoryview) -> None:
-        """A data frame's body, into `view`."""
-        self._read_exact(view)
-
-    def send(self, obj: dict[str, Any]) -> None:
-        """Send one request."""
-        data = json.dumps(obj).encode()
-        try:
-            self._in.write(_h5core._HEAD.pack(b"J", len(data)) + data)
-            self._in.flush()
-        except (OSError, ValueError) as e:
-            raise _Garbled from e
-
-    def begin(self) -> None:
-        """Start timing a request."""
-        self._progress = time.monotonic()
-        self._busy.set()
-
-    def end(self) -> None:
-        """Stop timing."""
-        self._busy.clear()
-
-    def call(self, obj: dict[str, Any] | None, doing: str, expect: str = "ok") -> dict[str, Any]:
-        """Send `obj` (if any) and return the JSON reply; raises _Garbled on trouble."""
-        self.begin()
-        try:
-            if obj is not None:
-                self.send(obj)
-            kind, length = self.frame()
-            if kind != b"J":
-                raise _Garbled
-            reply = self.json_body(length)
-        finally:
-            self.end()
-        if expect == "ready" and not reply.get("ready"):
-            raise _Garbled
-        return reply
-
-    def stop(self) -> None:
-        """End the child (idempotent)."""
-        if self._stopped:
-            return
-        self._stopped = True
-        self._busy.set()  # wake the watchdog so it exits
-        if self.owner != os.getpid():
-            return  # inherited through fork: the parent owns the child
-        if self.proc.poll() is None:
-            with contextlib.suppress(OSError, ValueError):
-                self._in.close()
-            try:
-                self.proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        for stream in (self._in, self._out, self.stderr):
-            with contextlib.suppress(OSError, ValueError):
-                stream.close()
-
-
-_IDLE: list[_WorkerProcess] = []
-_IDLE_LOCK = threading.Lock()
-_MAX_IDLE = 2
-
-
-def _stop_idle() -> None:
-    with _IDLE_LOCK:
-        idle = list(_IDLE)
-        _IDLE.clear()
-    for proc in idle:
-        proc.stop()
-
-
-atexit.register(_stop_idle)
-
-
-def _take_process() -> _WorkerProcess | None:
-    with _IDLE_LOCK:
-        while _IDLE:
-            proc = _IDLE.pop()
-            if proc.alive():
-                return proc
-            if proc.owner == os.getpid():
-                proc.stop()
-    return None
-
-
-def _return_process(proc: _WorkerProcess) -> None:
-    with _IDLE_LOCK:
-        if proc.alive() and len(_IDLE) < _MAX_IDLE:
-            _IDLE.append(proc)
-            return
-    proc.stop()
-
-
-class _WorkerReader(WeightsReader):
-    """libhdf5 in a child process: a hang is cut off after a timeout, a crash becomes an error.
-
-    A child that answered every request (data or a refusal) goes back to a small pool for the
-    next file; one that hung, crashed or broke the protocol is stopped and never reused.
-    """
-
-    isolated = True
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._clean = True
-        proc = _take_process()
-        reused = proc is not None
-        if proc is None:
-            proc = _new_process(path)
-        self._proc = proc
-        try:
-            reply = proc.call({"op": "open", "path": str(path)}, "opening the file")
-        except _Garbled:
-            if not reused:
-                raise proc.failure(path, "opening the file") from None
-            # A pooled child may have just retired itself (idle timeout): start afresh once.
-            proc.stop()
-            self._proc = proc = _new_process(path)
-            try:
-                reply = proc.call({"op": "open", "path": str(path)}, "opening the file")
-            except _Garbled:
-                raise proc.failure(path, "opening the file") from None
-        if not reply.get("ok"):
-            # Refused on open: the child answered, so it can serve the next file.
-            if reply.get("kind") == "internal":
-                proc.stop()
-            else:
-                _return_process(proc)
-            raise _error(path, None, str(reply.get("kind")), str(reply.get("message")))
-
-    def _refused(self, reply: dict[str, Any], where: str | None) -> JuliaBridgeError:
-        # A refusal is an answer: the child is responsive and may serve the next file.
-        if reply.get("kind") == "internal":
-            self._clean = False
-        return _error(self.path, where, str(reply.get("kind")), str(reply.get("message")))
-
-    def _read(
-        self,
-        dataset: str,
-        shape: tuple[int, ...],
-        accept: list[str],
-        tag: str | None,
-        where: str | None,
-    ) -> np.ndarray:
-        doing = f"reading {dataset}"
-        proc = self._proc
-        if not proc.alive():
-            raise proc.failure(self.path, doing)
-        proc.begin()
-        try:
-            request = {"op": "read", "dataset": dataset, "shape": list(shape), "accept": accept}
-            proc.send({**request, "tag": tag})
-            kind, length = proc.frame()
-            if kind != b"J":
-                raise _Garbled
-            head = proc.json_body(length)
-            if not head.get("ok"):
-                raise self._refused(head, where)
-            # Never trust the child's numbers beyond what the caller asked for.
-            try:
-                dt = np.dtype(str(head.get("dtype")))
-            except (TypeError, ValueError):
-                raise _Garbled from None
-            nbytes = dt.itemsize * int(np.prod(shape, dtype=object))
-            if (
-                dt.str not in accept
-                or tuple(head.get("shape", ())) != tuple(shape)
-                or head.get("nbytes") != nbytes
-            ):
-                raise _Garbled
-            _check_memory(nbytes, self.path, where or dataset)
-            out = np.empty(shape, dt)
-            flat = out.reshape(-1).view(np.uint8)
-            view = memoryview(flat) if nbytes else memoryview(b"")  # type: ignore[arg-type]
-            got = 0
-            while True:
-                kind, length = proc.frame()
-                if kind == b"D":
-                    if got + length > nbytes:
-                        raise _Garbled
-                    proc.data_into(view[got : got + length])
-                    got += length
-                    continue
-                if kind != b"J":
-                    raise _Garbled
-                tail = proc.json_body(length)
-                if tail.get("done") and got == nbytes:
-                    return out
-                if "kind" in tail:
-                    raise self._refused(tail, where)
-                raise _Garbled
-        except _Garbled:
-            self._clean = False
-            raise proc.failure(self.path, doing) from None
-        except JuliaBridgeError:
-            raise
-        except BaseException:  # e.g. KeyboardInterrupt mid-stream: the pipe is out of step
-            self._clean = False
-            raise
-        finally:
-            proc.end()
-
-    def list_datasets(self, groups: list[str]) -> list[dict[str, Any]]:
-        doing = "listing datasets"
-        try:
-            reply = self._proc.call({"op": "list", "groups": groups}, doing)
-        except _Garbled:
-            self._clean = False
-            raise self._proc.failure(self.path, doing) from None
-        if not reply.get("ok"):
-            raise self._refused(reply, None)
-        out = reply.get("datasets")
-        if not isinstance(out, list):
-            self._clean = False
-            raise self._proc.failure(self.path, doing)
-        return out
-
-    def close(self) -> None:
-        proc = self._proc
-        if not self._clean or not proc.alive():
-            proc.stop()
-            return
-        try:
-            reply = proc.call({"op": "close"}, "closing the file")
-        except _Garbled:
-            proc.stop()
-            return
-        if reply.get("ok"):
-            _return_process(proc)
-        else:
-            proc.stop()
+    dataset: str
+    shape: tuple[int, ...]
+    dtype: str
+    where: str
+    sha256: str | None = None
 
 
 def _physical_memory() -> int | None:
@@ -580,62 +184,322 @@ def _check_memory(nbytes: int, path: Path, what: str) -> None:
         )
 
 
-def _new_process(path: Path) -> _WorkerProcess:
-    proc = _WorkerProcess()
-    try:
-        proc.call(None, "starting the HDF5 reader process", expect="ready")
-    except _Garbled:
-        err = proc.failure(path, "starting the HDF5 reader process")
-        raise BundleError(
-            f"{err} Is h5py importable by {sys.executable}? Set {WORKER_ENV}=0 to read HDF5 "
-            "in this process instead."
-        ) from None
-    return proc
+def file_checksum_error(path: Path, got: str, expected: str) -> ChecksumError:
+    """The error for a file whose sha256 differs from the manifest's."""
+    return ChecksumError(
+        f"{path}: sha256 is {got} but manifest.json records {expected}; the file was modified "
+        "or corrupted. Re-export the bundle, or pass verify_checksums=False if you changed it "
+        "on purpose."
+    )
+
+
+def _dataset_checksum_error(path: Path, r: ReadRequest, got: str) -> ChecksumError:
+    return ChecksumError(
+        f"{path}: {r.where} ({r.dataset}): the sha256 of its stored bytes is {got} but "
+        f"manifest.json records {r.sha256}; the file was modified or corrupted. Re-export the "
+        "bundle, or pass verify_checksums=False if you changed it on purpose."
+    )
+
+
+def _little_endian_bytes(raw: np.ndarray) -> memoryview:
+    """The bytes a per-dataset digest covers: the stored values, little-endian, row-major."""
+    arr = np.ascontiguousarray(raw)
+    if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "=" and np.little_endian is False):
+        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    return memoryview(arr.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+
+
+def _changed(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_size, a.st_mtime_ns, a.st_ctime_ns, a.st_ino) != (
+        b.st_size,
+        b.st_mtime_ns,
+        b.st_ctime_ns,
+        b.st_ino,
+    )
+
+
+class _LocalReader:
+    """libhdf5 in this process (JULIABRIDGE_HDF5_WORKER=0)."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        from . import _h5core
+
+        self.path = path
+        self._core = _h5core
+        try:
+            self._reader = _h5core.Reader(str(path), os.dup(fd))
+        except _h5core.Problem as e:
+            raise _error(path, None, e.kind, str(e)) from e
+
+    def read(
+        self,
+        dataset: str,
+        shape: tuple[int, ...],
+        accept: list[str],
+        tag: str | None,
+        where: str | None,
+        check_memory: Any,
+    ) -> np.ndarray:
+        try:
+            prep = self._reader.prepare(dataset, shape, accept, tag)
+            check_memory(prep.nbytes, self.path, where or dataset)
+            return self._reader.read(prep)
+        except self._core.Problem as e:
+            raise _error(self.path, where, e.kind, str(e)) from e
+
+    def list_datasets(self, groups: list[str]) -> list[dict[str, Any]]:
+        try:
+            return self._reader.listing(groups)
+        except self._core.Problem as e:
+            raise _error(self.path, None, e.kind, str(e)) from e
+
+    def close(self) -> None:
+        self._reader.close()
+
+
+class WeightsReader:
+    """An open weights file; every dataset is checked before any of its data is read.
+
+    `file_sha256`, when given, is the sha256 the whole file must have (bundle format 1): it is
+    computed over the bytes read, in the same pass. A request's `sha256` is checked over
+    that dataset's stored bytes as they are read.
+    """
+
+    def __init__(self, path: Path, fd: int, *, file_sha256: str | None = None) -> None:
+        self.path = path
+        self.fd = fd
+        self.stat = os.fstat(fd)
+        self.size = self.stat.st_size
+        self.file_sha256 = file_sha256
+        #: "python" (h5parse + preadv), "process" (libhdf5 sandboxed) or "in-process".
+        self.mode = "python"
+        #: Why the Python reader handed the file to libhdf5 (None when it did not).
+        self.fallback: str | None = None
+        self._meta: h5parse.H5Metadata | None = None
+        self._lib: Any = None
+        self._file_verified = False
+        if use_fast_path():
+            try:
+                self._meta = h5parse.open_metadata(fd, self.size)
+            except h5parse.Unsupported as e:
+                self.fallback = str(e)
+            except h5parse.Problem as e:
+                self._verify_file_first()
+                raise _fast_error(path, None, e) from e
+        else:
+            self.fallback = f"{FAST_ENV}=0"
+        if self._meta is None:
+            self._open_lib()
+
+    @property
+    def isolated(self) -> bool:
+        """Whether libhdf5 (if used at all) runs outside this process."""
+        return self.mode != "in-process"
+
+    # --- the libhdf5 route -----------------------------------------------------------------
+
+    def _open_lib(self) -> None:
+        self._meta = None
+        # Checksum first: a corrupt download should say so before libhdf5 parses it.
+        self._verify_file_first()
+        if use_worker():
+            try:
+                self._lib = _worker.WorkerReader(self.path, self.fd, self._error)
+                self.mode = "process"
+                return
+            except OSError as e:  # no interpreter to start, too many processes, ...
+                warnings.warn(
+                    f"juliabridge could not start its HDF5 reader process ({e}); reading "
+                    f"{self.path} in this process instead (set {WORKER_ENV}=0 to do so without "
+                    "this warning)",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+        self._lib = _LocalReader(self.path, self.fd)
+        self.mode = "in-process"
+
+    def _error(self, kind: str, message: str, where: str | None) -> JuliaBridgeError:
+        return _error(self.path, where, kind, message)
+
+    def _verify_file_first(self) -> None:
+        """Hash the whole file through the descriptor (for the libhdf5 route and refusals)."""
+        if self.file_sha256 is None or self._file_verified:
+            return
+        try:
+            got = fastread.sha256_fd(self.fd, self.size)
+        except OSError as e:
+            raise BundleError(f"{self.path}: cannot read the file ({e.strerror or e})") from e
+        except h5parse.Problem as e:  # the file shrank while it was hashed
+            raise _error(self.path, None, e.kind, str(e)) from e
+        if got != self.file_sha256:
+            raise file_checksum_error(self.path, got, self.file_sha256)
+        self._file_verified = True
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def read(self, requests: Sequence[ReadRequest]) -> Iterator[tuple[ReadRequest, np.ndarray]]:
+        """(request, decoded array) for every request, in no particular order.
+
+        Every shape, type and storage check of every request runs before any data is read;
+        digests are verified before an array is yielded (the whole-file digest before the
+        first one).
+        """
+        if self._meta is not None:
+            try:
+                plans = [(r, self._plan(r)) for r in requests]
+            except h5parse.Unsupported as e:
+                self.fallback = str(e)
+                self._open_lib()
+            else:
+                yield from self._read_fast(plans)
+                return
+        yield from self._read_lib(requests)
+
+    def _plan(self, r: ReadRequest) -> h5parse.Plan:
+        assert self._meta is not None
+        try:
+            plan = self._meta.plan(r.dataset, tuple(r.shape), accepted_stored(r.dtype), r.dtype)
+        except h5parse.Problem as e:
+            self._verify_file_first()
+            raise _fast_error(self.path, r.where, e) from e
+        _check_memory(plan.nbytes, self.path, r.where)
+        return plan
+
+    def _read_fast(
+        self, plans: list[tuple[ReadRequest, h5parse.Plan]]
+    ) -> Iterator[tuple[ReadRequest, np.ndarray]]:
+        assert self._meta is not None
+        items = [fastread.Item(r, p, r.sha256) for r, p in plans]
+        try:
+            if self.file_sha256 is not None and not self._file_verified:
+                got = fastread.read_whole_file(
+                    self.fd, self.size, items, self._meta.parsed, self.file_sha256
+                )
+                self._file_verified = True
+                results: Iterator[tuple[Any, np.ndarray]] = iter(got)
+                for r, raw in results:
+                    self._check_digest(r, raw)
+                    yield r, decode(raw, r.dtype, f"{self.path}: {r.where} ({r.dataset})")
+                return
+            for r, raw in fastread.read_parallel(self.fd, items):
+                yield r, decode(raw, r.dtype, f"{self.path}: {r.where} ({r.dataset})")
+        except fastread.DigestMismatch as e:
+            if e.key is None:
+                assert self.file_sha256 is not None
+                raise file_checksum_error(self.path, e.got, self.file_sha256) from None
+            raise _dataset_checksum_error(self.path, e.key, e.got) from None
+        except fastread.FileChanged as e:
+            raise ChecksumError(
+                f"{self.path}: the file changed while it was loaded (its bytes at offset "
+                f"{e.offset} differ from those parsed a moment earlier), so it cannot be "
+                "verified; load it again once nothing writes to it"
+            ) from None
+        except OSError as e:  # e.g. EIO from a failing disk
+            raise BundleError(
+                f"{self.path}: cannot read the file ({e.strerror or e}); check the disk"
+            ) from e
+        except h5parse.Problem as e:
+            key = getattr(e, "key", None)
+            where = f"{key.where} ({key.dataset})" if isinstance(key, ReadRequest) else None
+            raise _fast_error(self.path, where, e) from e
+
+    def _check_digest(self, r: ReadRequest, raw: np.ndarray) -> None:
+        if r.sha256 is None:
+            return
+        got = hashlib.sha256(_little_endian_bytes(raw)).hexdigest()
+        if got != r.sha256:
+            raise _dataset_checksum_error(self.path, r, got)
+
+    def _read_lib(
+        self, requests: Sequence[ReadRequest]
+    ) -> Iterator[tuple[ReadRequest, np.ndarray]]:
+        before = os.fstat(self.fd)
+        for r in requests:
+            raw = self._lib.read(
+                r.dataset,
+                tuple(r.shape),
+                accepted_stored(r.dtype),
+                r.dtype,
+                r.where,
+                _check_memory,
+            )
+            self._check_digest(r, raw)
+            if self.file_sha256 is not None and _changed(before, os.fstat(self.fd)):
+                raise ChecksumError(
+                    f"{self.path}: the file changed while it was loaded, so it cannot be "
+                    "verified; load it again once nothing writes to it"
+                )
+            yield r, decode(raw, r.dtype, f"{self.path}: {r.where} ({r.dataset})")
+
+    def read_array(
+        self, dataset: str, shape: tuple[int, ...], mlir_dtype: str, where: str
+    ) -> np.ndarray:
+        """Dataset `dataset`, checked against `shape`/`mlir_dtype`, decoded (spec §4)."""
+        for _, arr in self.read([ReadRequest(dataset, tuple(shape), mlir_dtype, where)]):
+            return arr
+        raise AssertionError("unreachable")
+
+    def list_datasets(self, groups: list[str]) -> list[dict[str, Any]]:
+        """name, shape, dtype (numpy str), tag and nbytes of every dataset under `groups`."""
+        if self._meta is not None:
+            try:
+                return self._meta.listing(groups)
+            except h5parse.Unsupported as e:
+                self.fallback = str(e)
+                self._open_lib()
+            except h5parse.Problem as e:
+                raise _fast_error(self.path, None, e) from e
+        return self._lib.list_datasets(groups)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """Release the reader process (if any); the descriptor belongs to whoever opened it."""
+        if self._lib is not None:
+            self._lib.close()
+            self._lib = None
 
 
 @contextmanager
-def open_weights(path: Path) -> Iterator[WeightsReader]:
-    """Open a weights file for `read_array` after refusing links and external/virtual storage.
+def open_weights(
+    path: Path,
+    *,
+    fd: int | None = None,
+    file_sha256: str | None = None,
+    what: str = "the weights file",
+) -> Iterator[WeightsReader]:
+    """Open a weights file (refusing symlinks) for `read`/`read_array` after refusing links and
+    external/virtual storage inside it.
 
-    libhdf5 runs in a separate process unless JULIABRIDGE_HDF5_WORKER=0, so a file that makes
-    it hang or crash ends in a BundleError instead of taking this process down.
+    `fd` is an already open descriptor of `path` (it stays open). The Python reader handles the
+    metadata when it can; otherwise libhdf5 runs in a separate process unless
+    JULIABRIDGE_HDF5_WORKER=0, so a file that makes it hang or crash ends in a BundleError
+    instead of taking this process down.
     """
     path = Path(path)
-    reader: WeightsReader | None = None
-    if use_worker():
-        try:
-            reader = _WorkerReader(path)
-        except OSError as e:  # no interpreter to start, too many processes, ...
-            warnings.warn(
-                f"juliabridge could not start its HDF5 reader process ({e}); reading {path} in "
-                f"this process instead (set {WORKER_ENV}=0 to do so without this warning)",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-    if reader is None:
-        reader = _LocalReader(path)
+    own = fd is None
+    if fd is None:
+        fd, _ = safefile.open_regular(path, what)
     try:
-        yield reader
+        reader = WeightsReader(path, fd, file_sha256=file_sha256)
+        try:
+            yield reader
+        finally:
+            reader.close()
     finally:
-        reader.close()
+        if own:
+            os.close(fd)
 
 
 def read_array(
-    f: WeightsReader | h5py.File, dataset: str, shape: tuple[int, ...], mlir_dtype: str, where: str
+    f: Any, dataset: str, shape: tuple[int, ...], mlir_dtype: str, where: str
 ) -> np.ndarray:
-    """Read one dataset after checking its shape, stored type and storage against the manifest."""
-    if isinstance(f, h5py.File):
-        # A file opened by the caller: run the same checks in this process.
-        local = object.__new__(_LocalReader)
-        local.path = Path(f.filename)
-        try:
-            local._reader = _h5core.Reader(f.filename)
-        except _h5core.Problem as e:
-            raise _error(local.path, None, e.kind, str(e)) from e
-        try:
-            return local.read_array(dataset, shape, mlir_dtype, where)
-        finally:
-            local.close()
+    """Read one dataset after checking its shape, stored type and storage against the manifest.
+
+    `f` is a WeightsReader or an h5py.File the caller opened (read again, with the same checks,
+    through the file's name).
+    """
+    if not isinstance(f, WeightsReader):
+        with open_weights(Path(f.filename)) as reader:
+            return reader.read_array(dataset, shape, mlir_dtype, where)
     return f.read_array(dataset, shape, mlir_dtype, where)
 
 
@@ -651,6 +515,8 @@ def write_weights(
     writer is removed by the next write to `path` (see juliabridge/bundle/atomic.py). Readers
     never see a partial file under `path`: it holds the old content or the new, nothing else.
     """
+    import h5py  # only writing needs it in this process
+
     path = Path(path)
     if path.is_dir():
         raise SaveError(
