@@ -43,6 +43,23 @@ class UnsupportedModuleError(JuliaBridgeError):
     """The module holds ops or custom calls that stock XLA cannot run, or that policy refuses."""
 
 
+class ModuleContractError(UnsupportedModuleError):
+    """An op breaks the contract XLA or a kernel relies on (operand/result shapes, attributes,
+    call graph, host I/O), so running it could crash or hang the process; refused at load."""
+
+
+class ResourceLimitError(UnsupportedModuleError):
+    """The module would need more than this machine gives or juliabridge allows (ops after
+    inlining, dependency-chain depth, bytes of one value or of all live values, text size)."""
+
+
+class ExecutionError(JuliaBridgeError, RuntimeError):
+    """XLA (or Enzyme) failed to compile or run a module that passed every load-time check.
+
+    Also a RuntimeError, like the JaxRuntimeError it replaces.
+    """
+
+
 class X64DisabledError(JuliaBridgeError):
     """A 64-bit element type is used while jax_enable_x64 is off (JAX would truncate it)."""
 

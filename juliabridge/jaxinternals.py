@@ -23,6 +23,7 @@ __all__ = [
     "batching",
     "build_exported",
     "custom_call_allowlist",
+    "initialize_lapack",
     "ir",
     "jax_mlir",
     "make_context",
@@ -64,6 +65,19 @@ def serialize_portable(module: ir.Module) -> bytes:
 def custom_call_allowlist() -> frozenset[str]:
     """Custom-call targets jax.export itself treats as stable and registered in stock jaxlib."""
     return frozenset(_export_module()._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE)
+
+
+def initialize_lapack() -> None:
+    """Point jaxlib's CPU LAPACK kernels at their LAPACK functions.
+
+    jaxlib fills the kernels' function pointers lazily, when JAX itself first lowers a linear
+    algebra op (jax/_src/lax/linalg.py calls lapack.prepare_lapack_call). A module that calls
+    lapack_*_ffi targets without JAX ever lowering one would jump through a null pointer
+    (SIGSEGV, seen on the enzyme backend), so backends call this first. Idempotent.
+    """
+    from jaxlib import lapack
+
+    lapack._lapack.initialize()
 
 
 def current_platform() -> str:
