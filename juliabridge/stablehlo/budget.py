@@ -279,7 +279,8 @@ class _Analysis:
     def run(self, fn: Function) -> Cost:
         body = fn.op.regions[0].blocks[0]
         frames = [self._open(body, fn.op, 0)]
-        args = sum(b for _, _, b in frames[0].defs)
+        args_defs = list(frames[0].defs)
+        args = sum(b for _, _, b in args_defs)
         ops = 0
         ret_chain = 0
         peak = 0
@@ -290,7 +291,9 @@ class _Analysis:
                 continue
             op = next(top.ops, None)
             if op is None:
-                done = self._close(frames.pop())
+                # @main's arguments are the caller's buffers (never donated): live throughout.
+                keep = len(args_defs) if len(frames) == 1 and fn.name == "main" else 0
+                done = self._close(frames.pop(), keep)
                 if frames:
                     parent = frames[-1]
                     parent.pending_peak = max(parent.pending_peak, done)
@@ -303,7 +306,7 @@ class _Analysis:
             ops_inlined, chain = self._op(op, frames)
             ops += ops_inlined
             if op.name == "func.return" and len(frames) == 1:
-                ret_chain = chain - 1
+                ret_chain = chain
             blocks = _blocks_of(op, self.origin)
             if blocks:
                 top.pending = blocks[::-1]
@@ -333,7 +336,8 @@ class _Analysis:
             self.last[v] = frames[lvl].pos
             if lvl == here:
                 deepest = max(deepest, self.chain[v])
-        chain = deepest + 1
+        # A terminator is no XLA instruction: it adds no link to the chain.
+        chain = deepest + (0 if op.name in ("func.return", "stablehlo.return") else 1)
         inlined = 0
         for callee in _callees(op):
             cost = self.costs[callee]
@@ -348,12 +352,15 @@ class _Analysis:
             self.max_chain, self.max_chain_op = chain, op
         return inlined, chain
 
-    def _close(self, frame: _Frame) -> int:
-        """Peak live bytes of a finished block; forget its values."""
+    def _close(self, frame: _Frame, keep: int = 0) -> int:
+        """Peak live bytes of a finished block (its first `keep` values live to the end);
+        forget its values."""
         n = frame.pos + 2
         diff = [0] * (n + 1)
-        for v, d, b in frame.defs:
+        for i, (v, d, b) in enumerate(frame.defs):
             end = max(self.last.pop(v, d), d)
+            if i < keep:
+                end = n - 1
             diff[d] += b
             diff[end + 1] -= b
             self.level.pop(v, None)

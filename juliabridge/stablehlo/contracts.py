@@ -351,7 +351,6 @@ CONTRACTS: dict[str, Contract] = {
     **_lapack_named({"s": "orgqr", "d": "orgqr", "c": "ungqr", "z": "ungqr"}, 2, {}, exact(_orgqr)),
     **_lapack("potrf", 1, {"uplo": _UPLO}, exact(_potrf)),
     **_lapack("gesdd", 1, {"mode": _char("A", "S", "N")}, _svd_cpu),
-    **_lapack("gesvd", 1, {"mode": _char("A", "S", "N")}, _svd_cpu),
     **_lapack_named(
         {"s": "syevd", "d": "syevd", "c": "heevd", "z": "heevd"},
         1,
