@@ -333,3 +333,39 @@ def test_a_top_level_non_function_op_is_typed_on_every_backend(backend: str) -> 
     with pytest.raises(juliabridge.ModuleContractError) as info:
         juliabridge.load_mlir(text, backend=backend)
     actionable(str(info.value), "line 2", "stablehlo.constant", "Export")
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_failed_in_process_derivations_are_quiet_and_leave_no_files(
+    debug: bool, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """trust=True derives in this process; enzyme-ad then dumps the module to stderr and to
+    /tmp/tmp*.mlir on failure. Both are suppressed unless JULIABRIDGE_DEBUG=1."""
+    import glob
+    import tempfile
+
+    import jax
+    import jax.numpy as jnp
+
+    from juliabridge.examples.paths import example_bundle_path
+    from tests.conftest import require_backend
+
+    require_backend("enzyme")
+    if debug:
+        monkeypatch.setenv("JULIABRIDGE_DEBUG", "1")
+    dumps = os.path.join(tempfile.gettempdir(), "tmp*.mlir")
+    before = set(glob.glob(dumps))
+    model = juliabridge.import_lux(example_bundle_path("lenet"), backend="enzyme", trust=True)
+    x = np.ones((4, 1, 28, 28), np.float32)
+    capfd.readouterr()
+    with pytest.raises(juliabridge.TransformError):
+        jax.jit(lambda x: jax.jvp(lambda y: jnp.sum(model(y)), (x,), (x,))[1])(x)
+    err = capfd.readouterr().err
+    new = set(glob.glob(dumps)) - before
+    if debug:  # the switch shows everything (and so proves the capture is what hides it)
+        assert "reduce_window" in err and new
+        for p in new:
+            os.unlink(p)
+    else:
+        assert "reduce_window" not in err and "stablehlo" not in err, err[-2000:]
+        assert not new

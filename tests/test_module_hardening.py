@@ -643,3 +643,18 @@ def test_the_module_text_budget_uses_the_measured_parse_factor() -> None:
         pytest.skip("run benchmarks/bench_parse_memory.py to compare with a measurement")
     measured = json.loads(results.read_text())["results"]["chain"]
     assert measured["peak"] / measured["bytes"] <= PARSE_BYTES_PER_TEXT_BYTE
+
+
+def test_a_huge_quoted_module_name_is_handled_in_linear_memory() -> None:
+    """The header regex's quoted-name repetition is bounded (it was ~120 bytes per byte)."""
+    from juliabridge.stablehlo.sanitize import fix_module_header
+
+    text = 'module @"' + "x" * (16 << 20) + '" {\n}\n'
+    tracemalloc.start()
+    try:
+        fixed, name = fix_module_header(text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert fixed == "module {\n}\n" and name is not None and len(name) == 16 << 20
+    assert peak < 4 * len(text), peak

@@ -75,13 +75,31 @@ def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0][:400]
 
 
+def as_typed(name: str, what: str | None, e: Exception) -> JuliaBridgeError:
+    """The typed error for a backend's failure `e`: TransformError for a derivative (`what`
+    names it), else ExecutionError."""
+    if what is not None:
+        return TransformError(
+            f"{name}: the backend could not compute the {what} of this module "
+            f"({type(e).__name__}: {_first_line(e)}). Enzyme does not differentiate "
+            "every StableHLO op in every mode (e.g. forward mode through "
+            "reduce_window/max-pooling); use reverse mode (jax.grad/jax.vjp), or "
+            "backend='xla' with a VJP module."
+        )
+    return ExecutionError(
+        f"{name}: XLA could not compile or run the module ({type(e).__name__}: "
+        f"{_first_line(e)}). If it names a custom call this platform lacks, run the "
+        "model on the platform it was exported for; if it is out of memory, use a "
+        "smaller batch; JULIABRIDGE_DEBUG=1 shows the backend's own output."
+    )
+
+
 def typed(
     name: str, what: str | None, fn: Callable[..., Any], *, capture: bool = True
 ) -> Callable[..., Any]:
-    """`fn` with failures typed: TransformError for a derivative (`what` names it), else
-    ExecutionError. KeyboardInterrupt and the like pass through. With `capture`, native
-    stderr is captured while it runs (only for lowering and compiling: the capture is
-    process-wide and serialized)."""
+    """`fn` with failures typed (as_typed); KeyboardInterrupt and the like pass through.
+    With `capture`, native stderr is captured while it runs (only for lowering and
+    compiling: the capture is process-wide and serialized)."""
 
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -92,20 +110,7 @@ def typed(
         except JuliaBridgeError:
             raise
         except Exception as e:
-            if what is not None:
-                raise TransformError(
-                    f"{name}: the backend could not compute the {what} of this module "
-                    f"({type(e).__name__}: {_first_line(e)}). Enzyme does not differentiate "
-                    "every StableHLO op in every mode (e.g. forward mode through "
-                    "reduce_window/max-pooling); use reverse mode (jax.grad/jax.vjp), or "
-                    "backend='xla' with a VJP module."
-                ) from e
-            raise ExecutionError(
-                f"{name}: XLA could not compile or run the module ({type(e).__name__}: "
-                f"{_first_line(e)}). If it names a custom call this platform lacks, run the "
-                "model on the platform it was exported for; if it is out of memory, use a "
-                "smaller batch; JULIABRIDGE_DEBUG=1 shows the backend's own output."
-            ) from e
+            raise as_typed(name, what, e) from e
 
     return run
 
@@ -117,14 +122,19 @@ class Compiled:
     def __init__(self, name: str, what: str | None, fn: Callable[..., Any]) -> None:
         import jax
 
-        jitted = jax.jit(fn)
-        self._first = typed(name, what, jitted)
-        self._again = typed(name, what, jitted, capture=False)
+        self._name, self._what = name, what
+        self._jitted = jax.jit(fn)
+        self._first = typed(name, what, self._jitted)
         self._warm = False
 
     def __call__(self, *args: Any) -> Any:
-        if self._warm:
-            return self._again(*args)
+        if self._warm:  # the hot path of an eager call: one try, no capture
+            try:
+                return self._jitted(*args)
+            except JuliaBridgeError:
+                raise
+            except Exception as e:
+                raise as_typed(self._name, self._what, e) from e
         out = self._first(*args)
         self._warm = True
         return out
@@ -147,7 +157,7 @@ _FILTER = _DumpFilter()
 
 
 def drop_enzyme_dumps() -> None:
-    """Install the filter on the root logger, which enzyme_ad.jax.primitives logs through."""
-    root = logging.getLogger()
-    if _FILTER not in root.filters:
-        root.addFilter(_FILTER)
+    """Install the filter where enzyme_ad.jax.primitives logs (absl's logger; root, too)."""
+    for logger in (logging.getLogger("absl"), logging.getLogger()):
+        if _FILTER not in logger.filters:
+            logger.addFilter(_FILTER)
