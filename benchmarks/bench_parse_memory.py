@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import REPO, machine, table, write_json  # noqa: E402
+from benchmarks.common import REPO, machine, table, write_json
 
 CHILD = textwrap.dedent(
     """
@@ -32,7 +32,8 @@ CHILD = textwrap.dedent(
     sys.path.insert(0, {repo!r})
     def rss():
         s = open("/proc/self/status").read()
-        return {{k: int(re.search(k + r":\\s+(\\d+)", s).group(1)) << 10 for k in ("VmRSS", "VmHWM")}}
+        get = lambda k: int(re.search(k + r":\\s+(\\d+)", s).group(1)) << 10
+        return {{k: get(k) for k in ("VmRSS", "VmHWM")}}
     kind, mb, impl = sys.argv[1], float(sys.argv[2]), sys.argv[3]
     n = int(mb * 1e6)
     if kind == "chain":
@@ -45,9 +46,10 @@ CHILD = textwrap.dedent(
         data = "\\n".join(lines)
     elif kind == "constant":
         k = n // 8
-        data = ("module {{\\n  func.func public @main(%arg0: tensor<f32>) -> tensor<{{k}}xf32> {{\\n"
-                "    %c = stablehlo.constant dense<\\"0x" + "0000803F" * k + "\\"> : tensor<{{k}}xf32>\\n"
-                "    return %c : tensor<{{k}}xf32>\\n  }}\\n}}\\n").replace("{{k}}", str(k))
+        t = f"tensor<{{k}}xf32>"
+        data = ("module {{\\n  func.func public @main(%arg0: tensor<f32>) -> " + t + " {{\\n"
+                "    %c = stablehlo.constant dense<\\"0x" + "0000803F" * k + "\\"> : " + t + "\\n"
+                "    return %c : " + t + "\\n  }}\\n}}\\n")
     elif kind == "long_string":
         data = b'"' + b"x" * n + b'"'
     elif kind == "empty_strings":
@@ -112,7 +114,14 @@ def main() -> None:
     for kind in ("chain", "constant"):
         r = run(kind, args.mb)
         data[kind] = r
-        rows.append([kind, f"{r['bytes'] / 1e6:.1f}", f"{r['peak'] / r['bytes']:.1f}", f"{r['seconds']:.2f}"])
+        rows.append(
+            [
+                kind,
+                f"{r['bytes'] / 1e6:.1f}",
+                f"{r['peak'] / r['bytes']:.1f}",
+                f"{r['seconds']:.2f}",
+            ]
+        )
     print(table(["module", "text MB", "peak bytes / text byte", "s"], rows, "parse_module"))
     rows = []
     for kind in ("long_string", "empty_strings", "brackets"):
@@ -122,7 +131,12 @@ def main() -> None:
             r = run(kind, args.mb, impl)
             data[f"{kind}:{impl}"] = r
             rows.append(
-                [kind, impl, f"{r['peak'] / r['bytes']:.1f}", f"{r['bytes'] / 1e6 / r['seconds']:.0f}"]
+                [
+                    kind,
+                    impl,
+                    f"{r['peak'] / r['bytes']:.1f}",
+                    f"{r['bytes'] / 1e6 / r['seconds']:.0f}",
+                ]
             )
     print(table(["text", "scan", "peak bytes / text byte", "MB/s"], rows, "nesting pre-scan"))
     write_json("parse_memory", {"machine": machine(), "mb": args.mb, "results": data}, args.out)

@@ -74,10 +74,11 @@ def test_contracts_accept_every_gpu_lowering_of_jax(gpu_lowerings: list[tuple[st
 
 
 def _one_call_per_target(lowerings: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    calls: dict[tuple[str, tuple[str, ...]], dict[str, Any]] = {}
+    """One call per target and operand rank (batched or not)."""
+    calls: dict[tuple[str, int], dict[str, Any]] = {}
     for _, text in lowerings:
         for c in custom_calls(text):
-            calls.setdefault((c["target"], tuple(c["ins"])), c)
+            calls.setdefault((c["target"], c["ins"][0].count("x")), c)
     return list(calls.values())
 
 
@@ -641,7 +642,10 @@ def test_the_module_text_budget_uses_the_measured_parse_factor() -> None:
     results = REPO / "benchmarks" / "results" / "parse_memory.json"
     if not results.exists():
         pytest.skip("run benchmarks/bench_parse_memory.py to compare with a measurement")
-    measured = json.loads(results.read_text())["results"]["chain"]
+    data = json.loads(results.read_text())
+    if data["mb"] < 8:  # below that, MLIR's and JAX's fixed ~20 MB dominate the ratio
+        pytest.skip("the last benchmark run used text under 8 MB")
+    measured = data["results"]["chain"]
     assert measured["peak"] / measured["bytes"] <= PARSE_BYTES_PER_TEXT_BYTE
 
 
