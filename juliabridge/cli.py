@@ -1,17 +1,22 @@
-"""The `juliabridge` command: inspect, verify, demo, run and export."""
+"""The `juliabridge` command: inspect, verify, vjp, demo and export.
+
+Everything a bundle says is printed escaped (exitcodes.safe) and never as rich markup; every
+failure ends in one line on stderr and the exit code of its error class (exitcodes.py).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ._version import __version__
-from .errors import JuliaBridgeError
+from .exitcodes import INTERRUPTED, MISMATCH, OK, USAGE, report, safe, table_text
 
 
 def _human_bytes(n: int) -> str:
@@ -23,6 +28,11 @@ def _human_bytes(n: int) -> str:
     return f"{size:.1f} GiB"
 
 
+def _t(*parts: object, style: str = "") -> Text:
+    """A rich Text of bundle-derived parts: escaped, never parsed as markup."""
+    return Text("".join(safe(p) for p in parts), style=style)
+
+
 def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
     """Print producer, arguments, results and sizes of a bundle."""
     from . import dtypes
@@ -31,19 +41,21 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
     bundle = open_bundle(args.path, verify_checksums=not args.no_verify)
     m = bundle.manifest
     p = m.producer
-    console.print(f"[bold]{m.name}[/bold]  format {m.format_version}  mode={m.mode}  {bundle.root}")
+    head = _t(m.name, style="bold")
+    head.append(_t(f"  format {m.format_version}  mode={m.mode}  ", bundle.root))
+    console.print(head)
     made = (
         f"Julia {p.julia}, Lux {p.lux}, Reactant {p.reactant}"
         if p.made_with_julia
         else "made without Julia"
     )
-    console.print(f"producer: {p.tool} {p.tool_version} ({made})")
-    console.print(f"module read from: {bundle.module_source} ({bundle.module_source_note})")
+    console.print(_t(f"producer: {p.tool} {p.tool_version} ({made})"))
+    console.print(_t(f"module read from: {bundle.module_source} ({bundle.module_source_note})"))
     if p.note:
-        console.print(f"note: {p.note}")
+        console.print(_t(f"note: {p.note}"))
     if m.batch:
         console.print(
-            f"batch: size {m.batch.size}, samples independent: {m.batch.samples_independent}"
+            _t(f"batch: size {m.batch.size}, samples independent: {m.batch.samples_independent}")
         )
     table = Table(title="arguments (@main order)")
     for col in ("#", "role", "name", "MLIR shape", "Julia shape", "dtype", "size"):
@@ -55,13 +67,18 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
             nbytes *= d
         total += nbytes if a.role != "input" else 0
         table.add_row(
-            str(a.index),
-            a.role,
-            a.label,
-            str(list(a.shape)),
-            str(list(a.julia_shape)),
-            a.dtype,
-            _human_bytes(nbytes),
+            *(
+                _t(c)
+                for c in (
+                    a.index,
+                    a.role,
+                    a.label,
+                    list(a.shape),
+                    list(a.julia_shape),
+                    a.dtype,
+                    _human_bytes(nbytes),
+                )
+            )
         )
     console.print(table)
     rt = Table(title="results")
@@ -69,62 +86,79 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
         rt.add_column(col)
     for r in m.results:
         rt.add_row(
-            str(r.index),
-            ", ".join(".".join(map(str, q)) for q in r.paths),
-            str(list(r.shape)),
-            r.dtype,
+            _t(r.index),
+            _t(", ".join(".".join(map(str, q)) for q in r.paths)),
+            _t(list(r.shape)),
+            _t(r.dtype),
         )
     for al in m.aliases:
         src = m.arguments[al.argument]
         rt.add_row(
-            "=",
-            ".".join(map(str, al.path)),
-            f"argument {al.argument} ({src.label}) unchanged",
-            src.dtype,
+            _t("="),
+            _t(".".join(map(str, al.path))),
+            _t(f"argument {al.argument} ({src.label}) unchanged"),
+            _t(src.dtype),
         )
     console.print(rt)
     console.print(
-        f"parameters and state: {_human_bytes(total)}; module ops: {len(bundle.module.ops)} kinds"
+        _t(
+            f"parameters and state: {_human_bytes(total)}; "
+            f"module ops: {len(bundle.module.ops)} kinds"
+        )
     )
     if bundle.module.arg_shardings or bundle.module.num_partitions > 1:
         console.print(
-            f"recorded shardings (reported, not applied; place arrays with jax.device_put): "
-            f"num_partitions={bundle.module.num_partitions}; "
-            + ", ".join(
-                f"{m.arguments[i].label}: {s}" for i, s in bundle.module.arg_shardings.items()
+            _t(
+                f"recorded shardings (reported, not applied; place arrays with jax.device_put): "
+                f"num_partitions={bundle.module.num_partitions}; "
+                + ", ".join(
+                    f"{m.arguments[i].label}: {s}" for i, s in bundle.module.arg_shardings.items()
+                )
             )
         )
     if bundle.module.custom_calls:
-        console.print(f"custom calls: {', '.join(bundle.module.custom_calls)}")
+        console.print(_t(f"custom calls: {', '.join(bundle.module.custom_calls)}"))
     if m.examples:
         console.print(
-            f"examples: {len(m.examples.inputs)} input(s), "
-            f"{len(m.examples.outputs)} reference output(s)"
+            _t(
+                f"examples: {len(m.examples.inputs)} input(s), "
+                f"{len(m.examples.outputs)} reference output(s)"
+            )
         )
-    return 0
+    return OK
 
 
 def cmd_verify(args: argparse.Namespace, console: Console) -> int:
     """Run the bundled examples; exit 1 when any result is out of tolerance."""
     from .verify import verify
 
-    report = verify(args.path, backend=args.backend, rtol=args.rtol, atol=args.atol)
+    result = verify(
+        args.path,
+        backend=args.backend,
+        rtol=args.rtol,
+        atol=args.atol,
+        verify_checksums=not args.no_verify,
+    )
     table = Table(
-        title=escape(
-            f"verify {report.bundle} [{report.backend}] rtol={report.rtol:g} atol={report.atol:g}"
+        title=_t(
+            f"verify {result.bundle} [{result.backend}] rtol={result.rtol:g} atol={result.atol:g}"
         )
     )
     for col in ("result", "max abs err", "max rel err", "ok"):
         table.add_column(col)
-    for c in report.checks:
+    for c in result.checks:
         table.add_row(
-            c.name, f"{c.max_abs:.3g}", f"{c.max_rel:.3g}", "yes" if c.ok else "[red]NO[/red]"
+            _t(c.name),
+            _t(f"{c.max_abs:.3g}"),
+            _t(f"{c.max_rel:.3g}"),
+            Text("yes") if c.ok else Text("NO", style="red"),
         )
     console.print(table)
-    console.print(
-        "OK" if report.ok else "[red]MISMATCH[/red]: outputs differ from Julia's reference"
-    )
-    return 0 if report.ok else 1
+    if result.ok:
+        console.print(Text("OK"))
+        return OK
+    console.print(Text("MISMATCH", style="red") + Text(": outputs differ from Julia's reference"))
+    return MISMATCH
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
@@ -137,7 +171,7 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     from .verify import verify
 
     path = example_bundle_path("lenet")
-    console.print(f"example bundle: {path}")
+    console.print(_t(f"example bundle: {path}"))
     args.path, args.no_verify = path, False
     cmd_inspect(args, console)
     model = import_lux(path, backend=args.backend)
@@ -145,53 +179,87 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     x = np.random.default_rng(0).standard_normal(x_spec.shape).astype(np.float32)
     logits, _ = jax.jit(model.apply)(model.params, model.state, x)
     console.print(
-        f"jax.jit(model.apply) on x of shape {x.shape} (Julia {tuple(reversed(x.shape))}) -> "
-        f"logits {tuple(logits.shape)}; "
-        f"predicted classes {np.asarray(logits).argmax(axis=1).tolist()}"
+        _t(
+            f"jax.jit(model.apply) on x of shape {x.shape} (Julia {tuple(reversed(x.shape))}) -> "
+            f"logits {tuple(logits.shape)}; "
+            f"predicted classes {np.asarray(logits).argmax(axis=1).tolist()}"
+        )
     )
-    report = verify(path, backend=args.backend)
+    result = verify(path, backend=args.backend)
     console.print(
-        f"verify against the bundled reference outputs (backend {report.backend}): max abs err "
-        f"{report.max_abs:.3g}, max rel err {report.max_rel:.3g} -> "
-        f"{'OK' if report.ok else 'MISMATCH'}"
+        _t(
+            f"verify against the bundled reference outputs (backend {result.backend}): max abs "
+            f"err {result.max_abs:.3g}, max rel err {result.max_rel:.3g} -> "
+            f"{'OK' if result.ok else 'MISMATCH'}"
+        )
     )
-    return 0 if report.ok else 1
+    return OK if result.ok else MISMATCH
 
 
 def cmd_vjp(args: argparse.Namespace, console: Console) -> int:
     """Derive and store a bundle's VJP module, for gradients without enzyme-ad."""
     from .vjp_bundle import add_vjp
 
-    target = add_vjp(args.path, overwrite=args.overwrite)
+    target = add_vjp(args.path, overwrite=args.overwrite, verify_checksums=not args.no_verify)
     console.print(
-        f"wrote {target}; gradients on backend='xla' now work without enzyme-ad for this bundle"
+        _t(f"wrote {target}; gradients on backend='xla' now work without enzyme-ad for this bundle")
     )
-    return 0
+    return OK
+
+
+_NO_VERIFY = (
+    "skip the sha256 checks of the bundle's files (for files you changed on purpose; every "
+    "other check still runs)"
+)
+_BACKEND = "backend to run the module: enzyme (enzyme-ad), xla, or auto (enzyme where importable)"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `juliabridge` command."""
     parser = argparse.ArgumentParser(
-        prog="juliabridge", description="Lux.jl models as JAX functions."
+        prog="juliabridge",
+        description="Lux.jl models as JAX functions.",
+        epilog="exit codes (one per error class):\n"
+        + table_text()
+        + "\n\nJULIABRIDGE_DEBUG=1 shows tracebacks and what Enzyme/XLA print.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"juliabridge {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("inspect", help="show a bundle's signature, sizes and producer")
-    p.add_argument("path")
-    p.add_argument("--no-verify", action="store_true", help="skip sha256 checks")
+    p.add_argument("path", help="bundle directory")
+    p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     p.set_defaults(func=cmd_inspect)
     p = sub.add_parser("verify", help="compare a bundle's outputs with Julia's reference outputs")
-    p.add_argument("path")
-    p.add_argument("--backend", default="auto", choices=["auto", "enzyme", "xla"])
-    p.add_argument("--rtol", type=float, default=None)
-    p.add_argument("--atol", type=float, default=None)
+    p.add_argument("path", help="bundle directory")
+    p.add_argument(
+        "--backend", default="auto", choices=["auto", "lax", "enzyme", "xla"], help=_BACKEND
+    )
+    p.add_argument(
+        "--rtol",
+        type=float,
+        default=None,
+        help="relative tolerance (default: the manifest's examples.rtol, else the spec's "
+        "per-dtype default)",
+    )
+    p.add_argument(
+        "--atol",
+        type=float,
+        default=None,
+        help="absolute tolerance (default: the manifest's examples.atol, else the spec's "
+        "per-dtype default)",
+    )
+    p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     p.set_defaults(func=cmd_verify)
     p = sub.add_parser("vjp", help="derive the bundle's VJP module with enzyme-ad and store it")
-    p.add_argument("path")
+    p.add_argument("path", help="bundle directory")
     p.add_argument("--overwrite", action="store_true", help="replace an existing VJP module")
+    p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     p.set_defaults(func=cmd_vjp)
     p = sub.add_parser("demo", help="run the example LeNet bundle shipped with juliabridge")
-    p.add_argument("--backend", default="auto", choices=["auto", "enzyme", "xla"])
+    p.add_argument(
+        "--backend", default="auto", choices=["auto", "lax", "enzyme", "xla"], help=_BACKEND
+    )
     p.set_defaults(func=cmd_demo)
     from .bundle.upgrade import add_upgrade_parser
 
@@ -206,17 +274,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: one readable line on error, never a traceback for a JuliaBridgeError."""
-    args = build_parser().parse_args(argv)
+    """Entry point: the command's exit code; one escaped line on stderr for any failure."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # argparse: --help/--version (0) or a usage error (2)
+        return int(e.code) if isinstance(e.code, int) else USAGE
     # Rich assumes 80 columns when piped; tables of Lux paths need more to stay readable.
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = Console(
+        width=None if sys.stdout.isatty() else 160, markup=False, highlight=False, emoji=False
+    )
     try:
         return int(args.func(args, console))
-    except JuliaBridgeError as e:
-        Console(stderr=True, soft_wrap=True).print(
-            f"juliabridge {args.command}: error: {e}", markup=False, highlight=False
-        )
-        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write(f"juliabridge {args.command}: interrupted\n")
+        return INTERRUPTED
+    except Exception as e:  # every failure, typed or not, is one line and a code
+        if os.environ.get("JULIABRIDGE_DEBUG", "").strip() not in ("", "0"):
+            import traceback
+
+            traceback.print_exc()
+        return report(args.command, e)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 The CLI always uses the `julia` subprocess route (juliabridge.julia.driver); Julia objects of a
 running juliacall session are exported with juliabridge.export_lux instead.
 
-Errors print one readable line on stderr (no traceback) and give a non-zero exit status:
-1 for an export that failed, 3 when no Julia is available, 130 when interrupted.
+Errors print one readable line on stderr (no traceback) and give the exit code of their error
+class (juliabridge/exitcodes.py): 3 when no Julia is available, 4 for an export that failed,
+2 for an invalid option value, 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -14,11 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import JuliaBridgeError, JuliaUnavailable
+from .errors import JuliaBridgeError
+from .exitcodes import INTERRUPTED, USAGE, exit_code, for_cli, safe
 
-EXIT_FAILED = 1
-EXIT_NO_JULIA = 3
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = INTERRUPTED
 
 DESCRIPTION = """\
 Export the Lux model defined by a Julia script to a juliabridge bundle. The script must
@@ -87,9 +87,13 @@ def run_export(args: argparse.Namespace) -> int:
         print("juliabridge export: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except (JuliaBridgeError, ValueError) as exc:
-        status = EXIT_NO_JULIA if isinstance(exc, JuliaUnavailable) else EXIT_FAILED
-        text = str(exc) if args.verbose else _one_line(str(exc))
-        print(f"juliabridge export: error: {text}", file=sys.stderr)
+        status = exit_code(exc) if isinstance(exc, JuliaBridgeError) else USAGE
+        if args.verbose:
+            print(f"juliabridge export: error: {for_cli(str(exc))}", file=sys.stderr)
+        else:
+            print(
+                f"juliabridge export: error: {safe(_one_line(for_cli(str(exc))))}", file=sys.stderr
+            )
         return status
     print(f"juliabridge export: wrote {path}")
     return 0

@@ -46,7 +46,7 @@ class UnsupportedModuleError(JuliaBridgeError):
 class UnsupportedOpError(UnsupportedModuleError):
     """The lax backend cannot lift or evaluate one op; `op` and `where` name it and its line."""
 
-    def __init__(self, message: str, *, op: str, where: str) -> None:
+    def __init__(self, message: str, *, op: str = "", where: str = "") -> None:
         super().__init__(message)
         self.op = op
         self.where = where
@@ -58,6 +58,23 @@ class UnsupportedOpError(UnsupportedModuleError):
 
 def _rebuild_op_error(message: str, op: str, where: str) -> UnsupportedOpError:
     return UnsupportedOpError(message, op=op, where=where)
+
+
+class ModuleContractError(UnsupportedModuleError):
+    """An op breaks the contract XLA or a kernel relies on (operand/result shapes, attributes,
+    call graph, host I/O), so running it could crash or hang the process; refused at load."""
+
+
+class ResourceLimitError(UnsupportedModuleError):
+    """The module would need more than this machine gives or juliabridge allows (ops after
+    inlining, dependency-chain depth, bytes of one value or of all live values, text size)."""
+
+
+class ExecutionError(JuliaBridgeError, RuntimeError):
+    """XLA (or Enzyme) failed to compile or run a module that passed every load-time check.
+
+    Also a RuntimeError, like the JaxRuntimeError it replaces.
+    """
 
 
 class X64DisabledError(JuliaBridgeError):

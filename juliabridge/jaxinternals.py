@@ -26,6 +26,7 @@ __all__ = [
     "build_exported",
     "custom_call_allowlist",
     "geqrf",
+    "initialize_lapack",
     "ir",
     "jax_mlir",
     "make_context",
@@ -85,6 +86,19 @@ def geqrf(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     from jax._src.lax import linalg
 
     return linalg.geqrf(a)  # type: ignore[no-any-return]
+
+
+def initialize_lapack() -> None:
+    """Point jaxlib's CPU LAPACK kernels at their LAPACK functions.
+
+    jaxlib fills the kernels' function pointers lazily, when JAX itself first lowers a linear
+    algebra op (jax/_src/lax/linalg.py calls lapack.prepare_lapack_call). A module that calls
+    lapack_*_ffi targets without JAX ever lowering one would jump through a null pointer
+    (SIGSEGV, seen on the enzyme backend), so backends call this first. Idempotent.
+    """
+    from jaxlib import lapack
+
+    lapack._lapack.initialize()
 
 
 def current_platform() -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import BundleError
+from .errors import BundleError, ExecutionError, JuliaBridgeError
 from .model import import_lux
 from .trees import lookup
 
@@ -72,9 +72,24 @@ def verify(
     backend: str = "auto",
     rtol: float | None = None,
     atol: float | None = None,
+    verify_checksums: bool = True,
 ) -> VerifyReport:
-    """Run the bundle's example inputs; report max abs/rel error per result against Julia's."""
-    model = import_lux(path, backend=backend)
+    """Run the bundle's example inputs; report max abs/rel error per result against Julia's.
+
+    Args:
+        path: the bundle directory.
+        backend: "enzyme", "xla" or "auto" (as in import_lux).
+        rtol, atol: tolerances; default to the manifest's ``examples`` values.
+        verify_checksums: check the files' sha256 first (False: skip, for edited files).
+
+    Returns:
+        A VerifyReport; ``.ok`` is False when any result is out of tolerance.
+
+    Raises:
+        JuliaBridgeError (a subclass): everything import_lux raises; BundleError when the
+        bundle has no examples; ExecutionError when XLA fails to compile or run the module.
+    """
+    model = import_lux(path, backend=backend, verify_checksums=verify_checksums)
     m = model.manifest
     examples = model.bundle.read_examples()
     if examples is None or m.examples is None:
@@ -93,7 +108,16 @@ def verify(
         else:
             tree = model.params if a.role == "parameter" else model.state
             flat.append(lookup(tree, a.path, a.role))
-    results = model.fn(*flat)
+    try:
+        results = model.fn(*flat)
+    except JuliaBridgeError:
+        raise
+    except Exception as e:  # the backends type their failures; this is the last line of defence
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        raise ExecutionError(
+            f"{path}: running the module on the bundled example inputs failed "
+            f"({type(e).__name__}: {first})"
+        ) from e
     checks = []
     for k, want in sorted(outs.items()):
         got = np.asarray(results[k])

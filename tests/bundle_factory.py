@@ -52,8 +52,14 @@ def dense_bn_reference(arrays: list[np.ndarray]) -> np.ndarray:
     return ((x @ w + b - mean) / np.sqrt(var + 1e-5) * scale + bias).astype(np.float32)
 
 
-def make_dense_bn(path: Path, *, seed: int = 0, **writer_options: Any) -> Path:
-    """Write the bundle (with examples) at `path`; `writer_options` go to write_bundle."""
+def make_dense_bn(
+    path: Path, *, seed: int = 0, portable_artifact: bool = False, **writer_options: Any
+) -> Path:
+    """Write the bundle (with examples) at `path`; `writer_options` go to write_bundle.
+
+    Without a portable artifact unless asked: many tests edit model.mlir, which readers would
+    ignore in favour of an artifact (spec §2.1).
+    """
     arrays = dense_bn_arrays(seed)
     text = jax.jit(_forward).lower(*arrays).as_text()
     names = DENSE_BN_ARGUMENTS
@@ -73,6 +79,7 @@ def make_dense_bn(path: Path, *, seed: int = 0, **writer_options: Any) -> Path:
         batch={"size": 5, "samples_independent": True},
         example_outputs=[dense_bn_reference(arrays)],
         overwrite=True,
+        portable_artifact=portable_artifact,
         **writer_options,
     )
 

@@ -4,13 +4,20 @@ Run as ``python -m tests.fuzz_runner`` from the repository root. Requests and re
 lines on stdin and on the original stdout (everything else printed goes to stderr). A crash or
 hang of this process is how the parent detects that juliabridge took a process down.
 
-Each request is ``{"path": ..., "verify_checksums": bool, "trust": bool}``; the reply says
-``outcome``: ``ok`` (loaded and called; numbers compared here), ``error`` (a JuliaBridgeError,
-with its class and message) or ``other`` (any other exception: always a bug).
+Each request is ``{"path": ..., "verify_checksums": bool, "trust": bool, "backend": name,
+"grad": bool, "cli": [argv] | None}``; the reply says ``outcome``: ``ok`` (loaded and called;
+numbers compared here), ``error`` (a JuliaBridgeError, with its class and message) or
+``other`` (any other exception: always a bug). With ``grad`` the gradient of the output's sum
+with respect to the parameters is computed too (on enzyme: Enzyme's derivation). With ``cli``
+the command ``juliabridge ARGV`` runs instead (in this process, as `juliabridge.cli.main`), and
+the reply carries its exit code and output plus ``api_code``: the exit code the library's own
+outcome for the same bundle maps to (exitcodes.exit_code), so the two can be compared.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import sys
@@ -58,10 +65,10 @@ def _max_err(got: np.ndarray, want: np.ndarray) -> float | None:
 
 
 def run(req: dict[str, Any]) -> dict[str, Any]:
-    """Load and call the bundle at req['path']."""
+    """Load and call the bundle at req['path'] (and differentiate it with req['grad'])."""
     model = juliabridge.import_lux(
         req["path"],
-        backend="xla",
+        backend=req.get("backend", "xla"),
         verify_checksums=req.get("verify_checksums", True),
         trust=req.get("trust", False),
     )
@@ -69,6 +76,12 @@ def run(req: dict[str, Any]) -> dict[str, Any]:
     x = ORIGINAL[0]
     out = model(x)
     reply: dict[str, Any] = {"outcome": "ok", "err_self": None, "err_orig": None}
+    if req.get("grad"):
+        loss = lambda p: sum(  # noqa: E731
+            jax.numpy.sum(v) for v in jax.tree_util.tree_leaves(model.apply(p, model.state, x)[0])
+        )
+        grads = jax.grad(loss)(model.params)
+        reply["grad_leaves"] = len(jax.tree_util.tree_leaves(grads))
     results = [r for r in m.results]
     if len(results) != 1 or results[0].paths != (("output",),):
         reply["note"] = "result structure changed"
@@ -91,12 +104,46 @@ def run(req: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
+def run_cli(req: dict[str, Any]) -> dict[str, Any]:
+    """``juliabridge ARGV`` in this process, and what the library says about the same bundle."""
+    from juliabridge import cli, verify
+    from juliabridge.exitcodes import exit_code
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(req["cli"])
+    argv = req["cli"]
+    api: int | None = None
+    try:
+        if argv[0] == "verify":
+            result = verify(
+                argv[1],
+                backend=req.get("backend", "xla"),
+                verify_checksums="--no-verify" not in argv,
+            )
+            api = 0 if result.ok else 1
+        else:
+            from juliabridge.bundle import open_bundle
+
+            open_bundle(argv[1], verify_checksums="--no-verify" not in argv)
+            api = 0
+    except Exception as e:
+        api = exit_code(e)
+    return {
+        "outcome": "cli",
+        "code": code,
+        "api_code": api,
+        "stdout": out.getvalue()[-4000:],
+        "stderr": err.getvalue()[-4000:],
+    }
+
+
 def main() -> None:
     """Serve requests until stdin closes."""
     for line in sys.stdin:
         req = json.loads(line)
         try:
-            reply = run(req)
+            reply = run_cli(req) if req.get("cli") else run(req)
         except juliabridge.JuliaBridgeError as e:
             reply = {"outcome": "error", "cls": type(e).__name__, "message": str(e)}
         except Exception as e:

@@ -229,7 +229,7 @@ def test_module_that_does_not_parse_points_at_the_line(bundle: Path) -> None:
     (bundle / "model.mlir").write_text(text)
     edit_manifest(bundle, lambda m: m["module"].update(sha256=sha256_file(bundle / "model.mlir")))
     # The text is what is parsed only without a portable artifact (spec §2.1).
-    edit_manifest(bundle, lambda m: m["module"].pop("artifact"))
+    edit_manifest(bundle, lambda m: m["module"].pop("artifact", None))
     with pytest.raises(juliabridge.MLIRParseError) as info:
         juliabridge.import_lux(bundle, backend="xla")
     actionable(str(info.value), "model.mlir", "line 13", "stablehlo.sqrtt")
@@ -279,3 +279,124 @@ def test_hub_cache_symlinks_get_a_way_out(bundle: Path, tmp_path: Path) -> None:
     with pytest.raises(juliabridge.UnsafeBundleError) as info:
         juliabridge.import_lux(bundle)
     actionable(str(info.value), "weights.h5", "symlink", "cp -rL")
+
+
+# --- every public entry point ends in a JuliaBridgeError ---------------------------------------
+
+
+@pytest.mark.parametrize("transform", ["jvp", "jacfwd", "hessian"])
+@pytest.mark.parametrize("jit", [False, True])
+def test_forward_mode_through_max_pooling_is_a_transform_error(transform: str, jit: bool) -> None:
+    """Before: a bare ValueError from enzyme-ad's pass pipeline, under jax.jit and eagerly."""
+    from tests.conftest import require_backend
+
+    require_backend("enzyme")
+    import jax
+    import jax.numpy as jnp
+
+    from juliabridge.examples.paths import example_bundle_path
+
+    model = juliabridge.import_lux(example_bundle_path("lenet"), backend="enzyme")
+    x = np.random.default_rng(0).standard_normal((4, 1, 28, 28)).astype(np.float32)
+
+    def f(x):  # type: ignore[no-untyped-def]
+        return jnp.sum(model(x))
+
+    fn = {
+        "jvp": lambda x: jax.jvp(f, (x,), (x,))[1],
+        "jacfwd": jax.jacfwd(f),
+        "hessian": jax.hessian(f),
+    }[transform]
+    with pytest.raises(juliabridge.TransformError) as info:
+        (jax.jit(fn) if jit else fn)(x)
+    actionable(str(info.value), "lenet.bundle")
+
+
+def test_hessian_on_xla_is_a_transform_error(bundle: Path) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    model = juliabridge.import_lux(bundle, backend="xla")
+    x = dense_bn_arrays()[0]
+    with pytest.raises(juliabridge.TransformError):
+        jax.hessian(lambda x: jnp.sum(model(x)))(x)
+
+
+def test_a_custom_call_this_platform_lacks_is_typed_everywhere(bundle: Path) -> None:
+    """Before: verify() and the first call raised jaxlib's raw JaxRuntimeError."""
+    from juliabridge.bundle.checksum import sha256_file
+    from tests.bundle_factory import edit_manifest
+
+    call = (
+        "    %x:3 = stablehlo.custom_call @cusolver_getrf_ffi(%arg1) {mhlo.backend_config = {}} : "
+        "(tensor<2x3xf32>) -> (tensor<2x3xf32>, tensor<2xi32>, tensor<i32>)\n"
+    )
+    text = (bundle / "model.mlir").read_text().replace("    %0 =", call + "    %0 =", 1)
+    (bundle / "model.mlir").write_text(text)
+    edit_manifest(bundle, lambda m: m["module"].update(sha256=sha256_file(bundle / "model.mlir")))
+    with pytest.raises(juliabridge.UnsupportedModuleError) as info:
+        juliabridge.verify(bundle, backend="xla")
+    actionable(str(info.value), "cusolver_getrf_ffi", "cuda")
+
+
+def test_an_unregistered_target_of_a_trusted_module_fails_as_execution_error() -> None:
+    text = """module {
+  func.func @main(%arg0: tensor<2xf32>) -> tensor<2xf32> {
+    %0 = stablehlo.custom_call @no_such_kernel(%arg0) : (tensor<2xf32>) -> tensor<2xf32>
+    return %0 : tensor<2xf32>
+  }
+}"""
+    fn = juliabridge.load_mlir(text, backend="xla", trust=True)
+    with pytest.raises(juliabridge.ExecutionError) as info:
+        fn(np.ones(2, np.float32))
+    assert isinstance(info.value, RuntimeError)  # still catchable as before
+    assert "no_such_kernel" in str(info.value)
+
+
+def test_a_top_level_non_function_op_is_typed_on_every_backend(backend: str) -> None:
+    """Before: AttributeError ('ConstantOp' object has no attribute 'sym_name') on enzyme."""
+    text = """module {
+  %c = stablehlo.constant dense<1.0> : tensor<2xf32>
+  func.func @main(%arg0: tensor<2xf32>) -> tensor<2xf32> {
+    return %arg0 : tensor<2xf32>
+  }
+}"""
+    with pytest.raises(juliabridge.ModuleContractError) as info:
+        juliabridge.load_mlir(text, backend=backend)
+    actionable(str(info.value), "line 2", "stablehlo.constant", "Export")
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_failed_in_process_derivations_are_quiet_and_leave_no_files(
+    debug: bool, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """trust=True derives in this process; enzyme-ad then dumps the module to stderr and to
+    /tmp/tmp*.mlir on failure. Both are suppressed unless JULIABRIDGE_DEBUG=1."""
+    import glob
+    import tempfile
+
+    import jax
+    import jax.numpy as jnp
+
+    from juliabridge.examples.paths import example_bundle_path
+    from tests.conftest import require_backend
+
+    require_backend("enzyme")
+    if debug:
+        monkeypatch.setenv("JULIABRIDGE_DEBUG", "1")
+    dumps = os.path.join(tempfile.gettempdir(), "tmp*.mlir")
+    before = set(glob.glob(dumps))
+    model = juliabridge.import_lux(example_bundle_path("lenet"), backend="enzyme", trust=True)
+    x = np.ones((4, 1, 28, 28), np.float32)
+    capfd.readouterr()
+    with pytest.raises(juliabridge.TransformError):
+        jax.jit(lambda x: jax.jvp(lambda y: jnp.sum(model(y)), (x,), (x,))[1])(x)
+    err = capfd.readouterr().err
+    new = set(glob.glob(dumps)) - before
+    if debug:  # the switch shows everything (and so proves the capture is what hides it)
+        assert "reduce_window" in err and new
+        for p in new:
+            os.unlink(p)
+    else:
+        assert "reduce_window" not in err and "stablehlo" not in err, err[-2000:]
+        assert not new

@@ -482,7 +482,7 @@ def test_digest_does_not_depend_on_hdf5_storage(tmp_path: Path) -> None:
 
 @pytest.fixture
 def bundle(tmp_path: Path) -> Path:
-    return make_dense_bn(tmp_path / "dense_bn.bundle")
+    return make_dense_bn(tmp_path / "dense_bn.bundle", portable_artifact=True)
 
 
 def _doubled_text(bundle: Path) -> None:
@@ -697,7 +697,7 @@ def test_static_state_is_exposed_not_passed(tmp_path: Path) -> None:
 
 
 def _dense_bn_with(tmp_path: Path, **kw: Any) -> Path:
-    return make_dense_bn(tmp_path / "b.bundle", **kw)
+    return make_dense_bn(tmp_path / "b.bundle", **({"portable_artifact": True} | kw))
 
 
 def test_writer_without_artifact(tmp_path: Path) -> None:
@@ -840,7 +840,7 @@ def test_bundle_written_by_another_jax_loads_here(tmp_path: Path) -> None:
     code = (
         "import sys, jax; from pathlib import Path; "
         "from tests.bundle_factory import make_dense_bn; "
-        f"make_dense_bn(Path({str(target)!r})); print(jax.__version__)"
+        f"make_dense_bn(Path({str(target)!r}), portable_artifact=True); print(jax.__version__)"
     )
     done = subprocess.run(
         [other, "-c", code],

@@ -1,14 +1,23 @@
-"""Property-based fuzzing of bundle loading (hypothesis).
+"""Property-based fuzzing of bundle loading, on every backend, and of the command line (hypothesis).
 
 Every case starts from a valid bundle (tests/bundle_factory.make_dense_bn: Dense + test-mode
 BatchNorm, with examples), mutates it, and loads and calls it in a child process
-(tests/fuzz_runner.py). It must end in one of two ways:
+(tests/fuzz_runner.py) on one backend (FUZZ_BACKENDS; a new backend is one entry in
+BACKEND_SPLIT). It must end in one of two ways:
 
 - success with correct numbers: the output equals tests/bundle_factory.dense_bn_reference of
   the values the model was given (and of the original values when the mutation cannot change
   them); when the module itself was mutated, the output must still have the declared shape and
   dtype;
 - a juliabridge.JuliaBridgeError subclass with a non-empty message.
+
+Cases of the `module_attacks` family (tests/fuzz_attacks.py: the attack classes of issue 11 as
+strategies) also say whether the module breaks a rule; those must end in the error classes the
+rule names, never load. Cases of the `cli` family run ``juliabridge inspect/verify`` in the
+child on a bundle with hostile strings (terminal control sequences, rich markup) plus another
+family's mutation; the command must exit with the code the library's outcome maps to
+(juliabridge/exitcodes.py, never 70), print one error line, and print nothing a terminal acts
+on.
 
 Anything else fails the test: another exception type, a reply that says "juliabridge bug", a
 child that does not answer within JB_FUZZ_CASE_TIMEOUT seconds (a hang) or that dies (a
@@ -17,7 +26,9 @@ reader process); running it in a child is what lets a crash or hang be caught an
 
 Knobs (environment variables):
 
-- JB_FUZZ_EXAMPLES: total number of cases, split over the strategies below (default 2000).
+- JB_FUZZ_EXAMPLES: total number of cases, split over the families and backends below
+  (default 2000).
+- JB_FUZZ_LONG: set to 1 for attacks too slow for CI (chains of 30,000-50,000 ops).
 - JB_FUZZ_SEED: unset runs the same derandomized cases every time (CI); an integer runs a
   fresh random sample from that seed.
 - JB_FUZZ_REPORT: a path; outcome counts per strategy and error class are written there as JSON.
@@ -58,7 +69,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
+from juliabridge.exitcodes import EXIT_CODES
 from tests.bundle_factory import make_dense_bn
+from tests.conftest import require_backend
+from tests.fuzz_attacks import (
+    MEMORY_LIMIT,
+    Attack,
+    assert_no_terminal_codes,
+    hostile_text,
+    module_attacks,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 TOTAL = int(os.environ.get("JB_FUZZ_EXAMPLES", "2000"))
@@ -66,21 +86,37 @@ SEED = os.environ.get("JB_FUZZ_SEED")
 CASE_TIMEOUT = float(os.environ.get("JB_FUZZ_CASE_TIMEOUT", "60"))
 TOL = 1e-5
 
-#: Share of the cases each strategy gets.
+LONG = os.environ.get("JB_FUZZ_LONG", "") not in ("", "0")
+
+#: Share of the cases each family gets.
 SHARES = {
-    "manifest_tree": 0.25,
-    "manifest_semantic": 0.17,
-    "manifest_text": 0.08,
-    "hdf5_bytes": 0.20,
-    "hdf5_struct": 0.07,
-    "mlir": 0.16,
-    "files": 0.07,
+    "manifest_tree": 0.19,
+    "manifest_semantic": 0.12,
+    "manifest_text": 0.05,
+    "hdf5_bytes": 0.14,
+    "hdf5_struct": 0.05,
+    "mlir": 0.14,
+    "files": 0.05,
+    "module_attacks": 0.16,
+    "cli": 0.10,
 }
+#: Share of each family's cases per backend. A new backend is one more entry here.
+BACKEND_SPLIT = {"lax": 0.4, "xla": 0.35, "enzyme": 0.25}
+FUZZ_BACKENDS = tuple(BACKEND_SPLIT)
+#: Families whose outcome the backend cannot change (the weights are read before any backend
+#: runs): all their cases go to the first backend.
+LOADER_ONLY = frozenset({"manifest_text", "hdf5_bytes", "hdf5_struct"})
 
 
-def _counts() -> dict[str, int]:
-    n = {k: max(1, int(TOTAL * v)) for k, v in SHARES.items()}
-    n["manifest_tree"] += max(0, TOTAL - sum(n.values()))
+def _counts() -> dict[tuple[str, str], int]:
+    n: dict[tuple[str, str], int] = {}
+    for family, share in SHARES.items():
+        split = {FUZZ_BACKENDS[0]: 1.0} if family in LOADER_ONLY else BACKEND_SPLIT
+        for backend in FUZZ_BACKENDS:
+            n[family, backend] = (
+                max(1, round(TOTAL * share * split[backend])) if backend in split else 0
+            )
+    n["manifest_tree", FUZZ_BACKENDS[0]] += max(0, TOTAL - sum(n.values()))
     return n
 
 
@@ -89,10 +125,10 @@ OUTCOMES: Counter[str] = Counter()
 TIMINGS: dict[str, float] = {}
 
 
-def fuzz_settings(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """hypothesis settings for one strategy: its share of JB_FUZZ_EXAMPLES, no deadline."""
+def fuzz_settings(name: str, backend: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """hypothesis settings for one family on one backend: its share, no deadline."""
     base = settings(
-        max_examples=COUNTS[name],
+        max_examples=COUNTS[name, backend],
         deadline=None,
         derandomize=SEED is None,
         database=None,
@@ -102,7 +138,7 @@ def fuzz_settings(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         fn = base(fn)
         if SEED is not None:
-            fn = hypothesis_seed(int(SEED) + zlib.crc32(name.encode()))(fn)
+            fn = hypothesis_seed(int(SEED) + zlib.crc32(f"{name}:{backend}".encode()))(fn)
         return fn
 
     return wrap
@@ -138,6 +174,8 @@ class Runner:
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
         env.setdefault("JULIABRIDGE_HDF5_TIMEOUT", "5")
+        # Budgets against a known limit, so no case can allocate the machine's memory.
+        env.setdefault("JULIABRIDGE_MEMORY_LIMIT", str(MEMORY_LIMIT))
         env.setdefault("JAX_PLATFORMS", "cpu")
         env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=1"
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the child
@@ -243,8 +281,9 @@ def runner() -> Iterator[Runner]:
         data = {
             "examples_requested": TOTAL,
             "seed": SEED,
-            "per_strategy": COUNTS,
+            "per_strategy": {f"{f}[{b}]": n for (f, b), n in COUNTS.items()},
             "cases_run": sum(v for k, v in OUTCOMES.items() if k.count(":") == 1),
+            "long": LONG,
             "outcomes": dict(sorted(OUTCOMES.items())),
             "seconds": TIMINGS,
         }
@@ -270,6 +309,9 @@ class Case:
     weights_same: bool = True
     benign: bool = False  # cannot change the numbers: success must match the original
     post: list[Callable[[Path], None]] = field(default_factory=list)
+    must_fail: tuple[str, ...] | None = None  # the attack breaks a rule: these errors only
+    grad: bool = False  # also differentiate (enzyme: Enzyme's derivation, out of process)
+    cli: list[str] | None = None  # run `juliabridge ARGV` ("{path}" is the bundle)
 
 
 def _sha(data: bytes) -> str:
@@ -315,23 +357,51 @@ def _is_bug(message: str) -> bool:
     return "juliabridge bug" in message or "Traceback" in message
 
 
-def check(case: Case, reply: dict[str, Any], base: Base, bundle: Path) -> None:
+_CODES = {row.code for row in EXIT_CODES} - {70}
+
+
+def check_cli(case: Case, reply: dict[str, Any], where: str) -> None:
+    """The command's property: the library's code, one escaped line, nothing for a terminal."""
+    code, out, err = reply["code"], reply["stdout"], reply["stderr"]
+    assert code in _CODES, f"exit code {code}: {where}"
+    assert code == reply["api_code"], f"CLI code {code}, library's {reply['api_code']}: {where}"
+    assert "Traceback" not in out + err, f"traceback: {where}"
+    assert_no_terminal_codes(out)
+    assert_no_terminal_codes(err)
+    assert "verify_checksums" not in err, f"the API's keyword in a CLI message: {where}"
+    if code not in (0, 1):
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert len(lines) == 1, f"{len(lines)} error lines: {where}"
+        assert lines[0].startswith(f"juliabridge {case.cli[0]}: error: "), where  # type: ignore[index]
+    else:
+        assert out.strip(), f"no output: {where}"
+
+
+def check(case: Case, reply: dict[str, Any], base: Base, bundle: Path, backend: str) -> None:
     """The property: correct numbers or a JuliaBridgeError with a message."""
     outcome = reply["outcome"]
-    key = f"{case.strategy}:{outcome if outcome != 'error' else reply['cls']}"
+    family = f"{case.strategy}[{backend}]"
+    detail = reply["cls"] if outcome == "error" else reply.get("code", outcome)
+    key = f"{family}:{detail}" if outcome != "cli" else f"{family}:exit-{detail}"
     OUTCOMES[key] += 1
     if outcome == "ok" and reply.get("err_self") is None and reply.get("err_orig") is None:
-        OUTCOMES[f"{case.strategy}:ok:numbers-not-compared"] += 1
+        OUTCOMES[f"{family}:ok:numbers-not-compared"] += 1
     if outcome == "error" and "made no progress" in reply["message"]:
-        OUTCOMES[f"{case.strategy}:{reply['cls']}:hdf5-reader-timed-out"] += 1
+        OUTCOMES[f"{family}:{reply['cls']}:hdf5-reader-timed-out"] += 1
     if outcome == "error" and "libhdf5 crashed" in reply["message"]:
-        OUTCOMES[f"{case.strategy}:{reply['cls']}:hdf5-reader-crashed"] += 1
-    where = f"[{case.strategy}] {case.what}\nreply: {json.dumps(reply)[:4000]}"
+        OUTCOMES[f"{family}:{reply['cls']}:hdf5-reader-crashed"] += 1
+    where = f"[{family}] {case.what}\nreply: {json.dumps(reply)[:4000]}"
+    if outcome == "cli":
+        check_cli(case, reply, where)
+        return
     assert outcome in ("ok", "error"), f"{outcome.upper()}: {where}"
     if outcome == "error" and os.environ.get("JB_FUZZ_MESSAGES"):
         with open(os.environ["JB_FUZZ_MESSAGES"], "a") as log:
-            log.write(json.dumps([case.strategy, case.what, reply["cls"], reply["message"]]))
+            log.write(json.dumps([family, case.what, reply["cls"], reply["message"]]))
             log.write("\n")
+    if case.must_fail is not None:
+        assert outcome == "error", f"an attack that breaks a rule was accepted: {where}"
+        assert reply["cls"] in case.must_fail, f"wrong error class: {where}"
     if outcome == "error":
         msg = reply["message"]
         assert msg.strip(), f"empty message: {where}"
@@ -352,21 +422,25 @@ def check(case: Case, reply: dict[str, Any], base: Base, bundle: Path) -> None:
         assert reply.get("dtype") == "float32", f"output dtype changed: {where}"
 
 
-def run_case(case: Case, base: Base, runner: Runner) -> None:
-    """Write, load in the child, check, clean up."""
+def run_case(case: Case, base: Base, runner: Runner, backend: str = "xla") -> None:
+    """Write, load (or run the command) in the child, check, clean up."""
     root = Path(tempfile.mkdtemp(prefix="jbfuzz-"))
     t = time.perf_counter()
     try:
         bundle = _write_case(case, base, root)
-        reply = runner.run(
-            {
-                "path": str(bundle),
-                "verify_checksums": case.verify_checksums,
-            }
-        )
-        check(case, reply, base, bundle)
+        request: dict[str, Any] = {
+            "path": str(bundle),
+            "verify_checksums": case.verify_checksums,
+            "backend": backend,
+            "grad": case.grad,
+        }
+        if case.cli is not None:
+            request["cli"] = [str(bundle) if a == "{path}" else a for a in case.cli]
+        reply = runner.run(request)
+        check(case, reply, base, bundle, backend)
     finally:
-        TIMINGS[case.strategy] = TIMINGS.get(case.strategy, 0.0) + time.perf_counter() - t
+        key = f"{case.strategy}[{backend}]"
+        TIMINGS[key] = TIMINGS.get(key, 0.0) + time.perf_counter() - t
         _rmtree(root)
 
 
@@ -1071,6 +1145,7 @@ def mlir_cases(draw: st.DrawFn, base: Base) -> Case:
         mlir=data,
         reseal=reseal,
         module_same=data == text,
+        grad=draw(st.integers(0, 9)) == 0,
     )
 
 
@@ -1160,49 +1235,144 @@ def file_cases(draw: st.DrawFn, base: Base) -> Case:
     )
 
 
+# --- new families: the attack classes, and the command line ---------------------------------
+
+
+class _BaseText(str):
+    """The base module's text, with a short repr (hypothesis prints strategy arguments)."""
+
+    def __repr__(self) -> str:
+        return "<dense_bn module text>"
+
+
+@st.composite
+def module_attack_cases(draw: st.DrawFn, base: Base) -> Case:
+    """One attack class of issue 11 on the module (tests/fuzz_attacks.py)."""
+    attack: Attack = draw(module_attacks(_BaseText(base.mlir.decode()), long_run=LONG))
+    return Case(
+        "module_attacks",
+        attack.what,
+        mlir=attack.text.encode(),
+        reseal=True,
+        module_same=False,
+        must_fail=attack.must_fail,
+        grad=draw(st.integers(0, 9)) == 0,
+    )
+
+
+@st.composite
+def cli_cases(draw: st.DrawFn, base: Base) -> Case:
+    """Hostile strings in the manifest, maybe another family's mutation, through the CLI."""
+    inner: Case = draw(
+        st.one_of(
+            st.just(Case("cli", "no mutation")),
+            manifest_semantic_cases(base),
+            file_cases(base),
+            module_attack_cases(base),
+            mlir_cases(base),
+        )
+    )
+    m = copy.deepcopy(base.manifest if inner.manifest is None else inner.manifest)
+    where = draw(st.sampled_from(["note", "tool", "name", "path", "metadata", "dtype"]))
+    text = draw(hostile_text())
+    if where in ("note", "tool"):
+        m.setdefault("producer", {})[where] = text
+    elif where == "name":
+        m["name"] = text
+    elif where == "path" and m.get("arguments"):
+        m["arguments"][1]["path"] = ["layer_1", text]
+    elif where == "dtype" and m.get("arguments"):
+        m["arguments"][1]["dtype"] = text
+    else:
+        m["metadata"] = {text: text}
+    command = draw(st.sampled_from(["inspect", "verify"]))
+    argv = [command, "{path}"]
+    if command == "verify":
+        argv += ["--backend", "{backend}"]
+    if not inner.verify_checksums or draw(st.integers(0, 4)) == 0:
+        argv.append("--no-verify")
+    return Case(
+        "cli",
+        f"{command} with {where}={text!r} after [{inner.strategy}] {inner.what}",
+        manifest=m if inner.manifest_bytes is None else None,
+        manifest_bytes=inner.manifest_bytes,
+        mlir=inner.mlir,
+        weights=inner.weights,
+        reseal=inner.reseal or inner.mlir is not None,
+        post=inner.post,
+        cli=argv,
+    )
+
+
 # --- the tests ----------------------------------------------------------------------------------
 
 
-@fuzz_settings("manifest_tree")
-@given(data=st.data())
-def test_fuzz_manifest_tree(data: st.DataObject, base: Base, runner: Runner) -> None:
-    run_case(data.draw(manifest_tree_cases(base)), base, runner)
+def fuzz(
+    family: str,
+    backend: str,
+    cases: Callable[[Base], st.SearchStrategy[Case]],
+    base: Base,
+    runner: Runner,
+) -> None:
+    """Run `family`'s share of cases on `backend` (skipped with the reason when unavailable)."""
+    if COUNTS[family, backend] == 0:
+        pytest.skip(f"{family} does not depend on the backend; its cases run on {FUZZ_BACKENDS[0]}")
+    require_backend(backend)
+
+    @fuzz_settings(family, backend)
+    @given(data=st.data())
+    def one(data: st.DataObject) -> None:
+        case = data.draw(cases(base))
+        if case.cli is not None:
+            case.cli = [backend if a == "{backend}" else a for a in case.cli]
+        run_case(case, base, runner, backend)
+
+    one()
 
 
-@fuzz_settings("manifest_semantic")
-@given(data=st.data())
-def test_fuzz_manifest_semantic(data: st.DataObject, base: Base, runner: Runner) -> None:
-    run_case(data.draw(manifest_semantic_cases(base)), base, runner)
+@pytest.mark.parametrize("backend", FUZZ_BACKENDS)
+def test_fuzz_manifest_tree(backend: str, base: Base, runner: Runner) -> None:
+    fuzz("manifest_tree", backend, manifest_tree_cases, base, runner)
 
 
-@fuzz_settings("manifest_text")
-@given(data=st.data())
-def test_fuzz_manifest_text(data: st.DataObject, base: Base, runner: Runner) -> None:
-    run_case(data.draw(manifest_text_cases(base)), base, runner)
+@pytest.mark.parametrize("backend", FUZZ_BACKENDS)
+def test_fuzz_manifest_semantic(backend: str, base: Base, runner: Runner) -> None:
+    fuzz("manifest_semantic", backend, manifest_semantic_cases, base, runner)
 
 
-@fuzz_settings("hdf5_bytes")
-@given(data=st.data())
-def test_fuzz_hdf5_bytes(data: st.DataObject, base: Base, runner: Runner) -> None:
-    run_case(data.draw(hdf5_bytes_cases(base)), base, runner)
+@pytest.mark.parametrize("backend", FUZZ_BACKENDS)
+def test_fuzz_manifest_text(backend: str, base: Base, runner: Runner) -> None:
+    fuzz("manifest_text", backend, manifest_text_cases, base, runner)
 
 
-@fuzz_settings("hdf5_struct")
-@given(data=st.data())
-def test_fuzz_hdf5_struct(data: st.DataObject, base: Base, runner: Runner) -> None:
-    run_case(data.draw(hdf5_struct_cases(base)), base, runner)
+@pytest.mark.parametrize("backend", FUZZ_BACKENDS)
+def test_fuzz_hdf5_bytes(backend: str, base: Base, runner: Runner) -> None:
+    fuzz("hdf5_bytes", backend, hdf5_bytes_cases, base, runner)
 
 
-@fuzz_settings("mlir")
-@given(data=st.data())
-def test_fuzz_mlir(data: st.DataObject, base: Base, runner: Runner) -> None:
-    run_case(data.draw(mlir_cases(base)), base, runner)
+@pytest.mark.parametrize("backend", FUZZ_BACKENDS)
+def test_fuzz_hdf5_struct(backend: str, base: Base, runner: Runner) -> None:
+    fuzz("hdf5_struct", backend, hdf5_struct_cases, base, runner)
 
 
-@fuzz_settings("files")
-@given(data=st.data())
-def test_fuzz_files(data: st.DataObject, base: Base, runner: Runner) -> None:
-    run_case(data.draw(file_cases(base)), base, runner)
+@pytest.mark.parametrize("backend", FUZZ_BACKENDS)
+def test_fuzz_mlir(backend: str, base: Base, runner: Runner) -> None:
+    fuzz("mlir", backend, mlir_cases, base, runner)
+
+
+@pytest.mark.parametrize("backend", FUZZ_BACKENDS)
+def test_fuzz_files(backend: str, base: Base, runner: Runner) -> None:
+    fuzz("files", backend, file_cases, base, runner)
+
+
+@pytest.mark.parametrize("backend", FUZZ_BACKENDS)
+def test_fuzz_module_attacks(backend: str, base: Base, runner: Runner) -> None:
+    fuzz("module_attacks", backend, module_attack_cases, base, runner)
+
+
+@pytest.mark.parametrize("backend", FUZZ_BACKENDS)
+def test_fuzz_cli(backend: str, base: Base, runner: Runner) -> None:
+    fuzz("cli", backend, cli_cases, base, runner)
 
 
 def test_unmutated_base_loads_with_correct_numbers(base: Base, runner: Runner) -> None:

@@ -408,7 +408,7 @@ def test_cli_bad_script_prints_one_line(
     no_julia: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = parse(["export", str(tmp_path / "nope.jl"), "--out", str(tmp_path / "o.bundle")])
-    assert args.func(args, None) == 1
+    assert args.func(args, None) == 4  # JuliaExportError (juliabridge/exitcodes.py)
     err = capsys.readouterr().err
     assert err.strip() == f"juliabridge export: error: no such Julia script: {tmp_path / 'nope.jl'}"
 

@@ -507,8 +507,8 @@ def test_stable_linear_algebra_custom_calls_are_allowed() -> None:
     assert "lapack_sgetrf_ffi" in allowed_custom_calls()
     text = """module {
   func.func @main(%arg0: tensor<3x3xf32>) -> tensor<3x3xf32> {
-    %0 = stablehlo.custom_call @lapack_sgetrf_ffi(%arg0) : (tensor<3x3xf32>) -> tensor<3x3xf32>
-    return %0 : tensor<3x3xf32>
+    %0:3 = stablehlo.custom_call @lapack_sgetrf_ffi(%arg0) {mhlo.backend_config = {}} : (tensor<3x3xf32>) -> (tensor<3x3xf32>, tensor<3xi32>, tensor<i32>)
+    return %0#0 : tensor<3x3xf32>
   }
 }"""
     assert parse_module(text).custom_calls == ("lapack_sgetrf_ffi",)

@@ -8,6 +8,10 @@ differentiates it with Enzyme. Three of its limits are handled here, at load tim
   that widens those at the boundary (exactly: every value of the narrow type is representable);
 - its VJP indexes argument activities by result number and fails when @main has more results
   than arguments, so the wrapper pads @main with unused scalar arguments.
+
+Derivatives of a module loaded without trust=True are derived by Enzyme in a separate process
+(transforms/sandbox.py: its passes crash on some valid modules) and run as checked StableHLO
+through the xla backend; with trust=True they are derived in this process, inlined by hlo_call.
 """
 
 from __future__ import annotations
@@ -20,9 +24,25 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import dtypes
-from ..errors import BackendUnavailableError, UnsupportedModuleError
-from ..stablehlo import StableHLOModule, TensorSpec
-from ..transforms.derive import jvp_from_primal, vjp_from_primal, vjp_module_text
+from ..errors import (
+    BackendUnavailableError,
+    JuliaBridgeError,
+    TransformError,
+    UnsupportedModuleError,
+)
+from ..jaxinternals import current_platform, initialize_lapack
+from ..stablehlo import StableHLOModule, TensorSpec, parse_module
+from ..stablehlo.contracts import check_platform
+from ..transforms import sandbox
+from ..transforms.derive import (
+    jvp_from_primal,
+    jvp_module_text,
+    jvp_signature,
+    vjp_from_primal,
+    vjp_module_text,
+    vjp_signature,
+)
+from ..transforms.guard import drop_enzyme_dumps
 
 #: Element types hlo_call cannot take, and the type each crosses the boundary as.
 BOUNDARY_TYPES = {"f16": "f32", "i16": "i32", "ui8": "ui32", "ui16": "ui32", "i1": "i8"}
@@ -109,7 +129,13 @@ class EnzymeBackend:
             )
         from enzyme_ad.jax import hlo_call
 
+        if not trust:
+            check_platform(module.custom_calls, current_platform(), module.origin)
+        if any(t.startswith("lapack_") for t in module.custom_calls):
+            initialize_lapack()  # else the kernels jump through null pointers (SIGSEGV)
+        drop_enzyme_dumps()
         self.module = module
+        self.trust = trust
         self.text, self.n_pad = _wrapped_text(module)
         self._hlo_call = hlo_call
 
@@ -130,13 +156,57 @@ class EnzymeBackend:
         return self._traced(*args)
 
     def jvp_function(self) -> Callable[..., tuple[jax.Array, ...]]:
-        """Forward mode through Enzyme (hlo_call's JVP rule)."""
-        return jvp_from_primal(self._traced, self.module.arguments, self.module.results)
+        """Forward mode through Enzyme: (*primals, *float tangents) -> float result tangents.
+
+        Raises TransformError when Enzyme cannot derive it.
+        """
+        if self.trust:
+            return jvp_from_primal(self._traced, self.module.arguments, self.module.results)
+        return self._derived("jvp")
 
     def vjp_function(self) -> Callable[..., tuple[jax.Array, ...]]:
-        """Reverse mode through Enzyme, in the bundle's VJP convention (spec §5)."""
-        return vjp_from_primal(self._traced, self.module.arguments, self.module.results)
+        """Reverse mode through Enzyme, in the bundle's VJP convention (spec §5).
+
+        Raises TransformError when Enzyme cannot derive it.
+        """
+        if self.trust:
+            return vjp_from_primal(self._traced, self.module.arguments, self.module.results)
+        return self._derived("vjp")
+
+    def derivative_text(self, mode: str) -> str:
+        """The JVP ("jvp") or VJP ("vjp") lowered to plain StableHLO, derived in this process."""
+        lower = jvp_module_text if mode == "jvp" else vjp_module_text
+        return lower(self._traced, self.module.arguments, self.module.results)
 
     def vjp_module_text(self) -> str:
-        """The VJP lowered to plain StableHLO, to store in a bundle for machines without Enzyme."""
-        return vjp_module_text(self._traced, self.module.arguments, self.module.results)
+        """The VJP as plain StableHLO, to store in a bundle for machines without Enzyme.
+
+        Derived in a separate process unless the module is trusted; raises TransformError.
+        """
+        if self.trust:
+            return self.derivative_text("vjp")
+        return sandbox.derive(self.module.text, "vjp", self.module.origin)
+
+    def _derived(self, mode: str) -> Callable[..., tuple[jax.Array, ...]]:
+        """The derivative derived out of process, checked like any module, run by XLA."""
+        from .xla import XlaBackend
+
+        text = sandbox.derive(self.module.text, mode, self.module.origin)
+        signature = (jvp_signature if mode == "jvp" else vjp_signature)(
+            self.module.arguments, self.module.results
+        )
+        try:
+            derived = parse_module(text)
+            want_in, want_out = signature
+            if list(derived.arguments) != want_in or list(derived.results) != want_out:
+                raise UnsupportedModuleError(
+                    f"its signature ({', '.join(map(str, derived.arguments))}) -> "
+                    f"({', '.join(map(str, derived.results))}) is not the expected "
+                    f"({', '.join(map(str, want_in))}) -> ({', '.join(map(str, want_out))})"
+                )
+            return XlaBackend(derived).call
+        except JuliaBridgeError as e:
+            raise TransformError(
+                f"{self.module.origin}: the {sandbox.MODES[mode]} derivative Enzyme produced "
+                f"cannot be run here: {e}"
+            ) from e

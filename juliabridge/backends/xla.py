@@ -13,8 +13,16 @@ import jax
 
 from .. import dtypes
 from ..errors import TransformError, UnsupportedModuleError
-from ..jaxinternals import build_exported, ir, make_context, serialize_portable
+from ..jaxinternals import (
+    build_exported,
+    current_platform,
+    initialize_lapack,
+    ir,
+    make_context,
+    serialize_portable,
+)
 from ..stablehlo import StableHLOModule, TensorSpec, parse_module
+from ..stablehlo.contracts import check_platform
 from ..transforms.derive import vjp_module_text
 
 VjpSource = StableHLOModule | str | Callable[[], StableHLOModule | None] | None
@@ -40,6 +48,10 @@ class XlaBackend:
     def __init__(
         self, module: StableHLOModule, *, trust: bool = False, vjp_source: VjpSource = None
     ) -> None:
+        if not trust:
+            check_platform(module.custom_calls, current_platform(), module.origin)
+        if any(t.startswith("lapack_") for t in module.custom_calls):
+            initialize_lapack()  # jaxlib fills the kernels' LAPACK pointers lazily
         self.module = module
         self.trust = trust
         self.vjp_source = vjp_source

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import dtypes
-from ..errors import JuliaBridgeError, MLIRParseError, UnsupportedModuleError
+from ..errors import JuliaBridgeError, MLIRParseError, ResourceLimitError, UnsupportedModuleError
 from ..jaxinternals import ir, make_context
+from .budget import Limits, check_budget, host_memory, human
+from .callgraph import callees_first, functions
 from .nesting import MLIR_SKIP, max_depth
 from .policy import check_custom_calls, check_ops
 from .sanitize import SanitizeReport, fix_module_header, strip_reactant_attributes, walk
@@ -21,8 +23,10 @@ MAX_MODULE_BYTES = 1 << 30
 #: Deepest bracket nesting accepted (measured before parsing; MLIR's parser recurses per level
 #: and crashes at a few thousand). Real modules stay below about 30.
 MAX_NESTING = 256
-#: Largest tensor (bytes) any value in the module may have: the manifest's per-array limit.
-MAX_TENSOR_BYTES = 1 << 38
+#: Peak memory of parsing and checking, per byte of module text (MLIR's in-memory IR, the
+#: printed copy and its second parse; measured by benchmarks/bench_parse_memory.py). Text
+#: larger than the available memory divided by this is refused before it is read.
+PARSE_BYTES_PER_TEXT_BYTE = 32
 
 
 @dataclass(frozen=True)
@@ -65,9 +69,24 @@ class StableHLOModule:
     parsed: Any = field(default=None, compare=False, repr=False)
 
 
-def _read_source(source: str | os.PathLike[str]) -> tuple[str, str]:
+def _check_text_budget(size: int, what: str) -> None:
+    """Refuse text whose parse would need more memory than this process can get."""
+    if size > MAX_MODULE_BYTES:
+        raise MLIRParseError(f"{what}: {size} bytes is larger than the 1 GiB module limit")
+    avail, source = host_memory()
+    need = size * PARSE_BYTES_PER_TEXT_BYTE
+    if need > avail:
+        raise ResourceLimitError(
+            f"{what}: parsing {human(size)} of MLIR text needs about {human(need)} "
+            f"({PARSE_BYTES_PER_TEXT_BYTE}x the text), more than {human(avail)}, {source}; "
+            "free memory or load it on a larger machine"
+        )
+
+
+def _read_source(source: str | bytes | os.PathLike[str]) -> tuple[str, str]:
     """Return (text, origin): `source` is a path to a file or MLIR text itself."""
     if isinstance(source, bytes):
+        _check_text_budget(len(source), "<mlir bytes>")
         try:
             source = source.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -92,10 +111,7 @@ def _read_source(source: str | os.PathLike[str]) -> tuple[str, str]:
             )
         if not stat.S_ISREG(st.st_mode):
             raise MLIRParseError(f"{path}: not a regular file, so not a .mlir module")
-        if st.st_size > MAX_MODULE_BYTES:
-            raise MLIRParseError(
-                f"{path}: {st.st_size} bytes is larger than the 1 GiB module limit"
-            )
+        _check_text_budget(st.st_size, str(path))
         try:
             with open(path, "rb") as f:
                 data = f.read(MAX_MODULE_BYTES + 1)
@@ -112,8 +128,7 @@ def _read_source(source: str | os.PathLike[str]) -> tuple[str, str]:
                 f"{path}: not UTF-8 text ({e}), so not an MLIR module; is it the right file "
                 "(e.g. not the HDF5 weights)?"
             ) from e
-    if len(source) > MAX_MODULE_BYTES:
-        raise MLIRParseError("<mlir text>: larger than the 1 GiB module limit")
+    _check_text_budget(len(source), "<mlir text>")
     return source, "<mlir text>"
 
 
@@ -129,35 +144,6 @@ def _check_nesting(text: str, origin: str) -> None:
             "juliabridge accepts (MLIR's parser would exhaust its stack); this is not a module "
             "Reactant emits"
         )
-
-
-_ELEMENT_BYTES = {"i1": 1, "i8": 1, "ui8": 1, "f8E4M3FN": 1, "f8E5M2": 1}
-
-
-def _value_bytes(t: ir.Type) -> int:
-    """Bytes of a statically shaped ranked tensor type, else 0."""
-    if not isinstance(t, ir.RankedTensorType):
-        return 0
-    n = 1
-    for i in range(t.rank):
-        if t.is_dynamic_dim(i):
-            continue
-        n *= max(int(t.get_dim_size(i)), 0)
-    et = str(t.element_type)
-    if dtypes.is_known(et):
-        return n * dtypes.to_numpy(et).itemsize
-    return n * _ELEMENT_BYTES.get(et, 8)
-
-
-def _check_sizes(op: ir.Operation, origin: str) -> None:
-    for r in op.results:
-        n = _value_bytes(r.type)
-        if n > MAX_TENSOR_BYTES:
-            raise UnsupportedModuleError(
-                f"{origin}: {op.name} produces {r.type}, {n} bytes, more than the "
-                f"{MAX_TENSOR_BYTES >> 30} GiB juliabridge accepts for one array; the module is "
-                "corrupt or forged"
-            )
 
 
 _UNKNOWN_CUSTOM_OP = re.compile(r"Dialect `([^']+)' not found for custom op '([^']+)'")
@@ -241,13 +227,23 @@ def _analyze(
         custom_calls: list[str] = []
         for op in walk(module.operation):
             ops.add(op.name)
-            _check_sizes(op, origin)
             if op.name == "stablehlo.custom_call":
                 target = ir.StringAttr(op.attributes["call_target_name"]).value
                 if target not in custom_calls:
                     custom_calls.append(target)
         check_ops(ops, trust=trust, where=origin)
         check_custom_calls(custom_calls, trust=trust, where=origin)
+        # Structure first (no recursion, no missing bodies), then every op's contract and the
+        # resource budgets, all before anything reaches XLA.
+        funcs = functions(module, origin)
+        order = callees_first(funcs, origin)
+        check_budget(
+            funcs,
+            order,
+            origin,
+            check_contracts=not trust,
+            limits=None if trust else Limits.current(),
+        )
         main = _find_main(module, origin)
         ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
         args = tuple(
@@ -264,11 +260,20 @@ def _analyze(
 
 
 def parse_module(
-    source: str | os.PathLike[str], *, trust: bool = False, origin: str | None = None
+    source: str | bytes | os.PathLike[str], *, trust: bool = False, origin: str | None = None
 ) -> StableHLOModule:
-    """Parse, sanitize and check a StableHLO module given as a path or as text.
+    """Parse, sanitize and check a StableHLO module given as a path, text or UTF-8 bytes.
 
-    `origin` names text read elsewhere (e.g. a bundle file hashed first) in error messages.
+    Every check runs before XLA sees the module (docs/reliability.md, "Module checks"): size and
+    bracket nesting of the text; the op and custom-call policy; the call graph (no recursion,
+    no functions without a body, only functions at the top level); each op's contract (custom
+    calls, fft, collectives, no host I/O); and the resource budgets (ops after inlining, chain
+    depth, largest value, peak live bytes). `trust=True` skips the policy, the contracts and
+    the budgets (not the structure checks), for modules you made yourself. `origin` names text
+    read elsewhere (e.g. a bundle file hashed first) in error messages.
+
+    Raises MLIRParseError (unreadable or unparsable text), UnsupportedModuleError and its
+    subclasses ModuleContractError and ResourceLimitError.
     """
     raw, found = _read_source(source)
     origin = origin or found
@@ -276,6 +281,7 @@ def parse_module(
     text, name = fix_module_header(raw)
     report = SanitizeReport(module_name=name)
     module = _parse(text, make_context(allow_unregistered=True), origin)
+    del raw, text  # the IR holds everything from here on
     try:
         args, results, ops, custom_calls, parts, clean = _analyze(module, report, trust, origin)
     except JuliaBridgeError:
@@ -291,7 +297,7 @@ def parse_module(
         # Anything unregistered still left (e.g. a #enzymexla<...> value under a foreign
         # attribute name) fails here, at load time, instead of inside XLA.
         try:
-            _parse(clean, make_context(allow_unregistered=False), origin)
+            _parse(clean, make_context(allow_unregistered=False), origin)  # dropped at once
         except MLIRParseError as e:
             raise UnsupportedModuleError(
                 f"{origin}: after removing Reactant-only attributes the module still holds "

@@ -6,10 +6,13 @@ from collections.abc import Iterable
 
 from ..errors import UnsupportedModuleError
 from ..jaxinternals import custom_call_allowlist
+from .contracts import contract_targets
 
-#: Dialects whose ops stock XLA compiles (spec §2), plus the one builtin op a module needs.
-ALLOWED_DIALECTS = frozenset({"stablehlo", "chlo", "func"})
-ALLOWED_OPS = frozenset({"builtin.module"})
+#: Dialects whose ops stock XLA compiles (spec §2), plus the one builtin op a module needs and
+#: the func ops of a call graph (func.constant/call_indirect make function values, which XLA
+#: has no notion of).
+ALLOWED_DIALECTS = frozenset({"stablehlo", "chlo"})
+ALLOWED_OPS = frozenset({"builtin.module", "func.func", "func.call", "func.return"})
 
 #: Custom-call targets from jax.export's stable list that carry code of their own (a Mosaic,
 #: Mosaic-GPU or Triton kernel in their backend_config, or a TensorFlow function): running them
@@ -41,9 +44,9 @@ def check_ops(ops: Iterable[str], *, trust: bool, where: str) -> None:
     )
     if bad:
         raise UnsupportedModuleError(
-            f"{where}: op(s) {', '.join(bad[:8])} are not StableHLO/CHLO/func ops, so stock "
-            f"XLA cannot run them. {_REEXPORT_HINT}. Pass trust=True only if your jaxlib has "
-            "these dialects registered."
+            f"{where}: op(s) {', '.join(bad[:8])} are not StableHLO/CHLO ops or func.func/call/"
+            f"return, so stock XLA cannot run them. {_REEXPORT_HINT}. Pass trust=True only if "
+            "your jaxlib has these dialects registered."
         )
 
 
@@ -54,8 +57,10 @@ def carries_code(target: str) -> bool:
 
 
 def allowed_custom_calls() -> frozenset[str]:
-    """jax.export's stable custom-call targets, minus those that carry their own code."""
-    return frozenset(t for t in custom_call_allowlist() if not carries_code(t))
+    """jax.export's stable targets that carry no code of their own and have a contract here."""
+    return frozenset(
+        t for t in custom_call_allowlist() if not carries_code(t) and t in contract_targets()
+    )
 
 
 def check_custom_calls(targets: Iterable[str], *, trust: bool, where: str) -> None:
@@ -70,6 +75,14 @@ def check_custom_calls(targets: Iterable[str], *, trust: bool, where: str) -> No
             hint += (
                 "; targets such as tpu_custom_call, mosaic_gpu* and Triton kernels run code "
                 "carried inside the module, which juliabridge never does for an untrusted bundle"
+            )
+        stable = sorted(set(bad) & custom_call_allowlist() - {t for t in bad if carries_code(t)})
+        if stable:
+            hint += (
+                f"; {', '.join(stable[:4])} {'is' if len(stable) == 1 else 'are'} on jax.export's "
+                "stable list, but juliabridge has no operand/result contract for "
+                f"{'it' if len(stable) == 1 else 'them'} (juliabridge/stablehlo/contracts.py), "
+                "and an unchecked kernel call can corrupt memory"
             )
         if any(t.startswith("enzymexla") or t.startswith("xla_throw") for t in bad):
             hint += (

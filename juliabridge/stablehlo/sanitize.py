@@ -19,8 +19,11 @@ DROPPED_PREFIXES = ("enzymexla.", "enzyme.")
 # never donates the caller's arrays (Reactant#2325) and reports shardings separately.
 DROPPED_ARG_ATTRS = ("tf.aliasing_output", "mhlo.sharding", "mhlo.layout_mode", "jax.")
 
+# The quoted name's repetition is bounded: Python's regex engine keeps state per repetition of
+# an alternation, so an unbounded one over a forged 100 MB name would cost ~120 bytes per byte.
+# A longer name falls to the second branch and the module then fails to parse (typed).
 _MODULE_HEADER = re.compile(
-    r'^(?P<lead>[ \t]*module)[ \t]+@(?P<name>"(?:[^"\\]|\\.)*"|[^\s{]+)', re.MULTILINE
+    r'^(?P<lead>[ \t]*module)[ \t]+@(?P<name>"(?:[^"\\\n]|\\.){0,4096}"|[^\s{]+)', re.MULTILINE
 )
 
 

@@ -59,11 +59,35 @@ def vjp_from_primal(primal: Fn, in_specs: Specs, out_specs: Specs) -> Fn:
     return vjp
 
 
+def _lowered(fn: Fn, specs: Specs) -> str:
+    avals = [jax.ShapeDtypeStruct(s.shape, dtypes.to_numpy(s.dtype)) for s in specs]
+    with jax.enable_x64(True):
+        # keep_unused: the conventions have one input per argument even where it is ignored.
+        return str(jax.jit(fn, keep_unused=True).lower(*avals).as_text())
+
+
+def vjp_signature(in_specs: Specs, out_specs: Specs) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """(arguments, results) of a VJP module: primals and one cotangent per result -> one
+    cotangent per argument (spec §5)."""
+    return [*in_specs, *out_specs], list(in_specs)
+
+
+def jvp_signature(in_specs: Specs, out_specs: Specs) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """(arguments, results) of a JVP module: primals and the float arguments' tangents ->
+    the float results' tangents."""
+    diff_in = [s for s in in_specs if is_differentiable(s)]
+    return [*in_specs, *diff_in], [s for s in out_specs if is_differentiable(s)]
+
+
 def vjp_module_text(primal: Fn, in_specs: Specs, out_specs: Specs) -> str:
     """Lower the VJP of a traceable primal to StableHLO text in the bundle's VJP convention."""
-    avals = [jax.ShapeDtypeStruct(s.shape, dtypes.to_numpy(s.dtype)) for s in in_specs]
-    avals += [jax.ShapeDtypeStruct(s.shape, dtypes.to_numpy(s.dtype)) for s in out_specs]
     with jax.enable_x64(True):
         vjp = vjp_from_primal(primal, in_specs, out_specs)
-        # keep_unused: the convention has one cotangent per result even where it is ignored.
-        return str(jax.jit(vjp, keep_unused=True).lower(*avals).as_text())
+    return _lowered(vjp, vjp_signature(in_specs, out_specs)[0])
+
+
+def jvp_module_text(primal: Fn, in_specs: Specs, out_specs: Specs) -> str:
+    """Lower the JVP of a traceable primal to StableHLO text (see jvp_signature)."""
+    return _lowered(
+        jvp_from_primal(primal, in_specs, out_specs), jvp_signature(in_specs, out_specs)[0]
+    )

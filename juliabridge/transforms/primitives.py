@@ -16,9 +16,10 @@ import jax.numpy as jnp
 from jax import lax
 
 from .. import dtypes
-from ..errors import JuliaBridgeError, TransformError
+from ..errors import TransformError
 from ..jaxinternals import ad, batching, jax_mlir, make_primitive
 from ..sharding_utils import unshard_leading_axis
+from .guard import typed
 from .target import CallTarget
 
 
@@ -35,40 +36,27 @@ def _call_abstract(*args: Any, target: CallTarget) -> list[jax.core.ShapedArray]
     return [_aval(s) for s in target.out_specs]
 
 
-def _guarded(target: CallTarget, what: str, fn: Any) -> Any:
-    """Run a derivative function, turning a backend's failure into a TransformError."""
-
-    def run(*args: Any) -> list[Any]:
-        try:
-            return list(fn(*args))
-        except JuliaBridgeError:
-            raise
-        except (ValueError, RuntimeError, NotImplementedError, KeyError, IndexError) as e:
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:400]
-            raise TransformError(
-                f"{target.name}: the backend could not compute the {what} of this module "
-                f"({type(e).__name__}: {first}). Enzyme does not differentiate every StableHLO "
-                "op in every mode (e.g. forward mode through reduce_window/max-pooling); use "
-                "reverse mode (jax.grad/jax.vjp), or backend='xla' with a VJP module."
-            ) from e
-
-    return run
-
-
 def _register(prim: Any, get_fn: Any, what: str | None) -> None:
-    """impl (eager, jitted) and lowering (inlined into the caller's program) of `prim`."""
+    """impl (eager, jitted) and lowering (inlined into the caller's program) of `prim`.
 
-    def fn(target: CallTarget, jitted: bool) -> Any:
-        f = get_fn(target, jitted)
-        return f if what is None else _guarded(target, what, f)
+    Both end in typed errors: the impl through CallTarget's Compiled entries, the lowering
+    (where a backend such as enzyme-ad lowers its own ops, inside the caller's jit) through
+    guard.typed, which also keeps what native code prints off the terminal.
+    """
 
-    prim.def_impl(lambda *args, target: list(fn(target, True)(*args)))
-    jax_mlir.register_lowering(
-        prim,
-        lambda ctx, *args, target: jax_mlir.lower_fun(
-            lambda *a: list(fn(target, False)(*a)), multiple_results=True
-        )(ctx, *args),
-    )
+    def impl(*args: Any, target: CallTarget) -> list[Any]:
+        fn = typed(target.name, what, lambda: get_fn(target, True), capture=False)()
+        return list(fn(*args))
+
+    def lowering(ctx: Any, *args: Any, target: CallTarget) -> Any:
+        def lower() -> Any:
+            fn = get_fn(target, False)
+            return jax_mlir.lower_fun(lambda *a: list(fn(*a)), multiple_results=True)(ctx, *args)
+
+        return typed(target.name, what, lower)()
+
+    prim.def_impl(impl)
+    jax_mlir.register_lowering(prim, lowering)
 
 
 call_p.def_abstract_eval(_call_abstract)

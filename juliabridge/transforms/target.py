@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import dtypes
 from ..stablehlo import TensorSpec
+from .guard import Compiled
 
 Arrays = tuple[jax.Array, ...]
 Fn = Callable[..., Arrays]
@@ -60,18 +61,18 @@ class CallTarget:
 
     @cached_property
     def jit_primal(self) -> Fn:
-        """The primal under jax.jit, for eager calls."""
-        return jax.jit(self.primal)
+        """The primal under jax.jit, for eager calls (failures are ExecutionErrors)."""
+        return Compiled(self.name, None, self.primal)
 
     @cached_property
     def jit_jvp(self) -> Fn:
-        """The JVP under jax.jit, for eager calls."""
-        return jax.jit(self.jvp)
+        """The JVP under jax.jit, for eager calls (failures are TransformErrors)."""
+        return Compiled(self.name, "forward-mode derivative", self.jvp)
 
     @cached_property
     def jit_vjp(self) -> Fn:
-        """The VJP under jax.jit, for eager calls."""
-        return jax.jit(self.vjp)
+        """The VJP under jax.jit, for eager calls (failures are TransformErrors)."""
+        return Compiled(self.name, "reverse-mode derivative", self.vjp)
 
     def __repr__(self) -> str:
         return f"<CallTarget {self.name}>"

@@ -1,0 +1,428 @@
+"""What compiling and running a module would cost, computed from the module before XLA sees it.
+
+A module that is valid StableHLO can still take the process down: a 6 KB module whose functions
+call each other twice per level expands to 2^40 ops when XLA inlines the calls (it ran out of
+memory after minutes); a chain of 30,000 dependent ops overflows XLA's stack (SIGSEGV; 20,000
+compiled, measured with an 8 MiB stack); a 16 GiB intermediate on a smaller machine gets the
+process killed. So parse_module computes, in one linear pass over each function (callees
+first, using the call graph):
+
+- **ops after inlining**: the function's own ops plus, per call site, the callee's count;
+- **chain depth**: the longest path of dependent ops within one XLA computation, calls inlined
+  (a region of a while/reduce/... is its own computation);
+- **largest value** and **peak live bytes**: every value's bytes from its static type, and the
+  most bytes live at any point in program order (a value is live from its definition to its
+  last use; a call adds the callee's own peak, a region op its regions' peak). XLA fuses and
+  reuses buffers, so this is an upper estimate of what one schedule needs, not a measurement;
+
+and refuses past the limits below with a ResourceLimitError naming the figure and the limit.
+Memory limits are the memory this process can still get: MemAvailable, the cgroup limit, the
+address-space and data rlimits, or the accelerator's free memory when JAX's default device is
+one (whichever is smallest); ``JULIABRIDGE_MEMORY_LIMIT`` (bytes, or with K/M/G/T) replaces it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from .. import dtypes
+from ..errors import ModuleContractError, ResourceLimitError
+from ..jaxinternals import ir
+from .callgraph import Function
+from .contracts import check_op, where
+
+#: Ops after inlining every call (JULIABRIDGE_MAX_OPS). Real Reactant models stay far below.
+MAX_OPS = 2_000_000
+#: Longest chain of dependent ops in one computation (JULIABRIDGE_MAX_CHAIN); 30,000 crashed
+#: XLA's compiler with an 8 MiB stack, 20,000 compiled.
+MAX_CHAIN = 10_000
+#: Largest single value whatever the machine: the manifest's per-array limit (256 GiB).
+MAX_VALUE_BYTES = 1 << 38
+
+_SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip().upper().removesuffix("B").removesuffix("I")
+    m = re.fullmatch(r"(\d+)([KMGT]?)", raw)
+    return int(m.group(1)) * _SUFFIX[m.group(2)] if m else default
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read(1 << 16)
+    except OSError:
+        return None
+
+
+def _meminfo(key: str, text: str | None) -> int | None:
+    m = re.search(rf"^{key}:\s+(\d+) kB", text or "", re.MULTILINE)
+    return int(m.group(1)) << 10 if m else None
+
+
+def host_memory() -> tuple[int, str]:
+    """Bytes this process can still allocate on the host, and where the figure comes from."""
+    found: list[tuple[int, str]] = []
+    avail = _meminfo("MemAvailable", _read("/proc/meminfo"))
+    if avail is None:
+        try:
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            avail = None
+    if avail is not None:
+        found.append((avail, "the machine's available memory"))
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        (
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        ),
+    ):
+        limit, usage = _read(limit_file), _read(usage_file)
+        if limit and usage and limit.strip().isdigit() and usage.strip().isdigit():
+            lim = int(limit)
+            if lim < 1 << 60:
+                found.append((max(0, lim - int(usage)), "the cgroup memory limit"))
+    status = _read("/proc/self/status")
+    for rl, key, what in (
+        (resource.RLIMIT_AS, "VmSize", "the address-space rlimit (ulimit -v)"),
+        (resource.RLIMIT_DATA, "VmData", "the data rlimit (ulimit -d)"),
+    ):
+        soft = resource.getrlimit(rl)[0]
+        if soft != resource.RLIM_INFINITY:
+            found.append((max(0, soft - (_meminfo(key, status) or 0)), what))
+    if not found:
+        return 1 << 62, "no limit found"
+    return min(found)
+
+
+def device_memory() -> tuple[int, str]:
+    """Memory for the module's values: the default accelerator's free memory, else the host's."""
+    import jax
+
+    try:
+        dev = jax.devices()[0]
+        stats = dev.memory_stats() if dev.platform != "cpu" else None
+    except Exception:  # a backend without memory statistics
+        stats = None
+    if stats and stats.get("bytes_limit"):
+        free = int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+        return free, f"the free memory of {dev.platform} device {dev.id}"
+    return host_memory()
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The budgets one module is checked against."""
+
+    max_ops: int
+    max_chain: int
+    value_bytes: int
+    live_bytes: int
+    memory_source: str
+
+    @staticmethod
+    def current() -> Limits:
+        """Limits for this process now (environment overrides applied)."""
+        override = _env_int("JULIABRIDGE_MEMORY_LIMIT", 0)
+        mem, source = (override, "JULIABRIDGE_MEMORY_LIMIT") if override else device_memory()
+        return Limits(
+            max_ops=_env_int("JULIABRIDGE_MAX_OPS", MAX_OPS),
+            max_chain=_env_int("JULIABRIDGE_MAX_CHAIN", MAX_CHAIN),
+            value_bytes=min(MAX_VALUE_BYTES, mem),
+            live_bytes=mem,
+            memory_source=source,
+        )
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one function costs, with every call it makes inlined."""
+
+    ops: int
+    chain: int  # depth of its results (arguments at 0)
+    peak: int  # most bytes live at once, its arguments included
+    args: int  # bytes of its arguments
+
+    @property
+    def inner_peak(self) -> int:
+        """Bytes the function adds at a call site (its arguments are the caller's values)."""
+        return max(0, self.peak - self.args)
+
+
+def human(n: int) -> str:
+    """Bytes as KiB/MiB/GiB/TiB."""
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} B"
+
+
+class _Types:
+    """Bytes of a value's type (cached per type); refuses tokens and dynamic shapes."""
+
+    def __init__(self, origin: str, limits: Limits, strict: bool) -> None:
+        self.origin = origin
+        self.limits = limits
+        self.strict = strict  # refuse tokens and dynamic shapes (not for trusted modules)
+        self.cache: dict[ir.Type, int] = {}
+
+    def bytes(self, t: ir.Type, op: ir.Operation) -> int:
+        n = self.cache.get(t)
+        if n is None:
+            n = self._measure(t, op)
+            self.cache[t] = n
+        if n > self.limits.value_bytes:
+            raise ResourceLimitError(
+                f"{where(op, self.origin)}: {op.name} produces {t}, {human(n)}, more than "
+                f"{human(self.limits.value_bytes)} ({self._limit_name()}); the module is "
+                "corrupt, forged, or too large for this machine"
+            )
+        return n
+
+    def _limit_name(self) -> str:
+        if self.limits.value_bytes == MAX_VALUE_BYTES:
+            return "the 256 GiB juliabridge accepts for one array"
+        return self.limits.memory_source
+
+    def _measure(self, t: ir.Type, op: ir.Operation) -> int:
+        if isinstance(t, ir.TupleType):
+            return sum(self._measure(t.get_type(i), op) for i in range(t.num_types))
+        if isinstance(t, ir.RankedTensorType):
+            if not t.has_static_shape and not self.strict:
+                return 0
+            if not t.has_static_shape:
+                raise ModuleContractError(
+                    f"{where(op, self.origin)}: {op.name} has a dynamic shape ({t}); "
+                    "Reactant exports static shapes, and juliabridge needs them to bound the "
+                    "module's memory before compiling it"
+                )
+            n = 1
+            for d in t.shape:
+                n *= int(d)
+            return n * _element_bytes(t.element_type)
+        text = str(t)
+        if not self.strict:
+            return 0 if "token" in text or isinstance(t, ir.UnrankedTensorType) else 8
+        if "token" in text:
+            raise ModuleContractError(
+                f"{where(op, self.origin)}: {op.name} uses a token ({text}); tokens exist only "
+                "to order host I/O (infeed/outfeed/send/recv), which would wait forever when "
+                "juliabridge runs the module"
+            )
+        if isinstance(t, ir.UnrankedTensorType):
+            raise ModuleContractError(
+                f"{where(op, self.origin)}: {op.name} has the unranked type {t}; export with "
+                "static shapes"
+            )
+        return 8  # scalars of other kinds (none in modules Reactant writes)
+
+
+def _element_bytes(et: ir.Type) -> int:
+    name = str(et)
+    if dtypes.is_known(name):
+        return int(dtypes.to_numpy(name).itemsize)
+    if isinstance(et, ir.ComplexType):
+        return 2 * _element_bytes(et.element_type)
+    width = getattr(et, "width", None)
+    return max(1, (int(width) + 7) // 8) if width else 8
+
+
+@dataclass
+class _Frame:
+    """One block being walked: one XLA computation."""
+
+    ops: Iterator[ir.Operation]
+    defs: list[tuple[ir.Value, int, int]] = field(default_factory=list)
+    extra: dict[int, int] = field(default_factory=dict)  # position -> bytes a nested part adds
+    pos: int = -1
+    pending: list[ir.Block] = field(default_factory=list)  # regions of the op at `pos`
+    pending_peak: int = 0
+    result_chain: int = 0
+
+
+def _blocks_of(op: ir.Operation, origin: str) -> list[ir.Block]:
+    blocks = []
+    for region in op.regions:
+        n = len(region.blocks)
+        if n > 1:
+            raise ModuleContractError(
+                f"{where(op, origin)}: {op.name} has a region with {n} blocks; XLA takes one "
+                "block per region (Reactant emits no control-flow graphs)"
+            )
+        if n:
+            blocks.append(region.blocks[0])
+    return blocks
+
+
+def _ops(block: ir.Block) -> Iterator[ir.Operation]:
+    for child in block.operations:
+        yield child.operation
+
+
+class _Analysis:
+    """The walk over one function; see the module docstring."""
+
+    def __init__(
+        self, costs: dict[str, Cost], types: _Types, origin: str, check_contracts: bool
+    ) -> None:
+        self.costs = costs
+        self.types = types
+        self.origin = origin
+        self.check_contracts = check_contracts
+        self.level: dict[ir.Value, int] = {}  # frame index that defines the value
+        self.chain: dict[ir.Value, int] = {}
+        self.last: dict[ir.Value, int] = {}  # last use, as a position in the defining frame
+        self.max_chain = 0
+        self.max_chain_op: ir.Operation | None = None
+
+    def run(self, fn: Function) -> Cost:
+        body = fn.op.regions[0].blocks[0]
+        frames = [self._open(body, fn.op, 0)]
+        args_defs = list(frames[0].defs)
+        args = sum(b for _, _, b in args_defs)
+        ops = 0
+        ret_chain = 0
+        peak = 0
+        while frames:
+            top = frames[-1]
+            if top.pending:
+                frames.append(self._open(top.pending.pop(), None, len(frames)))
+                continue
+            op = next(top.ops, None)
+            if op is None:
+                # @main's arguments are the caller's buffers (never donated): live throughout.
+                keep = len(args_defs) if len(frames) == 1 and fn.name == "main" else 0
+                done = self._close(frames.pop(), keep)
+                if frames:
+                    parent = frames[-1]
+                    parent.pending_peak = max(parent.pending_peak, done)
+                    if not parent.pending:
+                        parent.extra[parent.pos] = parent.pending_peak
+                else:
+                    peak = done
+                continue
+            ops += 1
+            ops_inlined, chain = self._op(op, frames)
+            ops += ops_inlined
+            if op.name == "func.return" and len(frames) == 1:
+                ret_chain = chain
+            blocks = _blocks_of(op, self.origin)
+            if blocks:
+                top.pending = blocks[::-1]
+                top.pending_peak = 0
+        return Cost(ops, ret_chain, peak, args)
+
+    def _open(self, block: ir.Block, owner: ir.Operation | None, level: int) -> _Frame:
+        frame = _Frame(_ops(block))
+        for a in block.arguments:
+            self.level[a] = level
+            self.chain[a] = 0
+            frame.defs.append((a, 0, self.types.bytes(a.type, owner or block.owner.operation)))
+        return frame
+
+    def _op(self, op: ir.Operation, frames: list[_Frame]) -> tuple[int, int]:
+        """Record one op; return (ops it adds by inlining, chain depth of its results)."""
+        if self.check_contracts:
+            check_op(op, self.origin)
+        top = frames[-1]
+        top.pos += 1
+        here = len(frames) - 1
+        deepest = 0
+        for v in op.operands:
+            lvl = self.level.get(v)
+            if lvl is None:  # defined in another function: cannot happen in valid IR
+                continue
+            self.last[v] = frames[lvl].pos
+            if lvl == here:
+                deepest = max(deepest, self.chain[v])
+        # A terminator is no XLA instruction: it adds no link to the chain.
+        chain = deepest + (0 if op.name in ("func.return", "stablehlo.return") else 1)
+        inlined = 0
+        for callee in _callees(op):
+            cost = self.costs[callee]
+            inlined += cost.ops
+            chain = deepest + max(1, cost.chain)
+            top.extra[top.pos] = max(top.extra.get(top.pos, 0), cost.inner_peak)
+        for r in op.results:
+            self.level[r] = here
+            self.chain[r] = chain
+            top.defs.append((r, top.pos, self.types.bytes(r.type, op)))
+        if chain > self.max_chain:
+            self.max_chain, self.max_chain_op = chain, op
+        return inlined, chain
+
+    def _close(self, frame: _Frame, keep: int = 0) -> int:
+        """Peak live bytes of a finished block (its first `keep` values live to the end);
+        forget its values."""
+        n = frame.pos + 2
+        diff = [0] * (n + 1)
+        for i, (v, d, b) in enumerate(frame.defs):
+            end = max(self.last.pop(v, d), d)
+            if i < keep:
+                end = n - 1
+            diff[d] += b
+            diff[end + 1] -= b
+            self.level.pop(v, None)
+            self.chain.pop(v, None)
+        live = peak = 0
+        for p in range(n):
+            live += diff[p]
+            peak = max(peak, live + frame.extra.get(p, 0))
+        return peak
+
+
+def _callees(op: ir.Operation) -> list[str]:
+    from .callgraph import _references
+
+    return _references(op) if op.name in ("func.call", "stablehlo.composite") else []
+
+
+def check_budget(
+    funcs: dict[str, Function],
+    order: list[str],
+    origin: str,
+    *,
+    check_contracts: bool,
+    limits: Limits | None,
+) -> Cost | None:
+    """Check every op's contract (if asked) and, with `limits`, the module's budgets.
+
+    Returns @main's cost when limits were given.
+    """
+    limits = limits or Limits(1 << 62, 1 << 62, MAX_VALUE_BYTES, 1 << 62, "")
+    types = _Types(origin, limits, strict=check_contracts)
+    costs: dict[str, Cost] = {}
+    analysis = _Analysis(costs, types, origin, check_contracts)
+    for name in order:
+        cost = analysis.run(funcs[name])
+        costs[name] = cost
+        if cost.ops > limits.max_ops:
+            raise ResourceLimitError(
+                f"{where(funcs[name].op, origin)}: @{name} expands to {cost.ops:,} ops once its "
+                f"calls are inlined, more than the {limits.max_ops:,} juliabridge compiles "
+                "(JULIABRIDGE_MAX_OPS raises the limit); XLA would run out of time or memory "
+                "compiling it"
+            )
+        if analysis.max_chain > limits.max_chain:
+            op = analysis.max_chain_op
+            raise ResourceLimitError(
+                f"{where(op, origin) if op is not None else origin}: a chain of "
+                f"{analysis.max_chain:,} dependent ops (calls inlined), more than the "
+                f"{limits.max_chain:,} juliabridge compiles (JULIABRIDGE_MAX_CHAIN raises the "
+                "limit); XLA's compiler recurses along such chains and overflows its stack"
+            )
+    main = costs.get("main")
+    if main is not None and main.peak > limits.live_bytes:
+        raise ResourceLimitError(
+            f"{origin}: running @main needs about {human(main.peak)} of live values (arguments, "
+            f"results and intermediates in program order), more than {human(limits.live_bytes)}"
+            f", {limits.memory_source}. Free memory, run it on a larger machine, or set "
+            "JULIABRIDGE_MEMORY_LIMIT if the estimate is too pessimistic for this model"
+        )
+    return main

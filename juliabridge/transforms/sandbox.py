@@ -1,0 +1,228 @@
+"""Enzyme derivations of untrusted modules, run in a separate process.
+
+Enzyme's differentiation passes run as C++ inside the process that lowers the derivative, and
+they crash on some valid modules: reverse and forward mode of a plain ``stablehlo.sort`` (the
+lowering of ``jnp.sort``) segfault in enzyme-ad 0.0.16, and a derivation that fails cleanly
+writes the module to ``/tmp/tmp*.mlir`` and about 40 lines of MLIR to stderr. So for a module
+loaded without ``trust=True`` the derivative is *derived* in a child process (the same
+EnzymeBackend code, lowering the JVP or VJP to plain StableHLO) and only its text comes back;
+the parent parses it with every load-time check (parse_module) and runs it through XLA like
+any other module. A crash, hang or error of the child becomes a TransformError; the child's
+temporary files live in a private directory that is removed after every request, and its
+stderr is shown only with ``JULIABRIDGE_DEBUG=1``.
+
+One child serves the process (started on first use, about as long as importing jax and
+enzyme-ad; a forked process starts its own); results are cached per module text and mode.
+``JULIABRIDGE_ENZYME_TIMEOUT`` (seconds, default 600) bounds one derivation.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+from ..errors import TransformError
+
+MODES = {"jvp": "forward-mode", "vjp": "reverse-mode"}
+_BOOT = (
+    "import sys; sys.path.insert(0, {root!r}); "
+    "from juliabridge.transforms.sandbox import serve; serve()"
+)
+
+
+def debug_enabled() -> bool:
+    """JULIABRIDGE_DEBUG=1: show what Enzyme and XLA print, keep their dump files."""
+    return os.environ.get("JULIABRIDGE_DEBUG", "").strip() not in ("", "0")
+
+
+def _timeout() -> float:
+    try:
+        return float(os.environ.get("JULIABRIDGE_ENZYME_TIMEOUT", "600"))
+    except ValueError:
+        return 600.0
+
+
+class _Child:
+    """The derivation process: JSON lines in, JSON lines out."""
+
+    def __init__(self) -> None:
+        self.tmp = tempfile.mkdtemp(prefix="juliabridge-enzyme-")
+        self.err: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - lives with the child
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("PYTHON", "TEST_UNDECLARED")) or k == "PYTHONHASHSEED"
+        }
+        # The child only lowers: keep it off accelerators and inside its own temporary dir.
+        env.update(TMPDIR=self.tmp, JAX_PLATFORMS="cpu")
+        root = str(Path(__file__).resolve().parents[2])
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-c", _BOOT.format(root=root)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.err,
+            cwd=self.tmp,
+            env=env,
+        )
+        self.pid = os.getpid()
+
+    def ask(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Send one request; raise _Died (with what happened) if there is no answer."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError as e:
+            raise _Died(self._death()) from e
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        ready = sel.select(timeout)
+        sel.close()
+        if not ready:
+            self.kill()
+            raise _Died(f"did not finish within {timeout:g} s (JULIABRIDGE_ENZYME_TIMEOUT)")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise _Died(self._death())
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def _death(self) -> str:
+        rc = self.proc.wait()
+        if rc < 0:
+            try:
+                name = signal.Signals(-rc).name
+            except ValueError:
+                name = f"signal {-rc}"
+            return f"crashed ({name})"
+        return f"exited with status {rc}"
+
+    def stderr_tail(self) -> str:
+        self.err.seek(0)
+        return self.err.read()[-20000:].decode("utf-8", "replace")
+
+    def clear(self) -> None:
+        """Forget what the child printed and wrote so far."""
+        self.err.seek(0)
+        self.err.truncate()
+        for p in Path(self.tmp).iterdir():
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self) -> None:
+        self.kill()
+        self.err.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class _Died(Exception):
+    pass
+
+
+_LOCK = threading.Lock()
+_CHILD: _Child | None = None
+_CACHE: dict[tuple[str, str], str] = {}
+
+
+def _child() -> _Child:
+    global _CHILD
+    if _CHILD is not None and (_CHILD.pid != os.getpid() or _CHILD.proc.poll() is not None):
+        if _CHILD.pid == os.getpid():
+            _CHILD.close()
+        _CHILD = None  # a forked copy's child belongs to the parent process
+    if _CHILD is None:
+        _CHILD = _Child()
+    return _CHILD
+
+
+@atexit.register
+def _shutdown() -> None:
+    global _CHILD
+    if _CHILD is not None and _CHILD.pid == os.getpid():
+        _CHILD.close()
+    _CHILD = None
+
+
+def derive(module_text: str, mode: str, origin: str) -> str:
+    """StableHLO text of the JVP or VJP of `module_text` (a sanitized module), derived by
+    Enzyme in the child process.
+
+    Raises TransformError when Enzyme fails, crashes or hangs on the module.
+    """
+    key = (hashlib.sha256(module_text.encode()).hexdigest(), mode)
+    with _LOCK:
+        if key in _CACHE:
+            return _CACHE[key]
+        child = _child()
+        try:
+            reply = child.ask({"text": module_text, "mode": mode}, _timeout())
+        except _Died as e:
+            detail = child.stderr_tail() if debug_enabled() else ""
+            child.close()
+            global _CHILD
+            _CHILD = None
+            raise TransformError(
+                f"{origin}: Enzyme {e} while deriving the {MODES[mode]} derivative of this "
+                "module (it ran in a separate process, so only the derivation was lost). "
+                "Enzyme cannot differentiate every StableHLO module (e.g. sorts); use "
+                "backend='xla' with a VJP module exported from Julia, or differentiate "
+                "another part of the computation." + (f"\n{detail}" if detail else "")
+            ) from None
+        if debug_enabled():
+            sys.stderr.write(child.stderr_tail())
+        child.clear()
+    if not reply.get("ok"):
+        raise TransformError(
+            f"{origin}: Enzyme could not compute the {MODES[mode]} derivative of this module "
+            f"({reply.get('error', 'no detail')}). Enzyme does not differentiate every "
+            "StableHLO op in every mode (e.g. forward mode through reduce_window/max-pooling); "
+            "use reverse mode (jax.grad/jax.vjp), or backend='xla' with a VJP module. "
+            "JULIABRIDGE_DEBUG=1 shows Enzyme's own output."
+        )
+    text = str(reply["text"])
+    with _LOCK:
+        _CACHE[key] = text
+    return text
+
+
+def serve() -> None:
+    """The child's loop: derive what each request asks, reply with the text or the error."""
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # anything a library prints goes to stderr, never into the protocol
+    sys.stdout = sys.stderr
+    import jax
+
+    jax.config.update("jax_platforms", "cpu")
+    from ..backends.enzyme import EnzymeBackend
+    from ..stablehlo import parse_module
+
+    for line in sys.stdin:
+        req = json.loads(line)
+        try:
+            module = parse_module(req["text"], trust=True)
+            text = EnzymeBackend(module, trust=True).derivative_text(req["mode"])
+            reply: dict[str, Any] = {"ok": True, "text": text}
+        except Exception as e:  # every failure is reported to the parent, which types it
+            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+            detail = "; ".join(lines[:3])[:600] or type(e).__name__
+            reply = {"ok": False, "error": f"{type(e).__name__}: {detail}"}
+        proto.write(json.dumps(reply) + "\n")
+        proto.flush()
