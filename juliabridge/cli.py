@@ -1,4 +1,4 @@
-"""The `juliabridge` command: inspect, verify, vjp, demo and export.
+"""The `juliabridge` command: inspect, verify, vjp, demo, doctor, upgrade and export.
 
 Everything a bundle says is printed escaped (exitcodes.safe) and never as rich markup; every
 failure ends in one line on stderr and the exit code of its error class (exitcodes.py).
@@ -125,6 +125,45 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
                 f"{len(m.examples.outputs)} reference output(s)"
             )
         )
+    console.print(_t(f"backend (auto): {_auto_backend(bundle.module)}"))
+    return OK
+
+
+def _auto_backend(module: object) -> str:
+    """What backend="auto" picks for `module`, and the op that forced a fallback."""
+    from .backends import LaxBackend, foreign_backend_name
+    from .errors import UnsupportedModuleError
+
+    try:
+        LaxBackend(module)  # type: ignore[arg-type]
+    except UnsupportedModuleError as e:
+        return f"{foreign_backend_name()}, because the lax backend cannot lift it: {e}"
+    return "lax (every op lifts onto JAX primitives)"
+
+
+def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
+    """Print what this installation can do (juliabridge.doctor)."""
+    import json
+
+    from .doctor import report as doctor_report
+
+    r = doctor_report()
+    if args.json:
+        print(json.dumps(r.as_dict(), indent=2))
+        return OK
+    tested = "tested" if r.jax_tested else "NOT in the tested range"
+    console.print(_t(f"juliabridge {r.juliabridge}, Python {r.python}, {r.platform}"))
+    console.print(_t(f"jax {r.jax} ({tested}), jaxlib {r.jaxlib}, devices: {r.devices}"))
+    console.print(_t("StableHLO: " + ", ".join(f"{k} {v}" for k, v in r.stablehlo.items())))
+    for title, checks in (("backends", r.backends), ("Julia", r.julia), ("extras", r.extras)):
+        table = Table(title=title)
+        for col in ("name", "available", "what it gives / why not"):
+            table.add_column(col)
+        for c in checks:
+            table.add_row(
+                _t(c.name), Text("yes") if c.ok else Text("no", style="red"), _t(c.detail)
+            )
+        console.print(table)
     return OK
 
 
@@ -211,7 +250,10 @@ _NO_VERIFY = (
     "skip the sha256 checks of the bundle's files (for files you changed on purpose; every "
     "other check still runs)"
 )
-_BACKEND = "backend to run the module: enzyme (enzyme-ad), xla, or auto (enzyme where importable)"
+_BACKEND = (
+    "backend to run the module: lax (JAX primitives), enzyme (enzyme-ad), xla, or auto (lax "
+    "when every op lifts, else enzyme where importable, else xla)"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -261,6 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend", default="auto", choices=["auto", "lax", "enzyme", "xla"], help=_BACKEND
     )
     p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("doctor", help="show what this installation can do (backends, Julia)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_doctor)
     from .bundle.upgrade import add_upgrade_parser
 
     add_upgrade_parser(sub)

@@ -67,3 +67,36 @@ def test_demo_runs_the_shipped_example(capsys: pytest.CaptureFixture[str]) -> No
     assert main(["demo", "--backend", "xla"]) == 0
     out = capsys.readouterr().out
     assert "logits (4, 10)" in out and "OK" in out
+
+
+def test_doctor_reports_backends(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from juliabridge.backends.enzyme import enzyme_available
+    from juliabridge.cli import main
+
+    assert main(["doctor", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    by_name = {b["name"]: b for b in report["backends"]}
+    assert by_name["lax"]["ok"] and by_name["enzyme"]["ok"] == enzyme_available()
+    assert main(["doctor"]) == 0
+    assert "backends" in capsys.readouterr().out
+
+
+def test_inspect_names_the_op_that_forces_a_fallback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from juliabridge.cli import main
+    from juliabridge.errors import UnsupportedOpError
+    from juliabridge.examples.paths import example_bundle_path
+
+    assert main(["inspect", str(example_bundle_path("lenet"))]) == 0
+    assert "backend (auto): lax" in capsys.readouterr().out
+
+    def cannot_lift(*_: object, **__: object) -> None:
+        raise UnsupportedOpError("stablehlo.frob at line 7 is not lifted", op="x", where="y")
+
+    monkeypatch.setattr("juliabridge.backends.lax.LaxBackend.__init__", cannot_lift)
+    assert main(["inspect", str(example_bundle_path("lenet"))]) == 0
+    out = capsys.readouterr().out
+    assert "because the lax backend cannot lift it: stablehlo.frob at line 7" in out

@@ -230,6 +230,8 @@ def test_upgrade_command(v1: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_upgrade_command_error_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["upgrade", str(tmp_path / "missing.bundle")]) == 10  # BundleError (juliabridge/exitcodes.py)
+    assert (
+        main(["upgrade", str(tmp_path / "missing.bundle")]) == 10
+    )  # BundleError (juliabridge/exitcodes.py)
     err = capsys.readouterr().err
     assert "juliabridge upgrade: error:" in err and "no such bundle directory" in err

@@ -43,6 +43,7 @@ from ..transforms.derive import (
     vjp_signature,
 )
 from ..transforms.guard import drop_enzyme_dumps
+from .lax.rewrite import ENZYME_UNSAFE_OPS, rewrite_through_lax
 
 #: Element types hlo_call cannot take, and the type each crosses the boundary as.
 BOUNDARY_TYPES = {"f16": "f32", "i16": "i32", "ui8": "ui32", "ui16": "ui32", "i1": "i8"}
@@ -136,7 +137,10 @@ class EnzymeBackend:
         drop_enzyme_dumps()
         self.module = module
         self.trust = trust
-        self.text, self.n_pad = _wrapped_text(module)
+        # Enzyme's batch_norm rules are wrong or missing (and abort on Lux's modules): those
+        # ops reach it as calls of their defining formulas, lowered by JAX (lax/rewrite.py).
+        self.enzyme_module = rewrite_through_lax(module, ENZYME_UNSAFE_OPS, trust=trust)
+        self.text, self.n_pad = _wrapped_text(self.enzyme_module)
         self._hlo_call = hlo_call
 
     def _traced(self, *args: jax.Array) -> tuple[jax.Array, ...]:

@@ -191,7 +191,7 @@ def max_depth(
         if b.size:
             walk = carry.depth + np.cumsum(sv[b], dtype=np.int64)
             clamped = walk - np.minimum.accumulate(np.minimum(walk, 0))
-            best = max(best, int(clamped.max()))
+            best = max(best, int(np.max(clamped)))
             new.depth = int(clamped[-1])
         carry = new
     return best

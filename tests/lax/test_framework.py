@@ -72,7 +72,7 @@ def test_call_cycle_refused() -> None:
 }"""
     # parse_module refuses recursion for every backend; the lax program checks again for
     # modules that reach it another way (defence in depth), which is tested on its own here.
-    with pytest.raises(UnsupportedModuleError, match="recurs|cycle"):
+    with pytest.raises(UnsupportedModuleError, match=r"recurs|cycle"):
         juliabridge.load_mlir(text, backend="lax")
     from juliabridge.backends.lax.program import Program
     from juliabridge.jaxinternals import ir, make_context
