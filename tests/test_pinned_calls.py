@@ -80,6 +80,20 @@ def test_a_wrong_dtype_is_refused_on_the_fast_eager_path(backend: str, dtype: An
         fn(X, K.astype(np.int64 if dtype == np.float64 else np.int8))
 
 
+@pytest.mark.parametrize("backend", ["lax", "xla"])
+def test_the_mismatch_message_shows_what_was_passed(backend: str) -> None:
+    fn = _fn(backend)
+    with pytest.raises(CallArgumentError) as e:
+        fn(X.astype(np.float64), K)
+    assert str(e.value) == (
+        "<mlir text>: argument 0 expects tensor<2x3xf32> (Float32), got tensor<2x3xf64>. "
+        "Cast it first, e.g. x.astype(np.float32)."
+    )
+    with pytest.raises(CallArgumentError) as e:
+        fn(np.array([["a", "b", "c"], ["d", "e", "f"]]), K)
+    assert "got tensor<2x3x<U1>" in str(e.value)
+
+
 @pytest.mark.parametrize("backend", ALL)
 def test_a_wrong_count_is_refused(backend: str) -> None:
     fn = _fn(backend)
@@ -213,3 +227,77 @@ def test_a_params_tree_missing_a_leaf_names_the_path(tmp_path: Path) -> None:
         model.apply({}, model.state, x)
     with pytest.raises(CallArgumentError, match=r"state\.c"):
         model.apply(model.params, {"s": model.state["s"]}, x)
+
+
+# --- what the objects say about themselves -------------------------------------------------------
+
+
+def test_reprs_name_the_signature_and_backend(tmp_path: Path) -> None:
+    fn = juliabridge.load_mlir(MODULE, backend="lax")
+    assert repr(fn) == (
+        "<ImportedFunction <mlir text> (tensor<2x3xf32>, tensor<2x3xi32>) -> (tensor<2x3xf32>) [lax]>"
+    )
+    five = np.ones(2, np.float32)
+    wide = juliabridge.load_mlir(
+        lower(lambda a, b, c, d, e: (a + b + c + d + e, a), *[five] * 5), backend="xla"
+    )
+    assert repr(wide) == (
+        "<ImportedFunction <mlir text> (tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, "
+        "tensor<2xf32>, ...) -> (tensor<2xf32>, tensor<2xf32>) [xla]>"
+    )
+    four = juliabridge.load_mlir(
+        lower(lambda a, b, c, d: (a, b, c, d, a + d), *[five] * 4), backend="xla"
+    )
+    t = "tensor<2xf32>"
+    assert repr(four) == (
+        f"<ImportedFunction <mlir text> ({t}, {t}, {t}, {t}) -> ({t}, {t}, {t}, {t}) [xla]>"
+    )
+    model = juliabridge.import_lux(_layout_bundle(tmp_path), backend="xla")
+    assert repr(model) == "<LuxModel 'layout' mode=test params=1 arrays backend=xla>"
+    assert model.backend == "xla" and fn.backend_name == "lax"
+    assert fn.in_specs[1].shape == (2, 3) and fn.out_specs[0].dtype == "f32"
+
+
+def _named_input_bundle(tmp_path: Path) -> Path:
+    """A model whose input is a NamedTuple (x.img, x.mask): input paths ["img"], ["mask"]."""
+    img = np.ones((2, 3), np.float32)
+    mask = np.zeros((2, 3), np.float32)
+    spec = Spec(
+        name="named",
+        mlir=lower(lambda a, b: a * b, img, mask),
+        args=[Arg("input", ["img"], img), Arg("input", ["mask"], mask)],
+        results=[Res([["output"]], (2, 3), "f32")],
+    )
+    return write(tmp_path / "n.bundle", spec)
+
+
+def test_named_inputs_are_looked_up_by_name(tmp_path: Path) -> None:
+    model = juliabridge.import_lux(_named_input_bundle(tmp_path))
+    img = np.full((2, 3), 3.0, np.float32)
+    mask = np.eye(2, 3, dtype=np.float32)
+    np.testing.assert_array_equal(model({"img": img, "mask": mask}), img * mask)
+    with pytest.raises(CallArgumentError) as e:
+        model({"img": img})
+    assert str(e.value) == (
+        "x.mask: missing from the x you passed (no x.mask); pass the same tree structure as "
+        "model.inputs"
+    )
+
+
+def test_model_call_messages(tmp_path: Path) -> None:
+    model = juliabridge.import_lux(_layout_bundle(tmp_path))
+    with pytest.raises(CallArgumentError) as e:
+        model(np.zeros((4, 2, 3)))
+    assert str(e.value) == (
+        "layout: x expects f32 (Float32), got f64 (float64). Cast it first, e.g. "
+        "x.astype(np.float32)."
+    )
+    with pytest.raises(CallArgumentError) as e:
+        model([[[0.0] * 3] * 2] * 4)
+    assert str(e.value) == (
+        "layout: x expects an array of f32 (Float32), got a list; pass "
+        "np.asarray(x, dtype=np.float32)"
+    )
+    with pytest.raises(CallArgumentError) as e:
+        model(np.zeros((4, 2, 3), np.float32), np.zeros(1, np.float32))
+    assert str(e.value) == "layout: the model takes 1 input(s) (x), got 2"
