@@ -195,3 +195,70 @@ def test_julia_ordered_input_of_another_batch_size_gets_the_hint(tmp_path: Path)
     model = juliabridge.import_lux(_bundle(tmp_path))
     with pytest.raises(CallArgumentError, match="reversed"):
         model(np.ones((2, 5), np.float32))
+
+
+def test_messages_when_another_batch_size_is_refused(tmp_path: Path) -> None:
+    dependent = juliabridge.import_lux(_bundle(tmp_path / "d", samples_independent=False))
+    with pytest.raises(CallArgumentError) as e:
+        dependent.apply(dependent.params, dependent.state, samples(5))
+    assert str(e.value).endswith(
+        "so it cannot serve 5 samples by splitting or padding; call it with exactly 4 samples or "
+        "re-export it with the batch size you need"
+    )
+
+
+def test_inconsistent_result_batch_axes_are_reported_after_a_state_result(tmp_path: Path) -> None:
+    # The state result (no batch axis) comes first; the output's batch axis has size 2, not B.
+    x = np.ones((B, 2), np.float32)
+    spec = Spec(
+        name="odd",
+        mlir=lower(lambda x, c: (c + c, x * x), x, C),
+        args=[Arg("input", [], x, batch_axis=0), Arg("state", ["c"], C)],
+        results=[
+            Res([["state", "c"]], (2,), "f32"),
+            Res([["output"]], (B, 2), "f32", batch_axis=1),
+        ],
+        batch={"size": B, "samples_independent": True},
+    )
+    model = juliabridge.import_lux(write(tmp_path / "odd.bundle", spec))
+    with pytest.raises(CallArgumentError) as e:
+        model.apply(model.params, model.state, samples(5))
+    assert str(e.value) == (
+        "output: batch axis 1 has size 2, not the traced batch size 4; the manifest's batch axes "
+        "are inconsistent"
+    )
+
+
+def test_an_input_without_a_batch_axis_is_passed_whole_to_every_chunk(tmp_path: Path) -> None:
+    x = np.ones((B, 2), np.float32)
+    t = np.array([2.0, -1.0], np.float32)  # e.g. a temperature: the same for every sample
+    spec = Spec(
+        name="temp",
+        mlir=lower(lambda x, t: x * lax.broadcast_in_dim(t, x.shape, (1,)), x, t),
+        args=[Arg("input", [1], x, batch_axis=0), Arg("input", [2], t)],
+        results=[Res([["output"]], (B, 2), "f32", batch_axis=0)],
+        batch={"size": B, "samples_independent": True},
+    )
+    model = juliabridge.import_lux(write(tmp_path / "t.bundle", spec))
+    xs = samples(7)
+    np.testing.assert_allclose(model(xs, t), xs * t, rtol=1e-6)
+
+
+def test_a_state_result_without_batch_axis_comes_from_the_first_chunk(tmp_path: Path) -> None:
+    # Documented in batchsize.py: such a result is taken from the first traced-size chunk.
+    x = np.ones((B, 2), np.float32)
+    spec = Spec(
+        name="first",
+        mlir=lower(lambda x, c: (x + x, c * x[0]), x, C),
+        args=[Arg("input", [], x, batch_axis=0), Arg("state", ["c"], C)],
+        results=[
+            Res([["output"]], (B, 2), "f32", batch_axis=0),
+            Res([["state", "c"]], (2,), "f32"),
+        ],
+        batch={"size": B, "samples_independent": True},
+    )
+    model = juliabridge.import_lux(write(tmp_path / "f.bundle", spec))
+    xs = samples(8)
+    y, st = model.apply(model.params, model.state, xs)
+    np.testing.assert_allclose(y, 2 * xs, rtol=1e-6)
+    np.testing.assert_allclose(st["c"], C * xs[0], rtol=1e-6)  # not xs[4], the second chunk's

@@ -677,7 +677,7 @@ def test_attribute_getters_decode_every_form(rules: dict[str, Rule]) -> None:
         ("x = 3 : i32", "get_bools", "expected booleans"),
         ("x = 3 : i32", "get_enum", "expected a stablehlo/chlo enum"),
         ("", "get_dense", "attribute x is missing"),
-        ('x = "no"', "get_dense", "attribute x"),
+        ('x = "no"', "get_dense", 'attribute x: expected a dense elements attribute, got "no"'),
     ],
 )
 def test_attribute_errors_name_op_attribute_and_line(
@@ -1077,3 +1077,16 @@ def test_required_symbols_and_long_attributes_in_messages(rules: dict[str, Rule]
         juliabridge.load_mlir(generic("jbtest.long", f'x = "{text}"'), backend="lax", trust=True)
     shown = '"' + text[:199]  # the attribute as MLIR prints it, cut at 200 characters
     assert f"attribute x = {shown}: " in str(e.value)
+
+
+@pytest.mark.parametrize("narrow", ["bf16", "f8E4M3FN"])
+def test_large_narrow_constants_printed_as_hex(narrow: str) -> None:
+    # MLIR prints more than a handful of elements as one hex blob of little-endian bytes; types
+    # without a numpy buffer view are decoded from that blob (attrs._from_bytes).
+    dtype = {"bf16": ml_dtypes.bfloat16, "f8E4M3FN": ml_dtypes.float8_e4m3fn}[narrow]
+    want = (np.arange(200) % 17 - 8).astype(dtype)
+    text = _narrow_const(f"dense<{_hex(want)}>", narrow, 200)
+    fn = juliabridge.load_mlir(text, backend="lax")
+    assert '"0x' in fn.module.text  # the parsed module keeps the hex form
+    (got,) = [np.asarray(o) for o in fn()]
+    np.testing.assert_array_equal(got, want.astype(F))
