@@ -24,6 +24,7 @@ from juliabridge import TransformError, UnsupportedModuleError, UnsupportedOpErr
 from juliabridge.backends.lax import RULES
 from juliabridge.backends.lax.differentiation import reverse_unavailable
 from juliabridge.backends.lax.registry import TOKEN, OpView, Rule, lifts
+from juliabridge.backends.lax.valtypes import TensorType
 
 F = np.float32
 
@@ -677,14 +678,22 @@ def test_attribute_getters_decode_every_form(rules: dict[str, Rule]) -> None:
         ("x = 3 : i32", "get_bools", "expected booleans"),
         ("x = 3 : i32", "get_enum", "expected a stablehlo/chlo enum"),
         ("", "get_dense", "attribute x is missing"),
-        ('x = "no"', "get_dense", 'attribute x: expected a dense elements attribute, got "no"'),
+        ('x = "no"', "get_dense", "attribute x has type none"),
+        (
+            'x = "no"',
+            "get_dense_as_f32",
+            'attribute x: expected a dense elements attribute, got "no"',
+        ),
     ],
 )
 def test_attribute_errors_name_op_attribute_and_line(
     rules: dict[str, Rule], attrs: str, getter: str, message: str
 ) -> None:
     def lift(view: OpView) -> Any:
-        getattr(view, getter)("x")
+        if getter == "get_dense_as_f32":
+            view.get_dense("x", TensorType((2,), np.dtype(F), "tensor<2xf32>"))
+        else:
+            getattr(view, getter)("x")
         return lambda x: [x]
 
     add_rule(rules, "jbtest.bad", lift)
