@@ -8,14 +8,14 @@ the working tree, on a smaller scope that fits CI's budget:
   merge base with the main branch (so a change to a mutated module is sampled too);
 * the tests in SMOKE_TESTS (each mutant runs only those that reach its function);
 * of the mutants mutmut generates there, a fixed sample: every function's mutants numbered
-  1, 1 + STRIDE, 1 + 2 * STRIDE, ... (mutmut numbers a function's mutants in source order, so
+  1, 1 + stride, 1 + 2 * stride, ... (mutmut numbers a function's mutants in source order, so
   the sample is the same from run to run while the code is).
 
 The score is killed (timeouts count as killed) / sampled, without the mutants listed in
 EQUIVALENT. Exit status 1 when it is below --threshold or when mutmut cannot run the clean
 tests; the survivors are printed with their diffs.
 
-Usage: python tools/mutation_smoke.py [--threshold 0.9] [--stride 4] [--base main]
+Usage: python tools/mutation_smoke.py [--threshold 0.9] [--stride 8] [--base main]
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def show(work: Path, name: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threshold", type=float, default=0.9)
-    parser.add_argument("--stride", type=int, default=4)
+    parser.add_argument("--stride", type=int, default=8)
     parser.add_argument("--base", default="main")
     parser.add_argument("--keep", action="store_true", help="keep the scratch copy")
     parser.add_argument("--files", nargs="*", help="mutate these files instead of SMOKE_FILES")
