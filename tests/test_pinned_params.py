@@ -1,0 +1,216 @@
+"""Pinned: params I/O and Lux trees (spec §3.8, §4), read back with h5py as Julia's HDF5.jl would.
+
+`save_params` must write what `JuliaBridge.load_params` reads: 1-based tuple positions as
+dataset names, state next to params, 16-bit floats as their uint16 bit patterns, every dataset
+tagged; `load_params` must refuse what it cannot type; integer path steps must rebuild Julia's
+tuples in order; and saving must never delete the temporary of a writer that is still running.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import h5py
+import ml_dtypes
+import numpy as np
+import pytest
+
+import juliabridge
+from juliabridge import BundleError, CallArgumentError
+
+from .pinned_support import Arg, Res, Spec, lower, write
+
+
+def _tuple_bundle(tmp_path: Path) -> Path:
+    """y = x * layers[1].w + layers[2].w, with Lux paths (:layers, 1, :w) and (:layers, 2, :w)."""
+    x = np.ones(3, np.float32)
+    w1 = np.array([1.0, 2.0, 3.0], np.float32)
+    w2 = np.array([10.0, 20.0, 30.0], np.float32)
+    s = np.array([7.0, 8.0, 9.0], np.float32)
+    spec = Spec(
+        name="tup",
+        mlir=lower(lambda x, a, b, s: (x * a + b, s + s), x, w1, w2, s),
+        args=[
+            Arg("input", [], x),
+            Arg("parameter", ["layers", 1, "w"], w1),
+            Arg("parameter", ["layers", 2, "w"], w2),
+            Arg("state", ["layers", 2, "count"], s),
+        ],
+        results=[
+            Res([["output"]], (3,), "f32"),
+            Res([["state", "layers", 2, "count"]], (3,), "f32"),
+        ],
+        empty={"params": [["head"]], "state": [["layers", 1]]},
+    )
+    return write(tmp_path / "tup.bundle", spec)
+
+
+def test_integer_steps_rebuild_julia_tuples_in_order(tmp_path: Path) -> None:
+    model = juliabridge.import_lux(_tuple_bundle(tmp_path))
+    layers = model.params["layers"]
+    assert isinstance(layers, tuple) and len(layers) == 2
+    np.testing.assert_array_equal(layers[0]["w"], [1.0, 2.0, 3.0])  # Julia's layers[1]
+    np.testing.assert_array_equal(layers[1]["w"], [10.0, 20.0, 30.0])
+    assert model.params["head"] == {}  # an empty NamedTuple
+    assert isinstance(model.state["layers"], tuple) and model.state["layers"][0] == {}
+    np.testing.assert_array_equal(model.state["layers"][1]["count"], [7.0, 8.0, 9.0])
+    x = np.array([1.0, 0.0, -1.0], np.float32)
+    y, st = model.apply(model.params, model.state, x)
+    np.testing.assert_array_equal(y, x * [1, 2, 3] + np.array([10, 20, 30]))
+    np.testing.assert_array_equal(st["layers"][1]["count"], [14.0, 16.0, 18.0])
+    assert st["layers"][0] == {}
+    # A tree with the tuple elements swapped gives the swapped computation.
+    swapped = {**model.params, "layers": (layers[1], layers[0])}
+    y2, _ = model.apply(swapped, model.state, x)
+    np.testing.assert_array_equal(y2, x * [10, 20, 30] + np.array([1, 2, 3]))
+
+
+def test_a_tree_missing_a_tuple_element_names_the_path(tmp_path: Path) -> None:
+    model = juliabridge.import_lux(_tuple_bundle(tmp_path))
+    short = {**model.params, "layers": (model.params["layers"][0],)}
+    with pytest.raises(CallArgumentError, match=r"params\.layers"):
+        model.apply(short, model.state, np.ones(3, np.float32))
+
+
+def _datasets(path: Path) -> dict[str, tuple[np.ndarray, str]]:
+    out: dict[str, tuple[np.ndarray, str]] = {}
+    with h5py.File(path) as f:
+
+        def visit(name: str, obj: Any) -> None:
+            if isinstance(obj, h5py.Dataset):
+                out["/" + name] = (obj[()], obj.attrs["dtype"])
+
+        f.visititems(visit)
+    return out
+
+
+def test_save_params_of_a_model_writes_1_based_tuples_and_the_state(tmp_path: Path) -> None:
+    model = juliabridge.import_lux(_tuple_bundle(tmp_path))
+    out = juliabridge.save_params(model, tmp_path / "p.h5")
+    ds = _datasets(out)
+    assert set(ds) == {"/params/layers/1/w", "/params/layers/2/w", "/state/layers/2/count"}
+    np.testing.assert_array_equal(ds["/params/layers/1/w"][0], [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(ds["/state/layers/2/count"][0], [7.0, 8.0, 9.0])
+    assert all(tag == "f32" for _, tag in ds.values())
+    with h5py.File(out) as f:
+        assert f.attrs["format"] == "juliabridge.weights"
+        assert int(f.attrs["format_version"]) == 1
+    # An explicit state replaces the model's.
+    new_state = {"layers": ({}, {"count": np.zeros(3, np.float32)})}
+    ds = _datasets(juliabridge.save_params(model, tmp_path / "q.h5", state=new_state))
+    np.testing.assert_array_equal(ds["/state/layers/2/count"][0], np.zeros(3))
+
+
+def test_save_then_load_params_round_trips(tmp_path: Path) -> None:
+    model = juliabridge.import_lux(_tuple_bundle(tmp_path))
+    params, state = juliabridge.load_params(juliabridge.save_params(model, tmp_path / "p.h5"))
+    np.testing.assert_array_equal(params["layers"]["1"]["w"], [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(state["layers"]["2"]["count"], [7.0, 8.0, 9.0])
+    # A bundle directory reads as its weights file.
+    params, _ = juliabridge.load_params(tmp_path / "tup.bundle")
+    np.testing.assert_array_equal(params["layers"]["2"]["w"], [10.0, 20.0, 30.0])
+
+
+def test_julia_layout_saves_in_the_files_mlir_order(tmp_path: Path) -> None:
+    w = np.arange(6, dtype=np.float32).reshape(3, 2)  # Julia order of an MLIR (2, 3) array
+    ds = _datasets(juliabridge.save_params({"w": w}, tmp_path / "j.h5", layout="julia"))
+    np.testing.assert_array_equal(ds["/params/w"][0], w.T)
+    with pytest.raises(CallArgumentError, match="layout"):
+        juliabridge.save_params({"w": w}, tmp_path / "k.h5", layout="fortran")
+
+
+def test_16_bit_floats_and_bools_are_stored_as_bit_patterns(tmp_path: Path) -> None:
+    bits = np.array([0x0000, 0x8000, 0x0001, 0x7E01, 0x3C00, 0xFBFF], np.uint16)  # 0, -0, tiny,
+    half = bits.view(np.float16)  # a NaN with a payload, 1, the most negative finite
+    brain = bits.view(ml_dtypes.bfloat16)
+    flags = np.array([True, False, True])
+    path = juliabridge.save_params({"h": half, "b": brain, "m": flags}, tmp_path / "bits.h5")
+    with h5py.File(path) as f:
+        for name, tag in (("h", "f16"), ("b", "bf16")):
+            ds = f[f"/params/{name}"]
+            assert ds.dtype == np.uint16 and ds.attrs["dtype"] == tag
+            np.testing.assert_array_equal(ds[()], bits)
+        assert f["/params/m"].dtype == np.uint8 and f["/params/m"].attrs["dtype"] == "i1"
+        np.testing.assert_array_equal(f["/params/m"][()], [1, 0, 1])
+    params, _ = juliabridge.load_params(path)
+    assert params["h"].dtype == np.float16 and params["b"].dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(params["h"].view(np.uint16), bits)
+    np.testing.assert_array_equal(params["b"].view(np.uint16), bits)
+    np.testing.assert_array_equal(params["m"], flags)
+
+
+def _tagged_file(path: Path, tag: Any) -> Path:
+    with h5py.File(path, "w") as f:
+        ds = f.create_dataset("/params/w", data=np.ones(3, np.float32))
+        if tag is not None:
+            ds.attrs["dtype"] = tag
+    return path
+
+
+@pytest.mark.parametrize("tag", ["f128", "float32", "F32", "", None])
+def test_load_params_refuses_datasets_it_cannot_type(tmp_path: Path, tag: Any) -> None:
+    with pytest.raises(BundleError, match="/params/w"):
+        juliabridge.load_params(_tagged_file(tmp_path / "t.h5", tag))
+
+
+def test_load_params_reads_a_file_tagged_by_julia(tmp_path: Path) -> None:
+    params, state = juliabridge.load_params(_tagged_file(tmp_path / "t.h5", "f32"))
+    np.testing.assert_array_equal(params["w"], np.ones(3))
+    assert state == {}
+
+
+def test_load_params_refuses_what_is_not_a_weights_file(tmp_path: Path) -> None:
+    with pytest.raises(BundleError, match="no such file"):
+        juliabridge.load_params(tmp_path / "missing.h5")
+    with pytest.raises(BundleError):
+        juliabridge.load_params(123)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("key", ["", "..", "a/b", 1.5])
+def test_save_params_refuses_keys_that_cannot_name_a_dataset(tmp_path: Path, key: Any) -> None:
+    with pytest.raises(CallArgumentError):
+        juliabridge.save_params({key: np.ones(2, np.float32)}, tmp_path / "k.h5")
+
+
+def test_save_params_refuses_arrays_without_a_julia_type(tmp_path: Path) -> None:
+    with pytest.raises(CallArgumentError, match="cannot be saved"):
+        juliabridge.save_params({"w": np.array(["a"])}, tmp_path / "s.h5")
+
+
+# --- atomic writes next to other writers ---------------------------------------------------------
+
+
+def _host() -> str:
+    # The writer's host as the documented temporary name spells it (bundle/atomic.py).
+    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname() or "host")[:64]
+
+
+def test_saving_keeps_the_temporary_of_a_live_writer_and_removes_a_dead_ones(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "finetuned.h5"
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        live = tmp_path / f".finetuned.h5.jbtmp~{_host()}~{writer.pid}~0badcafe"
+        live.write_bytes(b"half-written by a running process")
+        other_host = tmp_path / ".finetuned.h5.jbtmp~elsewhere~1~0badcafe"
+        other_host.write_bytes(b"from another machine sharing the directory")
+        juliabridge.save_params({"w": np.ones(2, np.float32)}, target)
+        assert live.read_bytes() == b"half-written by a running process"
+        assert other_host.exists()
+    finally:
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.wait()
+    # Now that writer is gone: the next save removes its leftover, and only that one.
+    juliabridge.save_params({"w": np.zeros(2, np.float32)}, target)
+    assert not live.exists()
+    assert other_host.exists()
+    params, _ = juliabridge.load_params(target)
+    np.testing.assert_array_equal(params["w"], [0.0, 0.0])

@@ -1,0 +1,214 @@
+"""Pinned: derivatives of an imported module, on every backend, against derivatives written by hand.
+
+The module has a non-differentiable (integer) argument between two float arguments and an
+integer result between two float results, so a cotangent or tangent placed by position instead
+of by differentiable index lands on the wrong value. It uses elementwise ops only, so the lax
+backend lifts it too. Expectations: the partial derivatives of
+
+    y1 = sin(x) * w,   n = k * k,   y2 = x * float(k) + exp(w)
+
+written out in numpy below (not computed by JAX or by any backend).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import juliabridge
+from juliabridge import SignatureMismatchError, TransformError
+
+from .conftest import require_backend
+from .pinned_support import Arg, Res, Spec, lower, write
+
+ALL = ("lax", "xla", "enzyme")
+
+RNG = np.random.default_rng(7)
+X = RNG.standard_normal(3).astype(np.float32)
+K = np.array([2, -1, 3], np.int32)
+W = RNG.standard_normal(3).astype(np.float32)
+C1 = RNG.standard_normal(3).astype(np.float32)
+C2 = RNG.standard_normal(3).astype(np.float32)
+TX = RNG.standard_normal(3).astype(np.float32)
+TW = RNG.standard_normal(3).astype(np.float32)
+
+
+def forward(x: Any, k: Any, w: Any) -> Any:
+    return lax.sin(x) * w, k * k, x * k.astype(x.dtype) + lax.exp(w)
+
+
+MODULE = lower(forward, X, K, W)
+
+
+def by_hand_vjp(x: np.ndarray, k: np.ndarray, w: np.ndarray, c1: Any, c2: Any) -> Any:
+    kf = k.astype(np.float64)
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    return c1 * np.cos(x) * w + c2 * kf, c1 * np.sin(x) + c2 * np.exp(w)
+
+
+def by_hand_jvp(x: np.ndarray, k: np.ndarray, w: np.ndarray, tx: Any, tw: Any) -> Any:
+    kf = k.astype(np.float64)
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    return np.cos(x) * w * tx + np.sin(x) * tw, kf * tx + np.exp(w) * tw
+
+
+def test_module_lifts_onto_lax() -> None:
+    assert "stablehlo.sine" in MODULE and "stablehlo.convert" in MODULE
+    assert juliabridge.load_mlir(MODULE, backend="auto").backend_name == "lax"
+
+
+def _fn(backend: str) -> Any:
+    require_backend(backend)
+    return juliabridge.load_mlir(MODULE, backend=backend)
+
+
+def _loss(fn: Any) -> Any:
+    def loss(x: Any, w: Any) -> Any:
+        y1, n, y2 = fn(x, K, w)
+        return jnp.sum(C1 * y1) + jnp.sum(C2 * y2) + 0.0 * jnp.sum(n)
+
+    return loss
+
+
+@pytest.mark.parametrize("backend", ALL)
+@pytest.mark.parametrize("jit", [False, True])
+def test_grad_places_cotangents_by_differentiable_index(backend: str, jit: bool) -> None:
+    fn = _fn(backend)
+    grad = jax.grad(_loss(fn), argnums=(0, 1))
+    gx, gw = (jax.jit(grad) if jit else grad)(X, W)
+    want_x, want_w = by_hand_vjp(X, K, W, C1, C2)
+    np.testing.assert_allclose(gx, want_x, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(gw, want_w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ALL)
+def test_vjp_with_one_result_cotangent_zero(backend: str) -> None:
+    # Only y2 carries a cotangent: a rule that put it on y1 (position 1 of the float results
+    # being index 2 overall) would give c2 * cos(x) * w instead of c2 * k.
+    fn = _fn(backend)
+    primals, pullback = jax.vjp(lambda x, w: fn(x, K, w), X, W)
+    np.testing.assert_array_equal(primals[1], K * K)
+    int_ct = np.zeros(3, jax.dtypes.float0)
+    gx, gw = pullback((np.zeros(3, np.float32), int_ct, C2))
+    want_x, want_w = by_hand_vjp(X, K, W, 0.0, C2)
+    np.testing.assert_allclose(gx, want_x, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(gw, want_w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["lax", "enzyme"])
+def test_jvp_places_tangents_by_differentiable_index(backend: str) -> None:
+    fn = _fn(backend)
+    primals, tangents = jax.jvp(lambda x, w: fn(x, K, w), (X, W), (TX, TW))
+    t1, tn, t2 = tangents
+    want1, want2 = by_hand_jvp(X, K, W, TX, TW)
+    np.testing.assert_allclose(t1, want1, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(t2, want2, rtol=1e-5, atol=1e-6)
+    assert tn.dtype == jax.dtypes.float0
+    np.testing.assert_allclose(primals[2], X * K + np.exp(W), rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["lax", "enzyme"])
+def test_jvp_with_only_the_second_float_argument_moving(backend: str) -> None:
+    fn = _fn(backend)
+    _, (t1, _, t2) = jax.jvp(lambda w: fn(X, K, w), (W,), (TW,))
+    want1, want2 = by_hand_jvp(X, K, W, 0.0, TW)
+    np.testing.assert_allclose(t1, want1, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(t2, want2, rtol=1e-5, atol=1e-6)
+
+
+def test_xla_has_no_forward_mode_and_says_so() -> None:
+    fn = _fn("xla")
+    with pytest.raises(TransformError, match="forward mode"):
+        jax.jvp(lambda x, w: fn(x, K, w), (X, W), (TX, TW))
+
+
+@pytest.mark.parametrize("backend", ["xla", "enzyme"])
+def test_second_order_is_refused_on_foreign_backends(backend: str) -> None:
+    fn = _fn(backend)
+
+    def scalar(x: Any) -> Any:
+        return jnp.sum(fn(x, K, W)[0])
+
+    with pytest.raises(TransformError, match="second-order"):
+        jax.grad(lambda x: jnp.sum(jax.grad(scalar)(x)))(X)
+    with pytest.raises(TransformError):
+        jax.hessian(scalar)(X)
+
+
+def test_second_order_on_lax_matches_the_hand_written_hessian() -> None:
+    fn = _fn("lax")
+    h = jax.hessian(lambda x: jnp.sum(fn(x, K, W)[0]))(X)
+    np.testing.assert_allclose(h, np.diag(-np.sin(X) * W), rtol=1e-5, atol=1e-6)
+
+
+# --- derivative failures -----------------------------------------------------------------------
+
+
+def test_enzyme_forward_mode_failure_is_a_transform_error() -> None:
+    # Enzyme has no forward rule for reduce_window (README); the failure must be typed.
+    require_backend("enzyme")
+    x = np.arange(4, dtype=np.float32)
+    text = lower(lambda x: lax.reduce_window(x, -np.inf, lax.max, (2,), (2,), "VALID"), x)
+    fn = juliabridge.load_mlir(text, backend="enzyme")
+    with pytest.raises(TransformError):
+        jax.jvp(lambda x: fn(x)[0], (x,), (np.ones(4, np.float32),))
+
+
+# --- the xla backend's VJP module from a bundle ------------------------------------------------
+
+
+def _vjp_module(drop_int_cotangent: bool = False) -> str:
+    def vjp(x: Any, k: Any, w: Any, c1: Any, cn: Any, c2: Any) -> Any:
+        kf = k.astype(x.dtype)
+        gx = c1 * lax.cos(x) * w + c2 * kf
+        gw = c1 * lax.sin(x) + c2 * lax.exp(w)
+        return gx, jnp.zeros_like(k), gw
+
+    if drop_int_cotangent:
+        return lower(lambda x, k, w, c1, c2: vjp(x, k, w, c1, None, c2), X, K, W, C1, C2)
+    return lower(vjp, X, K, W, C1, K, C2)
+
+
+def _bundle(tmp_path: Path, vjp: str) -> Path:
+    spec = Spec(
+        name="t",
+        mlir=MODULE,
+        args=[Arg("input", [1], X), Arg("parameter", ["k"], K), Arg("parameter", ["w"], W)],
+        results=[
+            Res([["output", 1]], (3,), "f32"),
+            Res([["output", 2]], (3,), "i32"),
+            Res([["output", 3]], (3,), "f32"),
+        ],
+        vjp=vjp,
+    )
+    return write(tmp_path / "t.bundle", spec)
+
+
+def test_xla_uses_the_bundles_vjp_module(tmp_path: Path) -> None:
+    model = juliabridge.import_lux(_bundle(tmp_path, _vjp_module()), backend="xla")
+
+    def loss(params: Any, x: Any) -> Any:
+        (y1, _n, y2), _ = model.apply(params, model.state, x)
+        return jnp.sum(C1 * y1) + jnp.sum(C2 * y2)
+
+    g = jax.grad(lambda w: loss({**model.params, "w": w}, X))(model.params["w"])
+    _, want_w = by_hand_vjp(X, K, W, C1, C2)
+    np.testing.assert_allclose(g, want_w, rtol=1e-5, atol=1e-6)
+    want_x, _ = by_hand_vjp(X, K, W, C1, C2)
+    np.testing.assert_allclose(jax.grad(loss, argnums=1)(model.params, X), want_x, rtol=1e-5)
+
+
+def test_a_vjp_module_with_the_wrong_signature_is_refused(tmp_path: Path) -> None:
+    root = _bundle(tmp_path, _vjp_module(drop_int_cotangent=True))
+    try:
+        model = juliabridge.import_lux(root, backend="xla")
+    except SignatureMismatchError:
+        return  # refused at load time: also right
+    with pytest.raises(TransformError, match="signature"):
+        jax.grad(lambda x: jnp.sum(model.apply(model.params, model.state, x)[0][0]))(X)

@@ -1,0 +1,164 @@
+"""Pinned: `verify` and `juliabridge verify` judge every result, per element, with the caller's
+tolerances (docs/bundle-format.md §3.7: |got - want| <= atol + rtol * |want| elementwise).
+
+The bundles are written by hand with reference outputs chosen to sit just inside or outside the
+tolerance, so the verdicts below follow from the numbers, not from the code under test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import juliabridge
+from juliabridge import BundleError
+from juliabridge.cli import main as cli_main
+
+from .pinned_support import Arg, Res, Spec, lower, write
+
+X = np.array([1000.0, 1.0], np.float32)
+W = np.array([1.0, 2.0], np.float32)
+K = np.array([3, -4], np.int32)
+
+
+def fn(x: Any, w: Any, k: Any) -> Any:
+    return x * w, x + w, k * 2
+
+
+EXACT = {0: X * W, 1: X + W, 2: K * 2}
+
+
+def bundle(tmp_path: Path, outputs: dict[int, np.ndarray], **kw: Any) -> Path:
+    spec = Spec(
+        name="v",
+        mlir=lower(fn, X, W, K),
+        args=[Arg("input", [], X), Arg("parameter", ["w"], W), Arg("parameter", ["k"], K)],
+        results=[
+            Res([["output", 1]], (2,), "f32"),
+            Res([["output", 2]], (2,), "f32"),
+            Res([["output", 3]], (2,), "i32"),
+        ],
+        example_outputs={k: np.asarray(v) for k, v in outputs.items()},
+        **kw,
+    )
+    return write(tmp_path / "v.bundle", spec)
+
+
+def test_exact_reference_outputs_verify(tmp_path: Path) -> None:
+    report = juliabridge.verify(bundle(tmp_path, EXACT))
+    assert report.ok
+    assert [c.ok for c in report.checks] == [True, True, True]
+    assert report.max_abs == 0.0 and report.max_rel == 0.0
+    assert (report.rtol, report.atol) == (1e-4, 1e-5)  # the manifest's
+
+
+@pytest.mark.parametrize("bad", [0, 1, 2])
+def test_one_result_out_of_tolerance_fails_the_whole_report(tmp_path: Path, bad: int) -> None:
+    outputs = dict(EXACT)
+    outputs[bad] = outputs[bad] + np.ones_like(outputs[bad])  # off by one everywhere
+    report = juliabridge.verify(bundle(tmp_path, outputs))
+    assert not report.ok
+    assert [c.ok for c in report.checks] == [k != bad for k in range(3)]
+    assert report.max_abs == pytest.approx(1.0)
+
+
+def test_the_tolerance_is_per_element_not_scaled_by_the_largest_output(tmp_path: Path) -> None:
+    # Element 1 is 2 but the reference says 2.02: 1% off, far outside rtol 1e-4 there, although
+    # 0.02 is tiny next to the other element (1000).
+    outputs = dict(EXACT)
+    outputs[0] = np.array([1000.0, 2.02], np.float32)
+    report = juliabridge.verify(bundle(tmp_path, outputs))
+    assert not report.ok and not report.checks[0].ok
+    got, want = np.float64(2.0), np.float64(np.float32(2.02))
+    assert report.checks[0].max_abs == pytest.approx(want - got, rel=1e-6)
+    assert report.checks[0].max_rel == pytest.approx((want - got) / want, rel=1e-6)
+
+
+def test_the_callers_tolerances_replace_the_manifests(tmp_path: Path) -> None:
+    outputs = dict(EXACT)
+    outputs[1] = (X + W) * np.float32(1 + 1e-3)  # 0.1% off
+    root = bundle(tmp_path, outputs)
+    assert not juliabridge.verify(root).ok  # manifest rtol 1e-4
+    loose = juliabridge.verify(root, rtol=1e-2)
+    assert loose.ok and loose.rtol == 1e-2 and loose.atol == 1e-5
+    assert not juliabridge.verify(root, rtol=1e-4, atol=0.0).ok
+    # atol alone: the largest error is about 1.0 (1001 * 1e-3).
+    assert juliabridge.verify(root, rtol=0.0, atol=2.0).ok
+    assert not juliabridge.verify(root, rtol=0.0, atol=0.5).ok
+
+
+def test_the_manifests_tolerances_are_used_when_none_are_given(tmp_path: Path) -> None:
+    outputs = dict(EXACT)
+    outputs[1] = (X + W) * np.float32(1 + 1e-3)
+    report = juliabridge.verify(bundle(tmp_path, outputs, rtol=1e-2, atol=0.0))
+    assert report.ok and (report.rtol, report.atol) == (1e-2, 0.0)
+
+
+def _nan_bundle(tmp_path: Path, outputs: dict[int, np.ndarray]) -> Path:
+    spec = Spec(
+        name="n",
+        mlir=lower(fn, XN, W, K),
+        args=[Arg("input", [], XN), Arg("parameter", ["w"], W), Arg("parameter", ["k"], K)],
+        results=[
+            Res([["output", 1]], (2,), "f32"),
+            Res([["output", 2]], (2,), "f32"),
+            Res([["output", 3]], (2,), "i32"),
+        ],
+        example_outputs=outputs,
+    )
+    return write(tmp_path / "n.bundle", spec)
+
+
+XN = np.array([np.nan, 1.0], np.float32)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="verify compares |got - want| <= tol before its NaN check, so a NaN the reference "
+    "also has (NaN - NaN = NaN) never verifies, although _compare checks NaN positions agree",
+)
+def test_nan_where_the_reference_has_nan_verifies(tmp_path: Path) -> None:
+    assert juliabridge.verify(_nan_bundle(tmp_path, {0: XN * W, 1: XN + W, 2: K * 2})).ok
+
+
+@pytest.mark.parametrize("where", ["got", "want"])
+def test_nan_on_one_side_only_never_verifies(tmp_path: Path, where: str) -> None:
+    if where == "got":  # the module computes NaN, the reference says 0
+        outputs = {0: np.array([0.0, 2.0], np.float32), 1: XN + W, 2: K * 2}
+    else:  # the reference says NaN where the module computes a number
+        outputs = {0: XN * W, 1: np.array([np.nan, np.nan], np.float32), 2: K * 2}
+        outputs[0] = XN * W
+    report = juliabridge.verify(_nan_bundle(tmp_path, outputs), rtol=1e9, atol=1e9)
+    assert not report.ok
+    bad = 0 if where == "got" else 1
+    assert not report.checks[bad].ok
+
+
+def test_cli_verify_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = bundle(tmp_path / "g", EXACT)
+    assert cli_main(["verify", str(good)]) == 0
+    assert "OK" in capsys.readouterr().out
+    outputs = dict(EXACT)
+    outputs[2] = outputs[2] + 1
+    bad = bundle(tmp_path / "b", outputs)
+    assert cli_main(["verify", str(bad)]) == 1
+    assert "MISMATCH" in capsys.readouterr().out
+    assert cli_main(["verify", str(bad), "--rtol", "1", "--atol", "1"]) == 1  # integers: exact
+
+
+def test_verify_without_examples_is_a_bundle_error(tmp_path: Path) -> None:
+    spec = Spec(
+        name="e",
+        mlir=lower(fn, X, W, K),
+        args=[Arg("input", [], X), Arg("parameter", ["w"], W), Arg("parameter", ["k"], K)],
+        results=[
+            Res([["output", 1]], (2,), "f32"),
+            Res([["output", 2]], (2,), "f32"),
+            Res([["output", 3]], (2,), "i32"),
+        ],
+    )
+    with pytest.raises(BundleError, match="no examples"):
+        juliabridge.verify(write(tmp_path / "e.bundle", spec))
