@@ -281,10 +281,6 @@ IO = {
         "%t = stablehlo.create_token : !stablehlo.token",
         '%r:2 = "stablehlo.recv"(%t) {channel_handle = #stablehlo.channel_handle<handle = 1, type = 3>, is_host_transfer = true} : (!stablehlo.token) -> (tensor<3xf32>, !stablehlo.token)',
     ],
-    "after_all": [
-        "%t = stablehlo.create_token : !stablehlo.token",
-        "%u = stablehlo.after_all %t : !stablehlo.token",
-    ],
 }
 
 

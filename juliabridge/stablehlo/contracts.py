@@ -16,9 +16,9 @@ of op pass the verifier and still crash or hang the process:
 - **fft.** The verifier checks ``fft_length`` against the operand for RFFT and IRFFT but not
   for FFT/IFFT; a mismatch aborts inside the FFT library ("array sizes are not conformable").
 - **Host I/O and collectives.** ``infeed``/``outfeed``/``send``/``recv`` wait for a host or a
-  peer that never comes (the call hangs forever); every token-typed value exists only to order
-  such I/O. A module runs on one device here, so a collective naming another replica or
-  partition can only fail or wait.
+  peer that never comes (the call hangs forever); they are refused by name. A token (which
+  orders them) holds no data and is allowed without them. A module runs on one device here,
+  so a collective naming another replica or partition can only fail or wait.
 
 Every check is O(size of the op), so checking a module is linear in its size.
 """
