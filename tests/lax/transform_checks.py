@@ -50,12 +50,18 @@ def pair(a: Any, b: Any) -> float:
 
 
 def direction(rng: np.random.Generator, like: Any) -> np.ndarray:
-    """A random tangent or cotangent with the shape of `like` (complex where it is)."""
-    shape = np.shape(like)
+    """A random tangent or cotangent with the shape of `like` (an array or a ShapeDtypeStruct;
+    complex where it is)."""
+    shape = tuple(like.shape)
     t = rng.standard_normal(shape)
-    if np.iscomplexobj(like):
+    if np.issubdtype(np.dtype(like.dtype), np.complexfloating):
         t = t + 1j * rng.standard_normal(shape)
     return t
+
+
+def jitted_floats(fn: Fn) -> Callable[..., list[Any]]:
+    """fn's float results, jitted (an unjitted lifted module runs op by op, each op compiled)."""
+    return jax.jit(lambda *a: _floats(fn(*a)))
 
 
 def scalar_loss(fn: Fn, weights_seed: int = 7) -> Callable[..., Any]:
@@ -90,7 +96,7 @@ def check_jvp(
 ) -> None:
     """jax.jvp of every float result == central differences along a random direction."""
     rng = np.random.default_rng(1)
-    ts = [direction(rng, args[i]) for i in wrt]
+    ts = [direction(rng, np.asarray(args[i])) for i in wrt]
 
     def along(*xs: Any) -> list[Any]:
         full = list(args)
@@ -98,9 +104,12 @@ def check_jvp(
             full[i] = x
         return _floats(fn(*full))
 
-    primal, got = jax.jvp(along, [jnp.asarray(args[i]) for i in wrt], [jnp.asarray(t) for t in ts])
-    hi = _floats(fn(*_shift(args, wrt, ts, eps)))
-    lo = _floats(fn(*_shift(args, wrt, ts, -eps)))
+    primal, got = jax.jit(lambda p, t: jax.jvp(along, p, t))(
+        [jnp.asarray(args[i]) for i in wrt], [jnp.asarray(t) for t in ts]
+    )
+    floats = jitted_floats(fn)
+    hi = floats(*_shift(args, wrt, ts, eps))
+    lo = floats(*_shift(args, wrt, ts, -eps))
     assert got, "no float results to differentiate"
     for p, g, h, low in zip(primal, got, hi, lo):
         # Where the value is infinite (a window of padding only) there is no derivative.
@@ -117,7 +126,7 @@ def check_grad(
     loss = jax.jit(scalar_loss(fn))
     grads = jax.jit(jax.grad(loss, argnums=tuple(wrt)))(*[jnp.asarray(a) for a in args])
     rng = np.random.default_rng(2)
-    ts = [direction(rng, args[i]) for i in wrt]
+    ts = [direction(rng, np.asarray(args[i])) for i in wrt]
     got = sum(pair(g, t) for g, t in zip(grads, ts))
     want = float(loss(*_shift(args, wrt, ts, eps))) - float(loss(*_shift(args, wrt, ts, -eps)))
     want /= 2 * eps
@@ -155,14 +164,18 @@ def check_vjp(
             full[i] = x
         return _floats(fn(*full))
 
-    outs, pullback = jax.vjp(of, *[jnp.asarray(args[i]) for i in wrt])
+    primals = [jnp.asarray(args[i]) for i in wrt]
+    outs = jax.eval_shape(of, *primals)
     assert outs, "no float results to differentiate"
     cts = [direction(rng, o) for o in outs]
-    ts = [direction(rng, args[i]) for i in wrt]
-    cotangents = pullback([jnp.asarray(c, o.dtype) for c, o in zip(cts, outs)])
+    ts = [direction(rng, np.asarray(args[i])) for i in wrt]
+    cotangents = jax.jit(lambda p, c: jax.vjp(of, *p)[1](c))(
+        primals, [jnp.asarray(c, o.dtype) for c, o in zip(cts, outs)]
+    )
     got = sum(pair(g, t) for g, t in zip(cotangents, ts))
-    hi = _floats(fn(*_shift(args, wrt, ts, eps)))
-    lo = _floats(fn(*_shift(args, wrt, ts, -eps)))
+    floats = jitted_floats(fn)
+    hi = floats(*_shift(args, wrt, ts, eps))
+    lo = floats(*_shift(args, wrt, ts, -eps))
     want = sum(
         pair(c, (np.asarray(h) - np.asarray(low)) / (2 * eps)) for c, h, low in zip(cts, hi, lo)
     )
@@ -216,7 +229,8 @@ def check_batched(
     jaxpr = str(jax.make_jaxpr(vm)(*batched))
     own = loops(str(jax.make_jaxpr(lambda *a: tuple(fn(*a)))(*sample(0))))
     assert loops(jaxpr) <= own, f"vmap added a loop ({own} in one sample):\n{jaxpr[:2000]}"
-    got = vm(*batched)
+    got = jax.jit(vm)(*batched)
+    one = jax.jit(lambda *a: tuple(fn(*a)))
     for i in range(n):
-        for g, w in zip(got, fn(*sample(i))):
+        for g, w in zip(got, one(*sample(i))):
             np.testing.assert_allclose(np.asarray(g)[i], np.asarray(w), rtol=rtol, atol=atol)
