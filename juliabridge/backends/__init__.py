@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..errors import JuliaBridgeError, UnsupportedModuleError
 from ..stablehlo import StableHLOModule
+from ..stablehlo.policy import check_kernel_targets
 from .base import Backend
 from .enzyme import EnzymeBackend, enzyme_available
 from .lax import LaxBackend
@@ -52,6 +53,15 @@ def make_backend(
                 raise
             reason = str(e)
         resolved = foreign_backend_name()
+    if reason is not None and not trust:
+        try:
+            check_kernel_targets(module)
+        except UnsupportedModuleError as e:
+            # A custom call only lax runs, in a module lax cannot lift for another reason:
+            # the user needs both reasons.
+            raise UnsupportedModuleError(
+                f"{e} (backend='auto' tried the lax backend first: {reason})"
+            ) from e
     backend: Backend
     if resolved == "enzyme":
         backend = EnzymeBackend(module, trust=trust)

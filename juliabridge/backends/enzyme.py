@@ -33,6 +33,7 @@ from ..errors import (
 from ..jaxinternals import current_platform, initialize_lapack
 from ..stablehlo import StableHLOModule, TensorSpec, parse_module
 from ..stablehlo.contracts import check_platform
+from ..stablehlo.policy import check_kernel_targets
 from ..transforms import sandbox
 from ..transforms.derive import (
     jvp_from_primal,
@@ -131,6 +132,9 @@ class EnzymeBackend:
         from enzyme_ad.jax import hlo_call
 
         if not trust:
+            # Enzyme and XLA call the kernels: targets admitted only because lax lifts them
+            # are refused.
+            check_kernel_targets(module)
             check_platform(module.custom_calls, current_platform(), module.origin)
         if any(t.startswith("lapack_") for t in module.custom_calls):
             initialize_lapack()  # else the kernels jump through null pointers (SIGSEGV)

@@ -23,6 +23,7 @@ from ..jaxinternals import (
 )
 from ..stablehlo import StableHLOModule, TensorSpec, parse_module
 from ..stablehlo.contracts import check_platform
+from ..stablehlo.policy import check_kernel_targets
 from ..transforms.derive import vjp_module_text
 
 VjpSource = StableHLOModule | str | Callable[[], StableHLOModule | None] | None
@@ -49,6 +50,8 @@ class XlaBackend:
         self, module: StableHLOModule, *, trust: bool = False, vjp_source: VjpSource = None
     ) -> None:
         if not trust:
+            # XLA calls the kernels: targets admitted only because lax lifts them are refused.
+            check_kernel_targets(module)
             check_platform(module.custom_calls, current_platform(), module.origin)
         if any(t.startswith("lapack_") for t in module.custom_calls):
             initialize_lapack()  # jaxlib fills the kernels' LAPACK pointers lazily

@@ -67,6 +67,8 @@ class StableHLOModule:
     #: The sanitized MLIR module itself, with the source's line numbers in its locations, for
     #: backends that read ops directly (lax); not part of the value.
     parsed: Any = field(default=None, compare=False, repr=False)
+    #: Custom-call target -> "line L" of its first call, for the backends' policy messages.
+    custom_call_sites: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
 
 def _check_text_budget(size: int, what: str) -> None:
@@ -220,19 +222,21 @@ def _find_main(module: ir.Module, origin: str) -> ir.Operation:
 
 def _analyze(
     module: ir.Module, report: SanitizeReport, trust: bool, origin: str
-) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...], set[str], list[str], int, str]:
+) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...], set[str], dict[str, str], int, str]:
     with module.context:
         strip_reactant_attributes(module, report)
         ops: set[str] = set()
-        custom_calls: list[str] = []
+        sites: dict[str, str] = {}  # target -> line of its first call, in order of appearance
         for op in walk(module.operation):
             ops.add(op.name)
             if op.name == "stablehlo.custom_call":
                 target = ir.StringAttr(op.attributes["call_target_name"]).value
-                if target not in custom_calls:
-                    custom_calls.append(target)
+                if target not in sites:
+                    line = _LOC.search(str(op.location))
+                    sites[target] = f"line {line.group(1)}" if line else ""
+        custom_calls = list(sites)
         check_ops(ops, trust=trust, where=origin)
-        check_custom_calls(custom_calls, trust=trust, where=origin)
+        check_custom_calls(custom_calls, trust=trust, where=origin, sites=sites)
         # Structure first (no recursion, no missing bodies), then every op's contract and the
         # resource budgets, all before anything reaches XLA.
         funcs = functions(module, origin)
@@ -256,7 +260,7 @@ def _analyze(
         if "mhlo.num_partitions" in module.operation.attributes:
             parts = ir.IntegerAttr(module.operation.attributes["mhlo.num_partitions"]).value
         clean = str(module.operation.get_asm(enable_debug_info=False))
-    return args, results, ops, custom_calls, int(parts), clean
+    return args, results, ops, sites, int(parts), clean
 
 
 def parse_module(
@@ -283,7 +287,7 @@ def parse_module(
     module = _parse(text, make_context(allow_unregistered=True), origin)
     del raw, text  # the IR holds everything from here on
     try:
-        args, results, ops, custom_calls, parts, clean = _analyze(module, report, trust, origin)
+        args, results, ops, sites, parts, clean = _analyze(module, report, trust, origin)
     except JuliaBridgeError:
         raise
     except (ValueError, TypeError, KeyError, IndexError, RuntimeError) as e:
@@ -310,7 +314,8 @@ def parse_module(
         arguments=args,
         results=results,
         ops=frozenset(ops),
-        custom_calls=tuple(custom_calls),
+        custom_calls=tuple(sites),
+        custom_call_sites=sites,
         dropped_attributes=frozenset(report.dropped),
         aliasing=dict(report.aliasing),
         arg_shardings=dict(report.arg_shardings),

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from ..errors import UnsupportedModuleError
 from ..jaxinternals import custom_call_allowlist
 from .contracts import contract_targets
+from .lifted import lifted_targets
+
+if TYPE_CHECKING:
+    from .module import StableHLOModule
 
 #: Dialects whose ops stock XLA compiles (spec §2), plus the one builtin op a module needs and
 #: the func ops of a call graph (func.constant/call_indirect make function values, which XLA
@@ -63,11 +68,34 @@ def allowed_custom_calls() -> frozenset[str]:
     )
 
 
-def check_custom_calls(targets: Iterable[str], *, trust: bool, where: str) -> None:
-    """Refuse custom-call targets outside jax.export's stable allowlist unless `trust`."""
+def admitted_lifted_targets() -> frozenset[str]:
+    """Targets the lax backend lifts into JAX primitives, admitted at load (lifted.py)."""
+    return frozenset(t for t in lifted_targets() if not carries_code(t))
+
+
+def check_custom_calls(
+    targets: Iterable[str],
+    *,
+    trust: bool,
+    where: str,
+    lifted: bool = True,
+    sites: Mapping[str, str] | None = None,
+) -> None:
+    """Refuse custom-call targets outside jax.export's stable allowlist unless `trust`.
+
+    With `lifted` (the load-time check) the targets the lax backend lifts are admitted too:
+    they never reach a kernel on that backend. The backends that call the module's kernels
+    (xla, enzyme) check again with ``lifted=False``. `sites` maps a target to the line of its
+    first call, named in the error.
+
+    Raises:
+        UnsupportedModuleError naming the targets and the line of the first one's call (a
+        policy refusal, exit code 17 in the CLI; the lax backend's own refusal of a target it
+        does not lift, once admitted, is an UnsupportedOpError).
+    """
     if trust:
         return
-    allowed = allowed_custom_calls()
+    allowed = allowed_custom_calls() | (admitted_lifted_targets() if lifted else frozenset())
     bad = sorted(set(targets) - allowed)
     if bad:
         hint = _REEXPORT_HINT
@@ -84,13 +112,33 @@ def check_custom_calls(targets: Iterable[str], *, trust: bool, where: str) -> No
                 f"{'it' if len(stable) == 1 else 'them'} (juliabridge/stablehlo/contracts.py), "
                 "and an unchecked kernel call can corrupt memory"
             )
+        liftable = sorted(set(bad) & admitted_lifted_targets())
+        if liftable:
+            hint += (
+                f"; the lax backend lifts {', '.join(liftable[:4])} into JAX primitives, so "
+                "backend='lax' (or 'auto') runs the module without calling the kernel"
+            )
         if any(t.startswith("enzymexla") or t.startswith("xla_throw") for t in bad):
             hint += (
                 "; enzymexla_* targets exist only inside Reactant/Enzyme-JAX runtimes, "
                 "so they cannot run in stock jaxlib"
             )
+        line = (sites or {}).get(bad[0], "")
+        at = f" (the first, {bad[0]}, at {line})" if line else ""
         raise UnsupportedModuleError(
-            f"{where}: stablehlo.custom_call target(s) {', '.join(bad[:8])} are not in the "
+            f"{where}: stablehlo.custom_call target(s) {', '.join(bad[:8])}{at} are not in the "
             f"allowlist of targets stock jaxlib registers. {hint}. Pass trust=True to load "
             "anyway if you registered these targets yourself."
         )
+
+
+def check_kernel_targets(module: StableHLOModule) -> None:
+    """For a backend that calls the module's custom-call kernels (xla, enzyme): refuse the
+    targets the load policy admitted only because the lax backend lifts them."""
+    check_custom_calls(
+        module.custom_calls,
+        trust=False,
+        where=module.origin,
+        lifted=False,
+        sites=module.custom_call_sites,
+    )

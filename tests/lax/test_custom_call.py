@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import juliabridge
-from juliabridge import UnsupportedOpError
+from juliabridge import UnsupportedModuleError, UnsupportedOpError
+from juliabridge.stablehlo.policy import allowed_custom_calls
 
 from .custom_calls import custom_call_modules
 from .oracles import check_module
@@ -204,3 +205,85 @@ def test_called_computations_are_refused() -> None:
 }"""
     with pytest.raises(UnsupportedOpError, match="called_computations"):
         lift(text)
+
+
+# --- the load policy: targets lax lifts need no trust; unknown ones stay refused ----------------
+
+
+def gesvd_module() -> str:
+    """lapack_dgesvd_ffi as JAX emits it: jaxlib registers it, jax.export does not list it."""
+    fn = lambda a: jax.lax.linalg.svd(  # noqa: E731
+        a, full_matrices=False, algorithm=jax.lax.linalg.SvdAlgorithm.QR
+    )
+    return custom_call_modules(fn, X44, unread=(0,))["lapack_dgesvd_ffi"]
+
+
+def test_targets_lax_lifts_load_without_trust_and_only_on_lax() -> None:
+    text = gesvd_module()
+    assert "lapack_dgesvd_ffi" not in allowed_custom_calls()  # not admitted as a kernel call
+    s = np.linalg.svd(X44, compute_uv=False)
+    for backend in ("lax", "auto"):
+        fn = juliabridge.load_mlir(text, backend=backend)
+        assert fn.backend_name == "lax"
+        np.testing.assert_allclose(np.asarray(jax.jit(fn)(X44)[0]), s, rtol=1e-12)
+    # The backend that would call the kernel itself still refuses it (the load policy's
+    # error, exit code 17), naming target and line.
+    with pytest.raises(UnsupportedModuleError) as e:
+        juliabridge.load_mlir(text, backend="xla")
+    assert type(e.value) is UnsupportedModuleError
+    assert "lapack_dgesvd_ffi (the first, lapack_dgesvd_ffi, at line 3)" in str(e.value)
+    assert "backend='lax'" in str(e.value)
+
+
+def test_lifted_targets_keep_their_contract_checked_without_trust() -> None:
+    broken = gesvd_module().replace("tensor<4xf64>", "tensor<3xf64>")  # s declared too short
+    with pytest.raises(UnsupportedOpError) as e:
+        juliabridge.load_mlir(broken, backend="lax")
+    assert e.value.op == "stablehlo.custom_call" and e.value.where == "line 3"
+    assert "'lapack_dgesvd_ffi'" in str(e.value) and "result 1 is declared" in str(e.value)
+
+
+UNKNOWN_TARGET = """module {
+  func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
+    %0 = stablehlo.sine %x : tensor<3xf32>
+    %1 = stablehlo.custom_call @my_kernel(%0) {backend_config = "x"} : (tensor<3xf32>) -> tensor<3xf32>
+    return %1 : tensor<3xf32>
+  }
+}"""
+
+
+def test_unknown_target_without_trust_is_refused_at_load_naming_target_and_line() -> None:
+    # The load policy refuses it for every backend (nothing to lift, no kernel contract).
+    for backend in ("lax", "auto", "xla"):
+        with pytest.raises(UnsupportedModuleError) as e:
+            juliabridge.load_mlir(UNKNOWN_TARGET, backend=backend)
+        assert "my_kernel (the first, my_kernel, at line 4)" in str(e.value)
+    # Trusted, it reaches the lax backend, which refuses it as an op it does not lift.
+    with pytest.raises(UnsupportedOpError) as op:
+        juliabridge.load_mlir(UNKNOWN_TARGET, backend="lax", trust=True)
+    assert op.value.op == "stablehlo.custom_call" and op.value.where == "line 4"
+    assert "'my_kernel'" in str(op.value)
+
+
+def test_a_target_on_the_allowlist_that_lax_does_not_lift_is_an_op_error() -> None:
+    # lapack_sgees_ffi (Schur) has a kernel contract but no lift: lax names target and line,
+    # and auto runs it on the backend that calls the kernel.
+    x = X44.astype(np.float32)
+    text = custom_call_modules(jax.lax.linalg.schur, x)["lapack_sgees_ffi"]
+    with pytest.raises(UnsupportedOpError) as e:
+        juliabridge.load_mlir(text, backend="lax")
+    assert e.value.op == "stablehlo.custom_call" and e.value.where == "line 3"
+    assert "'lapack_sgees_ffi' is not one the lax backend knows" in str(e.value)
+    assert juliabridge.load_mlir(text).backend_name in ("xla", "enzyme")
+
+
+def test_auto_names_both_reasons_when_lax_cannot_take_a_lifted_target_module() -> None:
+    # replica_id does not lift, so auto falls back to xla, which cannot call gesvd's kernel.
+    text = gesvd_module().replace(
+        "    return", "    %id = stablehlo.replica_id : tensor<ui32>\n    return", 1
+    )
+    with pytest.raises(UnsupportedModuleError) as e:
+        juliabridge.load_mlir(text)
+    msg = str(e.value)
+    assert "lapack_dgesvd_ffi (the first, lapack_dgesvd_ffi, at line 3)" in msg
+    assert "tried the lax backend first" in msg and "stablehlo.replica_id" in msg

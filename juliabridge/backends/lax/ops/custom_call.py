@@ -3,11 +3,16 @@
 A custom call's meaning is its target's implementation, so only targets with a known
 contract are lifted: the linear-algebra kernels JAX and Reactant emit (_linalg_targets.py) and
 the single-device sharding annotations. Any other target is a typed error naming it.
+
+A lifted target becomes JAX primitives that JAX lowers to calls it sizes itself, so the module's
+own call never reaches a kernel: the load policy admits these targets without trust=True
+(stablehlo/lifted.py), and each handler checks the call's operand/result contract here.
 """
 
 from __future__ import annotations
 
 from ....jaxinternals import ir
+from ....stablehlo.lifted import register_lifted_targets
 from ..registry import Impl, OpView, lifts
 from ._custom_call_util import Call
 from ._linalg_targets import TARGETS
@@ -31,6 +36,7 @@ def _annotation(call: Call) -> Impl:
 
 for _name in _ANNOTATIONS:
     TARGETS[_name] = _annotation
+register_lifted_targets(TARGETS)
 
 
 @lifts("stablehlo.custom_call")
