@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import dtypes
+from . import dtypes, progress
 from .backends import make_backend, resolve_backend_name
 from .batchsize import batch_size_of, call_with_batch
 from .bundle import Bundle, open_bundle
@@ -214,6 +214,15 @@ class LuxModel:
 LAYOUTS = ("mlir", "julia")
 
 
+def _weight_bytes(m: Manifest) -> int:
+    """Bytes of every parameter and state array, for the loading bar."""
+    return sum(
+        int(np.prod(a.shape, dtype=np.int64)) * dtypes.to_numpy(a.dtype).itemsize
+        for a in m.arguments
+        if a.role != "input" and a.dataset is not None
+    )
+
+
 def import_lux(
     path: str | os.PathLike[str],
     *,
@@ -272,7 +281,13 @@ def import_lux(
     # aligned host buffer (no copy); elsewhere each host copy is dropped once transferred, so
     # host memory stays near one dataset in flight instead of a second copy of the weights.
     adopt = jax.default_backend() == "cpu"
-    for a, host in bundle.read_weights():
+    weights = progress.track_bytes(
+        bundle.read_weights(),
+        _weight_bytes(m),
+        f"loading {bundle.root.name}",
+        size=lambda item: item[1].nbytes,
+    )
+    for a, host in weights:
         dev = jax.device_put(host.T if layout == "julia" else host)
         if not adopt:
             dev = jax.block_until_ready(dev)
