@@ -52,3 +52,27 @@ def test_the_readme_commands_exist() -> None:
     commands = set(cli.build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
     for name in re.findall(r"`juliabridge (\w+)", README):
         assert name in commands, f"README names `juliabridge {name}`, which does not exist"
+
+
+def test_multihost_doc_shows_the_tested_code() -> None:
+    doc = (REPO / "docs" / "multihost.md").read_text(encoding="utf-8")
+    assert "(docs/multihost.md)" in README
+    scripts = " ".join(
+        (REPO / "tests" / "scripts" / name).read_text()
+        for name in ("multiprocess_train.py", "model_parallel_check.py")
+    )
+    scripts = " ".join(scripts.split())
+    code = " ".join(" ".join(re.findall(r"```python\n(.*?)```", doc, re.S)).split())
+    code = code.replace("jax.make_mesh((jax.device_count(),)", "jax.make_mesh((8,)")
+    patterns = (
+        r"jax\.make_mesh\([^)]*\),[^)]*\)\)",
+        r"NamedSharding\(mesh, P\([^)]*\)\)",
+        r"jax\.make_array_from_process_local_data\([^)]*\)\), \w+",
+        r"optax\.\w+\([^)]*\)",
+        r"model\.(?:params|state) = jax\.device_put\([^)]*\)",
+    )
+    found = [m for p in patterns for m in re.findall(p, code)]
+    assert len(found) >= 10, found
+    for snippet in found:
+        snippet = snippet.replace("x_local", "x[local]").replace("y_local", "y[local]")
+        assert snippet in scripts, f"docs/multihost.md shows {snippet!r}, which no test runs"
