@@ -14,6 +14,9 @@ def example_names() -> list[str]:
 
     Returns:
         The sorted names (e.g. ``["lenet"]``), each a valid ``name`` for `example_bundle_path`.
+
+    Raises:
+        Nothing: an installation without examples gives an empty list.
     """
     return sorted(p.name.removesuffix(".bundle") for p in _HERE.glob("*.bundle"))
 
