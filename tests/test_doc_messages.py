@@ -200,3 +200,70 @@ def test_every_quoted_message_is_produced(tmp_path: Path, monkeypatch: pytest.Mo
         + "\n".join(unmatched)
         + ("\n\nproduced:\n" + "\n".join(produced.values()))
     )
+
+
+def test_the_custom_call_allowlist_is_as_documented() -> None:
+    """docs/reliability.md, "Module policy": 72 targets admitted, and which are refused."""
+    from juliabridge.stablehlo.policy import allowed_custom_calls
+
+    allowed = allowed_custom_calls()
+    assert len(allowed) == 72
+    refused = {
+        "AllocateBuffer",
+        "ApproxTopK",
+        "Eigh",
+        "LuDecomposition",
+        "Qr",
+        "ProductOfElementaryHouseholderReflectors",
+        "annotate_device_placement",
+        "shape_assertion",
+        "hipsolver_gesdd_ffi",
+        "stablehlo.dynamic_approx_top_k",
+        "stablehlo.dynamic_reduce_window",
+        "stablehlo.dynamic_rng_bit_generator",
+        "stablehlo.dynamic_top_k",
+        "tpu_custom_call",
+        "mosaic_gpu_v2",
+        "tf.call_tf_function",
+    }
+    assert not refused & allowed
+    if jax.__version__ == "0.10.2":
+        from jax._src.export import _export
+
+        stable = set(_export._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE)
+        assert len(stable) == 88 and stable - allowed == refused
+
+
+def test_reliability_quotes_the_message_for_a_string_input() -> None:
+    doc = (REPO / "docs" / "reliability.md").read_text(encoding="utf-8")
+    quote = "lenet: x expects an array of f32 (Float32), got a str; "
+    assert f"`{quote}...`" in doc
+    with pytest.raises(juliabridge.CallArgumentError) as info:
+        juliabridge.import_lux(lenet_bundle())("a")
+    assert str(info.value).startswith(quote)
+    with pytest.raises(TypeError) as raw:
+        jax.jit(juliabridge.import_lux(lenet_bundle()))("a")
+    assert not isinstance(raw.value, juliabridge.JuliaBridgeError)  # JAX's own, as documented
+
+
+def test_bundle_checks_run_in_the_documented_order(tmp_path: Path) -> None:
+    """docs/bundle-format.md §6: sizes (4) before the module (5) before the datasets (6)."""
+    bundle = make_dense_bn(tmp_path / "order.bundle")
+    with open(bundle / "weights.h5", "r+b") as f:  # breaks 6: a dataset's digest
+        with h5py.File(bundle / "weights.h5", "r") as h:
+            offset = h["/params/layer_1/weight"].id.get_offset()
+        f.seek(offset)
+        f.write(b"\xff\xff\xff\xff")
+    with pytest.raises(juliabridge.ChecksumError, match=r"params\.layer_1\.weight"):
+        juliabridge.import_lux(bundle)
+    (bundle / "model.mlir").write_text((bundle / "model.mlir").read_text() + "\n")  # breaks 5
+    with pytest.raises(juliabridge.ChecksumError, match=r"model\.mlir"):
+        juliabridge.import_lux(bundle)
+
+    def declare_huge(m: dict) -> None:  # breaks 4: far more bytes than the file holds
+        arg = m["arguments"][1]
+        arg["shape"], arg["julia_shape"] = [65536, 65536], [65536, 65536]
+
+    edit_manifest(bundle, declare_huge)
+    with pytest.raises(juliabridge.BundleError, match=r"declares \d+ bytes of parameters"):
+        juliabridge.import_lux(bundle)
