@@ -130,11 +130,11 @@ def _scenarios(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     # Transformations
     on_xla = juliabridge.import_lux(lenet_bundle(), backend="xla")
     out["xla forward"] = _raised(lambda: jax.jvp(on_xla, (x,), (x,)))
-    loss = lambda b: jnp.sum(
-        on_xla.apply(  # noqa: E731
-            {**on_xla.params, "layer_7": {**on_xla.params["layer_7"], "bias": b}}, on_xla.state, x
-        )[0]
-    )
+
+    def loss(b: jax.Array) -> jax.Array:
+        p = {**on_xla.params, "layer_7": {**on_xla.params["layer_7"], "bias": b}}
+        return jnp.sum(on_xla.apply(p, on_xla.state, x)[0])
+
     bias = on_xla.params["layer_7"]["bias"]
     out["second order"] = _raised(lambda: jax.grad(lambda b: jax.grad(loss)(b)[0])(bias))
     from juliabridge.errors import UnsupportedOpError
