@@ -89,3 +89,9 @@ def test_vjp_shows_a_spinner_when_forced(
     monkeypatch.setenv(progress.ENV, "0")
     assert cli.main(["vjp", str(bundle), "--overwrite"]) == 0
     assert "deriving" not in capsys.readouterr().err
+
+
+def test_readme_states_the_threshold_and_the_switch() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    assert progress.MIN_BYTES == 64 << 20 and "over 64 MiB of weights" in readme
+    assert f"`{progress.ENV}=0`" in readme
