@@ -43,8 +43,14 @@ class LuxModule(eqx.Module):  # type: ignore[misc]
     def __init__(self, model: LuxModel | str | os.PathLike[str], **import_options: Any) -> None:
         """Wrap `model`, or import the bundle at that path with `import_options`.
 
+        Args:
+            model: a `LuxModel`, or the path of a bundle directory to import.
+            **import_options: passed to `juliabridge.import_lux` when `model` is a path
+                (backend, layout, verify_checksums, trust).
+
         Raises:
-            JuliaBridgeError (and subclasses): as `juliabridge.import_lux` does.
+            JuliaBridgeError (and subclasses): as `juliabridge.import_lux` does, or import
+                options given with a `LuxModel`.
         """
         if not isinstance(model, LuxModel):
             model = import_lux(model, **import_options)
@@ -55,10 +61,30 @@ class LuxModule(eqx.Module):  # type: ignore[misc]
         self.state = model.state
 
     def __call__(self, *inputs: Any) -> Any:
-        """The model's outputs for `inputs` with this module's parameters and state."""
+        """The model's outputs for `inputs` with this module's parameters and state.
+
+        Args:
+            *inputs: the model's inputs, as for `LuxModel.apply`.
+
+        Returns:
+            The outputs (use `apply` to keep the returned state).
+
+        Raises:
+            CallArgumentError: inputs of the wrong count, shape or dtype.
+        """
         return self.lux.apply(self.params, self.state, *inputs)[0]
 
     def apply(self, *inputs: Any) -> tuple[Any, LuxModule]:
-        """``(outputs, module)``, the module carrying the state the model returned."""
+        """Run the model and keep the state it returns (Equinox modules are immutable).
+
+        Args:
+            *inputs: the model's inputs, as for `LuxModel.apply`.
+
+        Returns:
+            ``(outputs, module)``: a copy of this module carrying the returned state.
+
+        Raises:
+            CallArgumentError: inputs of the wrong count, shape or dtype.
+        """
         outputs, new_state = self.lux.apply(self.params, self.state, *inputs)
         return outputs, eqx.tree_at(lambda m: m.state, self, new_state)

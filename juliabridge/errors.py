@@ -44,7 +44,13 @@ class UnsupportedModuleError(JuliaBridgeError):
 
 
 class UnsupportedOpError(UnsupportedModuleError):
-    """The lax backend cannot lift or evaluate one op; `op` and `where` name it and its line."""
+    """The lax backend cannot lift or evaluate one op; `op` and `where` name it and its line.
+
+    Args:
+        message: what failed and what to do (e.g. use backend="enzyme" or "xla").
+        op: the op's name, e.g. ``"stablehlo.custom_call"``.
+        where: its location in the module (file and line).
+    """
 
     def __init__(self, message: str, *, op: str = "", where: str = "") -> None:
         super().__init__(message)

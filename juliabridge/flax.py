@@ -77,7 +77,17 @@ class LuxModule(nnx.Module):  # type: ignore[misc]
         self.state = _wrap(model.state, LuxState)
 
     def __call__(self, *inputs: Any) -> Any:
-        """The model's outputs for `inputs`; the state variables take the returned state."""
+        """The model's outputs for `inputs`; the state variables take the returned state.
+
+        Args:
+            *inputs: the model's inputs, as for `LuxModel.apply`.
+
+        Returns:
+            The outputs.
+
+        Raises:
+            CallArgumentError: inputs of the wrong count, shape or dtype.
+        """
         outputs, new_state = self.lux.apply(_unwrap(self.params), _unwrap(self.state), *inputs)
         _assign(self.state, new_state)
         return outputs

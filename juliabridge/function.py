@@ -70,7 +70,13 @@ class ImportedFunction:
     """A StableHLO @main as a Python callable: arrays in @main order in, a tuple out.
 
     Works eagerly and inside jax.jit; the heavy lifting (parsing, serialization) happened at
-    load time.
+    load time. Made by `load_mlir` and `import_lux` (as ``model.fn``).
+
+    Args:
+        module: the parsed, checked StableHLO module.
+        backend: the backend that runs it (``juliabridge.backends.make_backend``).
+        arg_labels: names of the @main arguments for error messages (default "argument i").
+        result_labels: names of the @main results (default "result i").
     """
 
     def __init__(
@@ -153,6 +159,19 @@ class ImportedFunction:
         return jax.jit(self.backend.call)
 
     def __call__(self, *args: Any) -> tuple[jax.Array, ...]:
+        """Run @main on `args` (eagerly, or as part of a trace: jit, grad, vmap...).
+
+        Args:
+            *args: one array per @main argument, in order, of its shape and dtype.
+
+        Returns:
+            One array per @main result, in order.
+
+        Raises:
+            CallArgumentError: the wrong number, shape or dtype of arrays.
+            X64DisabledError: the module uses 64-bit types and jax_enable_x64 is off.
+            ExecutionError / TransformError: XLA or a derivative failed.
+        """
         self._check_x64()
         if self._is_plain_eager_call(args):
             if self.traceable:

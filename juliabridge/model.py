@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import dtypes
+from . import dtypes, progress
 from .backends import make_backend, resolve_backend_name
 from .batchsize import batch_size_of, call_with_batch
 from .bundle import Bundle, open_bundle
@@ -21,10 +21,17 @@ from .trees import build_tree, lookup
 
 
 class LuxModel:
-    """A Lux model imported from a bundle.
+    """A Lux model imported from a bundle (made by `import_lux`, not usually by hand).
 
     ``apply(params, state, *inputs) -> (outputs, new_state)`` is pure and jittable; ``params``
     and ``state`` are nested dicts of jax arrays keyed by Lux names (optax-ready pytrees).
+
+    Args:
+        bundle: the opened, validated bundle.
+        fn: the module's @main as an `ImportedFunction` on the chosen backend.
+        params: the parameter tree (assignable, e.g. to put it on a mesh).
+        state: the Lux state tree (assignable).
+        layout: "mlir" (row-major, Julia's dims reversed) or "julia".
     """
 
     def __init__(
@@ -136,7 +143,20 @@ class LuxModel:
     def apply(self, params: Any, state: Any, *inputs: Any) -> tuple[Any, Any]:
         """Run the model: ``(outputs, new_state)`` as Lux's ``model(x, ps, st)`` returns.
 
-        Inputs may carry any batch size when the manifest says samples are independent.
+        Args:
+            params: a parameter tree shaped like ``model.params`` (e.g. being trained).
+            state: a state tree shaped like ``model.state``.
+            *inputs: the model's inputs, one array each (several for a tuple input). Any batch
+                size when the manifest says samples are independent, else the traced one.
+
+        Returns:
+            ``(outputs, new_state)``: the output (an array, or a tree for tuple outputs) and
+            the state tree Lux returns.
+
+        Raises:
+            CallArgumentError: wrong number, kind, shape or dtype of inputs, a tree missing a
+                leaf, or a batch size the model cannot serve.
+            TransformError / ExecutionError: a derivative or the module's run fails.
         """
         x = self._input_tree(inputs)
         flat = []
@@ -173,7 +193,19 @@ class LuxModel:
         return output, new_state
 
     def data_parallel(self, mesh: Any, axis: str) -> Any:
-        """A jitted apply that splits the batch over mesh axis `axis` (see juliabridge.parallel)."""
+        """A jitted apply that splits the batch over mesh axis `axis` (see juliabridge.parallel).
+
+        Args:
+            mesh: a `jax.sharding.Mesh`.
+            axis: the name of the mesh axis the batch is split over.
+
+        Returns:
+            ``apply(params, state, *inputs) -> (outputs, new_state)``, each device running its
+            share of the batch.
+
+        Raises:
+            CallArgumentError: the model's samples are not independent, or `mesh` has no `axis`.
+        """
         from .parallel import data_parallel_apply
 
         return data_parallel_apply(self, mesh, axis)
@@ -183,7 +215,17 @@ class LuxModel:
         return jax.jit(self.apply)
 
     def __call__(self, *inputs: Any) -> Any:
-        """Outputs for `inputs` with the bundled parameters and state (compiled once per shape)."""
+        """Outputs for `inputs` with ``model.params`` and ``model.state`` (jitted once per shape).
+
+        Args:
+            *inputs: the model's inputs, as for `apply`.
+
+        Returns:
+            The outputs (the new state is dropped).
+
+        Raises:
+            CallArgumentError: an input is not an array or has the wrong dtype, count or shape.
+        """
         # jax.jit would silently cast e.g. float64 inputs to float32; check dtypes first.
         x = self._input_tree(inputs)
         for a in self._input_entries:
@@ -212,6 +254,15 @@ class LuxModel:
 
 
 LAYOUTS = ("mlir", "julia")
+
+
+def _weight_bytes(m: Manifest) -> int:
+    """Bytes of every parameter and state array, for the loading bar."""
+    return sum(
+        int(np.prod(a.shape, dtype=np.int64)) * dtypes.to_numpy(a.dtype).itemsize
+        for a in m.arguments
+        if a.role != "input" and a.dataset is not None
+    )
 
 
 def import_lux(
@@ -272,7 +323,13 @@ def import_lux(
     # aligned host buffer (no copy); elsewhere each host copy is dropped once transferred, so
     # host memory stays near one dataset in flight instead of a second copy of the weights.
     adopt = jax.default_backend() == "cpu"
-    for a, host in bundle.read_weights():
+    weights = progress.track_bytes(
+        bundle.read_weights(),
+        _weight_bytes(m),
+        f"loading {bundle.root.name}",
+        size=lambda item: item[1].nbytes,
+    )
+    for a, host in weights:
         dev = jax.device_put(host.T if layout == "julia" else host)
         if not adopt:
             dev = jax.block_until_ready(dev)

@@ -19,6 +19,17 @@ def data_parallel_apply(model: Any, mesh: Mesh, axis: str) -> Callable[..., tupl
     Parameters and state are replicated; each device calls the module on its own samples
     (through shard_map, so no device gathers the batch), serving any per-device batch size.
     Needs a model whose samples are independent (e.g. test mode).
+
+    Args:
+        model: a LuxModel.
+        mesh: the device mesh.
+        axis: the name of the mesh axis the batch is split over.
+
+    Returns:
+        The jitted ``apply(params, state, *inputs) -> (outputs, new_state)``.
+
+    Raises:
+        CallArgumentError: the model's samples are not independent, or `mesh` has no `axis`.
     """
     m = model.manifest
     if m.batch is None or not m.batch.samples_independent:

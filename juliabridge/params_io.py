@@ -64,12 +64,24 @@ def save_params(
 ) -> Path:
     """Write params (and state) atomically to an HDF5 file JuliaBridge.load_params reads.
 
-    Pass a LuxModel (its params, state and layout are used unless given) or a params tree
-    (nested dicts keyed by Lux names, MLIR layout unless `layout="julia"`).
-
     The file appears under `path` only when complete (written to a hidden temporary next to
     it, flushed, then renamed): a crash or kill midway leaves any previous file untouched.
-    Failures to write raise juliabridge.errors.SaveError (also an OSError).
+
+    Args:
+        model_or_params: a LuxModel (its params, state and layout are used unless given) or a
+            params tree (nested dicts keyed by Lux names).
+        path: the file to write (an existing file is replaced).
+        state: the state tree to write (default: the model's, or none for a params tree).
+        layout: "mlir" or "julia", the layout of the arrays given (default: the model's, or
+            "mlir").
+
+    Returns:
+        The path written.
+
+    Raises:
+        SaveError: writing failed (also an OSError), or `path` is a directory.
+        CallArgumentError: an unknown layout, a key that is not a Lux field name, or a leaf
+            that is not an array of a bundle dtype.
     """
     from .model import LuxModel
 
@@ -111,6 +123,12 @@ def load_params(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str,
     bundle's weights.h5 is looked up inside the directory, never followed elsewhere), and it
     must hold plain datasets only, each with a valid `dtype` attribute and sizes matching what
     is stored; libhdf5, when needed, runs outside this process.
+
+    Args:
+        path: a weights file, or a bundle directory.
+
+    Returns:
+        ``(params, state)``, nested dicts keyed by Lux names.
 
     Raises:
         BundleError: the file is missing, not a regular file, corrupt or not a weights file

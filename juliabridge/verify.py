@@ -24,7 +24,15 @@ class ResultCheck:
 
 @dataclass(frozen=True)
 class VerifyReport:
-    """Per-result errors against the bundled reference outputs, and the overall verdict."""
+    """Per-result errors against the bundled reference outputs, and the overall verdict.
+
+    Args:
+        bundle: the bundle directory verified.
+        backend: the backend that ran the module.
+        rtol: the relative tolerance used (the manifest's, or its dtype default).
+        atol: the absolute tolerance used.
+        checks: one ResultCheck per reference output (result, max_abs, max_rel, ok).
+    """
 
     bundle: str
     backend: str

@@ -11,6 +11,7 @@ import json
 import os
 from pathlib import Path
 
+from . import progress
 from .backends.enzyme import EnzymeBackend
 from .bundle import open_bundle
 from .bundle.atomic import clean_stale, fsync_dir, temp_path
@@ -66,7 +67,8 @@ def add_vjp(
             f"{bundle.root}: already has a VJP module ({bundle.manifest.vjp.file}); pass "
             "overwrite=True (--overwrite) to derive it again"
         )
-    text = EnzymeBackend(bundle.module).vjp_module_text()
+    with progress.spinner(f"{bundle.root.name}: deriving the VJP module with Enzyme"):
+        text = EnzymeBackend(bundle.module).vjp_module_text()
     try:
         parse_module(text)  # refuse to store anything the loader would refuse
     except JuliaBridgeError as e:

@@ -127,7 +127,7 @@ class EnzymeBackend:
                 "backend='enzyme' needs enzyme-ad, which is not importable here (its wheels "
                 "exist for CPython 3.11 on Linux x86_64/aarch64 and macOS arm64 only). Install "
                 "it with `pip install 'juliabridge[enzyme]'` on such a Python, or use "
-                "backend='xla', which needs no enzyme-ad."
+                "backend='lax' (every transformation) or backend='xla', which need no enzyme-ad."
             )
         from enzyme_ad.jax import hlo_call
 

@@ -81,7 +81,8 @@ class XlaBackend:
         """Not available: XLA cannot differentiate foreign StableHLO in forward mode."""
         raise TransformError(
             f"{self.module.origin}: forward mode (jax.jvp, jax.jacfwd) is not available on "
-            "backend='xla', which differentiates only through a VJP module. Use "
+            "backend='xla', which differentiates only through a VJP module. Use backend='lax' "
+            "(every transformation and order; backend='auto' picks it when every op lifts) or "
             "backend='enzyme' (needs enzyme-ad) for forward mode, or reverse mode (jax.grad, "
             "jax.vjp, jax.jacrev) here."
         )

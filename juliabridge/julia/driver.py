@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import JuliaBridgeError, JuliaExportError, JuliaUnavailable
+from ..progress import enabled as progress_enabled
 
 #: UUID of the JuliaBridge.jl package (julia/Project.toml).
 JULIABRIDGE_UUID = "68228255-5dbd-4b1b-8e33-da13dc0231ec"
@@ -297,7 +298,7 @@ class ProgressDisplay:
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
-                console=Console(stderr=True),
+                console=Console(stderr=True, force_terminal=True),  # only built when asked for
                 transient=True,
             )
 
@@ -506,7 +507,7 @@ def export_script(
         offline=offline,
         notify=lambda m: print(f"juliabridge: {m}", file=sys.stderr),
     )
-    show = sys.stderr.isatty() if progress is None else progress
+    show = progress_enabled(progress)
     with ProgressDisplay(show) as display:
         display.step(0, 0, "starting Julia and loading JuliaBridge (Reactant, Lux)")
         request = {

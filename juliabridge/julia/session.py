@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import CallArgumentError, JuliaExportError, JuliaUnavailable
+from ..progress import enabled as progress_enabled
 from .driver import JULIAPKG_JSON, ProgressDisplay, check_options
 
 if TYPE_CHECKING:
@@ -186,7 +187,7 @@ def export_lux(
         "samples_independent": samples_independent,
     }
     bridge = _bridge(juliacall)
-    show = sys.stderr.isatty() if progress is None else progress
+    show = progress_enabled(progress)
     with ProgressDisplay(show) as display:
         display.step(0, 0, "tracing with Reactant in this Julia session")
         kwargs = {"progress": display.step} if show else {}

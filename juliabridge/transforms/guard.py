@@ -83,8 +83,8 @@ def as_typed(name: str, what: str | None, e: Exception) -> JuliaBridgeError:
             f"{name}: the backend could not compute the {what} of this module "
             f"({type(e).__name__}: {_first_line(e)}). Enzyme does not differentiate "
             "every StableHLO op in every mode (e.g. forward mode through "
-            "reduce_window/max-pooling); use reverse mode (jax.grad/jax.vjp), or "
-            "backend='xla' with a VJP module."
+            "reduce_window/max-pooling); use backend='lax' (JAX's own rules, every mode), "
+            "reverse mode (jax.grad/jax.vjp), or backend='xla' with a VJP module."
         )
     return ExecutionError(
         f"{name}: XLA could not compile or run the module ({type(e).__name__}: "

@@ -130,8 +130,9 @@ ad.primitive_transposes[jvp_p] = _jvp_transpose
 def _no_second_order(primals: Any, tangents: Any, *, target: CallTarget) -> Any:
     raise TransformError(
         f"{target.name}: second-order derivatives (grad of grad, hessian, jvp of a VJP) are not "
-        "available for imported modules; differentiate once, or export the derivative you need "
-        "from Julia as its own bundle"
+        "available on the enzyme and xla backends; use backend='lax' (every order; "
+        "backend='auto' picks it when every op lifts), differentiate once, or export the "
+        "derivative you need from Julia as its own bundle"
     )
 
 

@@ -183,7 +183,8 @@ def derive(module_text: str, mode: str, origin: str) -> str:
                 f"{origin}: Enzyme {e} while deriving the {MODES[mode]} derivative of this "
                 "module (it ran in a separate process, so only the derivation was lost). "
                 "Enzyme cannot differentiate every StableHLO module (e.g. sorts); use "
-                "backend='xla' with a VJP module exported from Julia, or differentiate "
+                "backend='lax', or backend='xla' with a VJP module exported from Julia, or "
+                "differentiate "
                 "another part of the computation." + (f"\n{detail}" if detail else "")
             ) from None
         if debug_enabled():
@@ -194,7 +195,8 @@ def derive(module_text: str, mode: str, origin: str) -> str:
             f"{origin}: Enzyme could not compute the {MODES[mode]} derivative of this module "
             f"({reply.get('error', 'no detail')}). Enzyme does not differentiate every "
             "StableHLO op in every mode (e.g. forward mode through reduce_window/max-pooling); "
-            "use reverse mode (jax.grad/jax.vjp), or backend='xla' with a VJP module. "
+            "use backend='lax' (JAX's own rules, every mode), reverse mode (jax.grad/jax.vjp), "
+            "or backend='xla' with a VJP module. "
             "JULIABRIDGE_DEBUG=1 shows Enzyme's own output."
         )
     text = str(reply["text"])

@@ -1,0 +1,78 @@
+"""README.md says what runs: its Usage block runs as written, its commands exist."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from juliabridge import cli
+
+REPO = Path(__file__).resolve().parent.parent
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def _usage_blocks() -> list[str]:
+    usage = README[README.index("## Usage") : README.index("## What to know")]
+    return re.findall(r"```python\n(.*?)```", usage, re.S)
+
+
+def _expected_prints(block: str) -> list[str]:
+    """What each ``print(...)  # VALUE: why`` line of the block says it prints."""
+    return [
+        m.group(1).strip().strip('"') for m in re.finditer(r"^print\(.*\)  # ([^:]+)", block, re.M)
+    ]
+
+
+def test_the_usage_block_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks = _usage_blocks()
+    assert blocks, "README.md's Usage section has no python block"
+    monkeypatch.chdir(tmp_path)  # the block writes finetuned.h5 where it runs
+    for block in blocks:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(block, "README.md (Usage)", "exec"), {"__name__": "__readme__"})
+        assert out.getvalue().splitlines() == _expected_prints(block)
+    assert (tmp_path / "finetuned.h5").is_file()
+
+
+def test_the_readme_commands_exist() -> None:
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    for line in re.findall(r"```bash\n(.*?)```", README, re.S):
+        for group in re.findall(r"pip install -e '\.\[([a-z,]+)\]'", line):
+            assert set(group.split(",")) <= set(extras), group
+    assert "python -m pytest -q -rs" in README
+    assert "-m pytest -q -rs" in (REPO / ".ci" / "run").read_text()  # CI runs what README says
+    commands = set(cli.build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    for name in re.findall(r"`juliabridge (\w+)", README):
+        assert name in commands, f"README names `juliabridge {name}`, which does not exist"
+
+
+def test_multihost_doc_shows_the_tested_code() -> None:
+    doc = (REPO / "docs" / "multihost.md").read_text(encoding="utf-8")
+    assert "(docs/multihost.md)" in README
+    scripts = " ".join(
+        (REPO / "tests" / "scripts" / name).read_text()
+        for name in ("multiprocess_train.py", "model_parallel_check.py")
+    )
+    scripts = " ".join(scripts.split())
+    code = " ".join(" ".join(re.findall(r"```python\n(.*?)```", doc, re.S)).split())
+    code = code.replace("jax.make_mesh((jax.device_count(),)", "jax.make_mesh((8,)")
+    patterns = (
+        r"jax\.make_mesh\([^)]*\),[^)]*\)\)",
+        r"NamedSharding\(mesh, P\([^)]*\)\)",
+        r"jax\.make_array_from_process_local_data\([^)]*\)\), \w+",
+        r"optax\.\w+\([^)]*\)",
+        r"model\.(?:params|state) = jax\.device_put\([^)]*\)",
+    )
+    found = [m for p in patterns for m in re.findall(p, code)]
+    assert len(found) >= 10, found
+    for snippet in found:
+        snippet = snippet.replace("x_local", "x[local]").replace("y_local", "y[local]")
+        assert snippet in scripts, f"docs/multihost.md shows {snippet!r}, which no test runs"
