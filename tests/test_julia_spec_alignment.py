@@ -33,12 +33,13 @@ from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import stablehlo as _stablehlo
 
 import juliabridge
-from juliabridge import dtypes, params_io
+from juliabridge import dtypes
 from juliabridge.bundle import manifest as spec
 from juliabridge.bundle import schema, writer
 from juliabridge.bundle.digest import dataset_digest
 from juliabridge.bundle.manifest import parse_manifest
 from juliabridge.jaxinternals import make_context
+from juliabridge.lux import params_io
 from juliabridge.stablehlo import artifact, parse_module, sanitize
 from juliabridge.stablehlo.sanitize import walk
 

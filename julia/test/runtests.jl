@@ -88,8 +88,8 @@ import sys
 import jax
 jax.config.update("jax_enable_x64", True)
 from juliabridge.bundle.bundle import open_bundle
-from juliabridge.model import import_lux
-from juliabridge.verify import verify
+from juliabridge.lux.model import import_lux
+from juliabridge.lux.verify import verify
 path = sys.argv[1]
 bundle = open_bundle(path)
 if bundle.module_source != "artifact":

@@ -1,0 +1,5 @@
+"""The ``juliabridge`` command (``python -m juliabridge``): main, export, doctor."""
+
+from .main import main
+
+__all__ = ["main"]
