@@ -1,5 +1,5 @@
 """The ``juliabridge`` command (``python -m juliabridge``): main, export, doctor."""
 
-from .main import main
+from .commands import main
 
 __all__ = ["main"]
