@@ -132,7 +132,7 @@ def _profile_import(bundle: Path) -> dict[str, Any]:
     import jax
 
     from juliabridge.bundle import open_bundle
-    from juliabridge.trees import build_tree
+    from juliabridge.lux.trees import build_tree
 
     phases: dict[str, float] = {}
     t = time.perf_counter()

@@ -42,7 +42,7 @@ HEADLINE = ("model(x)", "fn(*args)")
 
 def flat_arguments(model: juliabridge.LuxModel, x: Any) -> list[Any]:
     """Arrays in @main order: the input, then parameter and state leaves (manifest order)."""
-    from juliabridge.trees import lookup
+    from juliabridge.lux.trees import lookup
 
     out = []
     for a in model.manifest.arguments:

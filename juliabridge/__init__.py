@@ -1,7 +1,6 @@
 """juliabridge: Lux.jl models exported from Julia, as ordinary JAX functions."""
 
 from ._version import __version__
-from .api_mlir import load_mlir
 from .errors import (
     BackendUnavailableError,
     BundleError,
@@ -24,11 +23,11 @@ from .errors import (
     UnsupportedOpError,
     X64DisabledError,
 )
-from .function import ImportedFunction
+from .function import ImportedFunction, load_mlir
 from .julia.session import export_lux
-from .model import LuxModel, import_lux
-from .params_io import load_params, save_params
-from .verify import VerifyReport, verify
+from .lux.model import LuxModel, import_lux
+from .lux.params_io import load_params, save_params
+from .lux.verify import VerifyReport, verify
 
 __all__ = [
     "BackendUnavailableError",

@@ -21,7 +21,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         "pip install equinox"
     ) from e
 
-from .model import LuxModel, import_lux
+from .lux.model import LuxModel, import_lux
 
 __all__ = ["LuxModule"]
 

@@ -1,7 +1,9 @@
-"""ImportedFunction: a loaded module as a JAX-callable with checked arguments."""
+"""ImportedFunction: a loaded module as a JAX-callable with checked arguments; load_mlir makes one
+from a bare Reactant module (path or text)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
@@ -10,9 +12,9 @@ import jax
 import numpy as np
 
 from . import dtypes
-from .backends import Backend
+from .backends import Backend, make_backend, resolve_backend_name
 from .errors import CallArgumentError
-from .stablehlo import StableHLOModule, TensorSpec
+from .stablehlo import StableHLOModule, TensorSpec, parse_module
 from .transforms import CallTarget, call_p
 
 
@@ -197,3 +199,33 @@ class ImportedFunction:
         outs = ", ".join(str(s) for s in self.module.results[:4])
         origin = self.module.origin
         return f"<ImportedFunction {origin} ({ins}{more}) -> ({outs}) [{self.backend.name}]>"
+
+
+def load_mlir(
+    source: str | os.PathLike[str], *, backend: str = "auto", trust: bool = False
+) -> ImportedFunction:
+    """Load a StableHLO module as Reactant prints it; call it with arrays in @main order.
+
+    Args:
+        source: path of a .mlir file, or the module text itself.
+        backend: "auto" (default: "lax" when every op of the module lifts, else "enzyme" where
+            enzyme-ad imports, else "xla"; `fn.fallback_reason` says why lax was not used),
+            "lax" (the module as JAX primitives: every transformation), "enzyme"
+            (enzyme-ad's hlo_call) or "xla" (a jax.export.Exported).
+        trust: admit ops and custom-call targets outside the allowlist (for modules you made
+            yourself; never for files from elsewhere).
+
+    Returns:
+        An ImportedFunction: ``fn(*arrays) -> tuple`` of the results, jittable and
+        differentiable as the backend allows.
+
+    Raises:
+        MLIRParseError: the text does not parse, or the file cannot be read.
+        UnsupportedModuleError: an op, type or custom call is refused (UnsupportedOpError, its
+            subclass, names the op and line when backend="lax" cannot lift it).
+        BackendUnavailableError: backend="enzyme" without enzyme-ad.
+        JuliaBridgeError: an unknown backend name.
+    """
+    backend = resolve_backend_name(backend)  # a typo fails before any parsing work
+    module = parse_module(source, trust=trust)
+    return ImportedFunction(module, make_backend(module, backend, trust=trust))

@@ -35,7 +35,7 @@ sys.stdout = sys.stderr
 import jax  # noqa: E402
 
 import juliabridge  # noqa: E402
-from juliabridge.trees import lookup  # noqa: E402
+from juliabridge.lux.trees import lookup  # noqa: E402
 from tests.bundle_factory import dense_bn_arrays, dense_bn_reference  # noqa: E402
 
 jax.config.update("jax_platforms", "cpu")

@@ -18,9 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from juliabridge import cli
 from juliabridge.bundle.checksum import sha256_file
 from juliabridge.bundle.writer import ArgumentSpec, write_bundle
+from juliabridge.cli import commands as cli
 from juliabridge.exitcodes import EXIT_CODES, exit_code, safe, table_markdown, table_text
 from tests.bundle_factory import edit_manifest, make_dense_bn
 from tests.conftest import require_backend

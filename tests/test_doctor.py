@@ -1,12 +1,12 @@
-"""juliabridge.doctor: the facts it reports match what the installation can really do."""
+"""juliabridge.cli.doctor: the facts it reports match what the installation can really do."""
 
 from __future__ import annotations
 
 import jax
 import pytest
 
-from juliabridge import doctor
 from juliabridge.backends.enzyme import enzyme_available
+from juliabridge.cli import doctor
 
 
 def test_report_matches_the_installation() -> None:

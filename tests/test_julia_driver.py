@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from juliabridge.cli_export import add_export_parser, run_export
+from juliabridge.cli.export import add_export_parser, run_export
 from juliabridge.errors import JuliaBridgeError, JuliaExportError, JuliaUnavailable
 from juliabridge.julia import driver
 from juliabridge.julia.driver import (
@@ -417,7 +417,7 @@ def test_cli_in_a_fresh_process(no_julia: Path, tmp_path: Path) -> None:
     code = textwrap.dedent(
         """
         import argparse, sys
-        from juliabridge.cli_export import add_export_parser
+        from juliabridge.cli.export import add_export_parser
         parser = argparse.ArgumentParser(prog="juliabridge")
         add_export_parser(parser.add_subparsers(dest="command", required=True))
         args = parser.parse_args(sys.argv[1:])

@@ -33,12 +33,13 @@ from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import stablehlo as _stablehlo
 
 import juliabridge
-from juliabridge import dtypes, params_io
+from juliabridge import dtypes
 from juliabridge.bundle import manifest as spec
-from juliabridge.bundle import writer
+from juliabridge.bundle import schema, writer
 from juliabridge.bundle.digest import dataset_digest
 from juliabridge.bundle.manifest import parse_manifest
 from juliabridge.jaxinternals import make_context
+from juliabridge.lux import params_io
 from juliabridge.stablehlo import artifact, parse_module, sanitize
 from juliabridge.stablehlo.sanitize import walk
 
@@ -203,10 +204,10 @@ def _python_regex(julia: str) -> re.Pattern[str]:
 def test_julia_patterns_accept_what_the_reader_accepts(name: str, samples: list[str]) -> None:
     ours = _python_regex(julia_const(name))
     theirs = {
-        "NAME_RE": spec._NAME,
-        "VERSION_RE": spec._VERSION,
-        "HEX64_RE": spec._SHA,
-        "DATASET_RE": spec._DATASET,
+        "NAME_RE": schema.NAME_RE,
+        "VERSION_RE": schema.VERSION_RE,
+        "HEX64_RE": schema.SHA_RE,
+        "DATASET_RE": schema.DATASET_RE,
     }[name]
     for s in samples:
         assert bool(ours.match(s)) == bool(theirs.match(s)), s

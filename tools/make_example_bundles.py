@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from juliabridge.bundle.upgrade import upgrade_bundle  # noqa: E402
+from juliabridge.bundle.vjp_bundle import add_vjp  # noqa: E402
 from juliabridge.examples.luxmodels import build_bundle  # noqa: E402
-from juliabridge.vjp_bundle import add_vjp  # noqa: E402
 
 EXAMPLES_DIR = REPO / "juliabridge" / "examples"
 

@@ -36,8 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Core modules sampled on every run: small, and quick to test.
 SMOKE_FILES = [
-    "juliabridge/trees.py",
-    "juliabridge/batchsize.py",
+    "juliabridge/lux/trees.py",
+    "juliabridge/lux/batchsize.py",
     "juliabridge/function.py",
     "juliabridge/dtypes.py",
     "juliabridge/backends/lax/evaluate.py",

@@ -6,6 +6,7 @@ using JuliaBridge
 using JuliaBridge: main_signature, unsupported_ops, decode_from_hdf5, julia_eltype
 using HDF5: HDF5
 using JSON: JSON
+using JSONSchema: JSONSchema
 using Lux
 using Random
 using Reactant: Reactant
@@ -25,6 +26,15 @@ end
 at_output(y, st, path) = first(path) == "output" ? at_path(y, path[2:end]) : at_path(st, path[2:end])
 
 read_manifest(dir) = JSON.parsefile(joinpath(dir, "manifest.json"))
+
+# The published JSON Schema of manifest.json, generated from the Python reader's declarations
+# (juliabridge/bundle/schema.py). JSONSchema.jl 1.5 (JuliaIO/JSONSchema.jl, src/schema.jl:244,
+# `Schema(::AbstractDict)`, src/validation.jl:68, `validate(schema, x)` returning `nothing` when
+# valid, else the first issue) reads draft-07 with if/then/else and local "#/definitions" refs.
+const MANIFEST_SCHEMA = JSONSchema.Schema(
+    JSON.parsefile(joinpath(@__DIR__, "..", "..", "docs", "bundle-manifest.schema.json")),
+)
+schema_issue(m) = JSONSchema.validate(MANIFEST_SCHEMA, m)
 
 function read_dataset(dir, dspath)
     return HDF5.h5open(joinpath(dir, "weights.h5"), "r") do f
@@ -78,8 +88,8 @@ import sys
 import jax
 jax.config.update("jax_enable_x64", True)
 from juliabridge.bundle.bundle import open_bundle
-from juliabridge.model import import_lux
-from juliabridge.verify import verify
+from juliabridge.lux.model import import_lux
+from juliabridge.lux.verify import verify
 path = sys.argv[1]
 bundle = open_bundle(path)
 if bundle.module_source != "artifact":
@@ -183,6 +193,7 @@ function export_and_check(tag, model, ps, st, x; mode=:test, vjp=false)
 
     @testset "$tag: the manifest follows the spec" begin
         @test JuliaBridge.check_manifest(m) === nothing
+        @test schema_issue(m) === nothing
         if PYTHON === nothing
             @test_skip "the Python reader (no Python with juliabridge here)"
         else
@@ -663,6 +674,28 @@ changed(change!, m) = (m2 = deepcopy(m); change!(m2); m2)
             m -> (m["metadata"] = foldl((inner, _) -> Dict("a" => inner), 1:70; init=1)),   # nests past 64 levels
         )
             @test_throws JuliaBridge.ExportError JuliaBridge.check_manifest(changed(change!, m))
+        end
+    end
+
+    @testset "the published schema refuses structural faults" begin
+        m = read_manifest(joinpath(TMP, "dense.bundle"))
+        @test schema_issue(m) === nothing
+        for change! in (
+            m -> (m["examples"]["outputs"] = Any[]),
+            m -> (m["name"] = "dense\n"),
+            m -> (m["batch"]["size"] = 0),
+            m -> (m["module"]["sha256"] = "ABC"),
+            m -> (m["module"]["file"] = "../model.mlir"),
+            m -> (m["arguments"][2]["path"] = ["layer_1", "a/b"]),
+            m -> (m["arguments"][2]["path"] = Any[]),
+            m -> (m["arguments"][2]["dtype"] = "f128"),
+            m -> delete!(m["arguments"][2], "sha256"),
+            m -> (m["results"][1]["paths"] = Any[]),
+            m -> (m["static_state"] = [Dict("path" => ["n"], "value" => 1, "julia_type" => "x"^257)]),
+            m -> (m["producer"]["made_with_julia"] = false),
+            m -> (m["mode"] = "train"),   # with samples_independent true
+        )
+            @test schema_issue(changed(change!, m)) !== nothing
         end
     end
 

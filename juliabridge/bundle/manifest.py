@@ -1,12 +1,14 @@
 """manifest.json: parsing and validation against docs/bundle-format.md (format versions 1 and 2).
 
-Format 2 is what writers write; format 1 is still read (spec §8 lists the differences).
+Format 2 is what writers write; format 1 is still read (spec §8 lists the differences). The
+structure of each object and field is declared once, in schema.py (which also writes the
+published JSON Schema); this module reads a manifest through it and adds the rules that relate
+one part of a manifest to another.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,40 +16,71 @@ from typing import Any
 from .. import dtypes
 from ..errors import BundleVersionError, ManifestError, UnsafeBundleError
 from ..stablehlo.nesting import JSON_SKIP, max_depth
+from .schema import (
+    FORMAT,
+    FORMAT_FIELD,
+    FORMAT_VERSION,
+    JULIA_TOOL,
+    MANIFEST,
+    MAX_DEPTH,
+    MAX_JULIA_TYPE,
+    MAX_PATH_STEP,
+    MAX_RANK,
+    MAX_STATIC_STRING,
+    MODES,
+    READABLE_VERSIONS,
+    ROLES,
+    safe_file_name,
+    typed,
+    version_tuple,
+)
+from .schema import fail as _fail
 
-FORMAT = "juliabridge.bundle"
-#: The version writers write.
-FORMAT_VERSION = 2
-#: Every version this reader reads.
-READABLE_VERSIONS = (1, 2)
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "JULIA_TOOL",
+    "MANIFEST_NAME",
+    "MAX_DEPTH",
+    "MAX_JULIA_TYPE",
+    "MAX_MANIFEST_BYTES",
+    "MAX_PATH_STEP",
+    "MAX_RANK",
+    "MAX_STATIC_STRING",
+    "MAX_TENSOR_BYTES",
+    "MODES",
+    "READABLE_VERSIONS",
+    "ROLES",
+    "AliasEntry",
+    "ArgumentEntry",
+    "ArtifactRef",
+    "BatchInfo",
+    "ExampleEntry",
+    "Examples",
+    "FileRef",
+    "LuxPath",
+    "Manifest",
+    "PathStep",
+    "Producer",
+    "ResultEntry",
+    "StaticLeaf",
+    "default_tolerances",
+    "format_path",
+    "load_manifest",
+    "parse_manifest",
+    "safe_file_name",
+    "tensor_bytes",
+    "version_tuple",
+]
+
 MANIFEST_NAME = "manifest.json"
 MAX_MANIFEST_BYTES = 64 << 20
-MAX_DEPTH = 64
-MAX_RANK = 64
 #: Largest array (in bytes) any argument or result may declare: 256 GiB. Checked on the
 #: manifest alone, before any file is opened, so absurd claims (e.g. 10^12 elements) fail at once.
 MAX_TENSOR_BYTES = 1 << 38
-ROLES = ("input", "parameter", "state")
-MODES = ("test", "train")
-#: Largest integer path step (a 1-based Tuple position or Array index; spec §3.8).
-MAX_PATH_STEP = 1 << 31
-#: Longest static_state string value and julia_type (spec §3.11).
-MAX_STATIC_STRING = 4096
-MAX_JULIA_TYPE = 256
 
 PathStep = str | int
 LuxPath = tuple[PathStep, ...]
-
-_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}\Z")
-_SHA = re.compile(r"[0-9a-f]{64}\Z")
-_DATASET = re.compile(r"/[^\x00]{1,4096}\Z")
-_VERSION = re.compile(r"(0|[1-9][0-9]{0,5})\.(0|[1-9][0-9]{0,5})\.(0|[1-9][0-9]{0,5})\Z")
-
-
-def version_tuple(version: str) -> tuple[int, int, int]:
-    """``"1.17.0"`` as ``(1, 17, 0)``, for comparing StableHLO versions numerically."""
-    major, minor, patch = (int(p) for p in version.split("."))
-    return major, minor, patch
 
 
 @dataclass(frozen=True)
@@ -216,72 +249,6 @@ def format_path(root: str, path: LuxPath) -> str:
     return text or "<root>"
 
 
-# --- validation helpers -------------------------------------------------------------------
-
-
-def _fail(where: str, msg: str) -> ManifestError:
-    return ManifestError(f"manifest.json: {where}: {msg}")
-
-
-def _get(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if key not in obj:
-        raise _fail(where, f"missing required key {key!r}")
-    return _typed(obj[key], kind, f"{where}.{key}")
-
-
-def _opt(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if obj.get(key) is None:
-        return None
-    return _typed(obj[key], kind, f"{where}.{key}")
-
-
-def _typed(value: Any, kind: type | tuple[type, ...], where: str) -> Any:
-    # bool is an int in Python; a manifest saying `"index": true` is still wrong.
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        names = " or ".join(k.__name__ for k in kinds)
-        raise _fail(where, f"expected {names}, found {type(value).__name__} {value!r:.80}")
-    return value
-
-
-def _int(value: Any, where: str, *, lo: int = 0, hi: int = 1 << 62) -> int:
-    v = _typed(value, int, where)
-    if not lo <= v <= hi:
-        raise _fail(where, f"expected an integer in [{lo}, {hi}], found {v}")
-    return int(v)
-
-
-def _shape(value: Any, where: str) -> tuple[int, ...]:
-    items = _typed(value, list, where)
-    if len(items) > MAX_RANK:
-        raise _fail(where, f"rank {len(items)} exceeds the limit of {MAX_RANK}")
-    return tuple(_int(d, f"{where}[{i}]", hi=1 << 40) for i, d in enumerate(items))
-
-
-def _path(value: Any, where: str) -> LuxPath:
-    steps = _typed(value, list, where)
-    if len(steps) > MAX_DEPTH:
-        raise _fail(where, f"path deeper than {MAX_DEPTH} steps")
-    out: list[PathStep] = []
-    for i, s in enumerate(steps):
-        s = _typed(s, (str, int), f"{where}[{i}]")
-        if isinstance(s, int) and not 1 <= s <= MAX_PATH_STEP:
-            raise _fail(
-                f"{where}[{i}]",
-                f"integer path steps are 1-based Julia positions in [1, {MAX_PATH_STEP}], "
-                f"found {s}",
-            )
-        if isinstance(s, str):
-            _utf8(s, f"{where}[{i}]")
-        if isinstance(s, str) and (not s or s in (".", "..") or "/" in s or "\x00" in s):
-            raise _fail(
-                f"{where}[{i}]",
-                f"field name {s!r} cannot be an HDF5 name (empty, '.', '..' or containing '/')",
-            )
-        out.append(s)
-    return tuple(out)
-
-
 def tensor_bytes(shape: tuple[int, ...], dtype: str) -> int:
     """Bytes of an array of `shape` and MLIR element type `dtype` (numpy itemsize)."""
     n = dtypes.to_numpy(dtype).itemsize
@@ -301,236 +268,6 @@ def _check_size(shape: tuple[int, ...], dtype: str, where: str) -> None:
         )
 
 
-def _utf8(text: str, where: str) -> str:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise _fail(where, f"{text!r:.80} is not valid Unicode (lone surrogate)") from None
-    return text
-
-
-def _dataset_name(value: str, where: str) -> str:
-    if not _DATASET.match(value):
-        raise _fail(
-            where,
-            f"expected an absolute HDF5 path like '/params/layer_1/weight', found {value!r:.80}",
-        )
-    return _utf8(value, where)
-
-
-def _dtype(value: Any, where: str) -> str:
-    d = _typed(value, str, where)
-    if not dtypes.is_known(d):
-        raise _fail(
-            where, f"unknown element type {d!r}; expected one of {', '.join(dtypes.MLIR_TO_NUMPY)}"
-        )
-    return d
-
-
-def safe_file_name(name: str, where: str) -> str:
-    """Refuse file names that could leave the bundle directory (absolute, .., separators)."""
-    try:
-        name.encode("utf-8")
-        printable = all(ch.isprintable() for ch in name)
-    except UnicodeEncodeError:
-        printable = False
-    if (
-        not name
-        or name in (".", "..")
-        or "/" in name
-        or "\\" in name
-        or "\x00" in name
-        or name.startswith("~")
-        or not printable
-        or len(name) > 255
-    ):
-        raise UnsafeBundleError(
-            f"manifest.json: {where}: file name {name!r} is not a plain name inside the bundle "
-            "directory (no paths, no '..'); a bundle may only refer to its own files"
-        )
-    return name
-
-
-def _sha(value: Any, where: str) -> str:
-    sha = _typed(value, str, where)
-    if not _SHA.match(sha):
-        raise _fail(where, f"expected 64 lowercase hex digits, found {sha!r:.80}")
-    return sha
-
-
-def _version(value: Any, where: str) -> str:
-    text = _typed(value, str, where)
-    if not _VERSION.match(text):
-        raise _fail(where, f"expected a StableHLO version MAJOR.MINOR.PATCH, found {text!r:.80}")
-    return text
-
-
-def _artifact(value: Any, where: str) -> ArtifactRef:
-    obj = _typed(value, dict, where)
-    written_at = _version(_get(obj, "stablehlo_version", str, where), f"{where}.stablehlo_version")
-    target = _version(_get(obj, "target", str, where), f"{where}.target")
-    if version_tuple(target) > version_tuple(written_at):
-        raise _fail(
-            f"{where}.target",
-            f"target {target} is newer than the writer's StableHLO {written_at}; a writer can "
-            "only serialize to its own version or an older one",
-        )
-    return ArtifactRef(
-        file=safe_file_name(_get(obj, "file", str, where), f"{where}.file"),
-        sha256=_sha(_get(obj, "sha256", str, where), f"{where}.sha256"),
-        stablehlo_version=written_at,
-        target=target,
-    )
-
-
-def _file_ref(
-    value: Any, where: str, *, version: int, sha_required: bool = True, artifact: bool = False
-) -> FileRef:
-    obj = _typed(value, dict, where)
-    name = safe_file_name(_get(obj, "file", str, where), f"{where}.file")
-    if sha_required or version == 1:
-        sha: str | None = _sha(_get(obj, "sha256", str, where), f"{where}.sha256")
-    else:
-        sha = None if obj.get("sha256") is None else _sha(obj["sha256"], f"{where}.sha256")
-    art = None
-    if artifact and version >= 2 and obj.get("artifact") is not None:
-        art = _artifact(obj["artifact"], f"{where}.artifact")
-    return FileRef(name, sha, art)
-
-
-#: producer.tool of bundles written by the Julia package; only those say made_with_julia.
-JULIA_TOOL = "JuliaBridge.jl"
-
-
-def _producer(value: Any) -> Producer:
-    w = "producer"
-    obj = _typed(value, dict, w)
-    made = _get(obj, "made_with_julia", bool, w)
-    tool = _get(obj, "tool", str, w)
-    if made != (tool == JULIA_TOOL):
-        raise _fail(
-            f"{w}.made_with_julia",
-            f"made_with_julia is {str(made).lower()} but tool is {tool!r}; it is true exactly "
-            f"when tool is {JULIA_TOOL!r} (spec §3.2)",
-        )
-    versions = {k: _opt(obj, k, str, w) for k in ("julia", "lux", "reactant")}
-    for key, v in versions.items():
-        if made and v is None:
-            raise _fail(f"{w}.{key}", "expected the version string of a bundle made with Julia")
-        if not made and v is not None:
-            raise _fail(
-                f"{w}.{key}", f"expected null for a bundle made without Julia, found {v!r:.80}"
-            )
-    return Producer(
-        tool=tool,
-        tool_version=_get(obj, "tool_version", str, w),
-        julia=versions["julia"],
-        lux=versions["lux"],
-        reactant=versions["reactant"],
-        made_with_julia=made,
-        note=_opt(obj, "note", str, w),
-        created=_opt(obj, "created", str, w),
-    )
-
-
-def _argument(value: Any, i: int, version: int) -> ArgumentEntry:
-    w = f"arguments[{i}]"
-    obj = _typed(value, dict, w)
-    index = _int(_get(obj, "index", int, w), f"{w}.index")
-    if index != i:
-        raise _fail(
-            w, f"index is {index} but the entry is number {i}; entries must be in @main order"
-        )
-    role = _get(obj, "role", str, w)
-    if role not in ROLES:
-        raise _fail(f"{w}.role", f"expected one of {', '.join(ROLES)}, found {role!r}")
-    shape = _shape(_get(obj, "shape", list, w), f"{w}.shape")
-    julia_shape = _shape(_get(obj, "julia_shape", list, w), f"{w}.julia_shape")
-    if julia_shape != tuple(reversed(shape)):
-        raise _fail(w, f"julia_shape {list(julia_shape)} is not shape {list(shape)} reversed")
-    dtype = _dtype(_get(obj, "dtype", str, w), f"{w}.dtype")
-    _check_size(shape, dtype, f"{w}.shape")
-    dataset = _opt(obj, "dataset", str, w)
-    if dataset is not None:
-        dataset = _dataset_name(dataset, f"{w}.dataset")
-    if role != "input" and dataset is None:
-        raise _fail(w, f"a {role} needs the HDF5 'dataset' that holds its value")
-    if role == "input" and dataset is not None:
-        raise _fail(
-            f"{w}.dataset",
-            "an input has no dataset (its example value, if any, is in examples.inputs)",
-        )
-    sha = None
-    if version >= 2 and dataset is not None:
-        sha = _sha(_get(obj, "sha256", str, w), f"{w}.sha256")
-    path = _path(_get(obj, "path", list, w), f"{w}.path")
-    if role != "input" and not path:
-        raise _fail(
-            f"{w}.path", f"a {role} path names a leaf inside the tree, so it cannot be empty"
-        )
-    batch_axis = _opt(obj, "batch_axis", int, w)
-    if batch_axis is not None and not 0 <= batch_axis < max(len(shape), 1):
-        raise _fail(f"{w}.batch_axis", f"axis {batch_axis} out of range for rank {len(shape)}")
-    tied = tuple(
-        _path(p, f"{w}.tied_paths[{k}]")
-        for k, p in enumerate(_typed(obj.get("tied_paths", []), list, f"{w}.tied_paths"))
-    )
-    return ArgumentEntry(
-        index=index,
-        role=role,
-        path=path,
-        dtype=dtype,
-        shape=shape,
-        julia_shape=julia_shape,
-        dataset=dataset,
-        batch_axis=batch_axis,
-        tied_paths=tied,
-        sha256=sha,
-    )
-
-
-def _output_path(value: Any, where: str) -> LuxPath:
-    p = _path(value, where)
-    if not p or p[0] not in ("output", "state"):
-        raise _fail(where, f"an output path starts with 'output' or 'state', found {list(p)}")
-    return p
-
-
-def _result(value: Any, k: int, version: int, n_args: int) -> ResultEntry:
-    w = f"results[{k}]"
-    obj = _typed(value, dict, w)
-    index = _int(_get(obj, "index", int, w), f"{w}.index")
-    if index != k:
-        raise _fail(
-            w, f"index is {index} but the entry is number {k}; entries must be in @main order"
-        )
-    echo_of = None
-    if version >= 2 and obj.get("echo_of") is not None:
-        if n_args == 0:
-            raise _fail(f"{w}.echo_of", "refers to an argument but @main has none")
-        echo_of = _int(obj["echo_of"], f"{w}.echo_of", hi=n_args - 1)
-    paths = _get(obj, "paths", list, w)
-    if not paths and echo_of is None:
-        raise _fail(
-            f"{w}.paths",
-            "a result needs at least one output path (only a result with echo_of may have none)",
-        )
-    shape = _shape(_get(obj, "shape", list, w), f"{w}.shape")
-    dtype = _dtype(_get(obj, "dtype", str, w), f"{w}.dtype")
-    _check_size(shape, dtype, f"{w}.shape")
-    batch_axis = _opt(obj, "batch_axis", int, w)
-    if batch_axis is not None and not 0 <= batch_axis < max(len(shape), 1):
-        raise _fail(f"{w}.batch_axis", f"axis {batch_axis} out of range for rank {len(shape)}")
-    return ResultEntry(
-        index=index,
-        paths=tuple(_output_path(p, f"{w}.paths[{j}]") for j, p in enumerate(paths)),
-        dtype=dtype,
-        shape=shape,
-        batch_axis=batch_axis,
-        echo_of=echo_of,
-    )
-
-
 def default_tolerances(result_dtypes: list[str] | tuple[str, ...]) -> tuple[float, float]:
     """(rtol, atol) for verify when the manifest gives none (spec §3.7).
 
@@ -546,37 +283,100 @@ def default_tolerances(result_dtypes: list[str] | tuple[str, ...]) -> tuple[floa
     return 0.0, 0.0
 
 
+# --- from the validated structure to the Manifest -------------------------------------------
+
+
+def _in_range(value: int, where: str, hi: int) -> int:
+    if not 0 <= value <= hi:
+        raise _fail(where, f"expected an integer in [0, {hi}], found {value}")
+    return value
+
+
+def _file_ref(d: dict[str, Any]) -> FileRef:
+    art = d.get("artifact")
+    return FileRef(
+        d["file"],
+        d["sha256"],
+        None if art is None else ArtifactRef(**{k: art[k] for k in ARTIFACT_KEYS}),
+    )
+
+
+ARTIFACT_KEYS = ("file", "sha256", "stablehlo_version", "target")
+
+
+def _argument(d: dict[str, Any], i: int) -> ArgumentEntry:
+    w = f"arguments[{i}]"
+    if d["index"] != i:
+        raise _fail(
+            w, f"index is {d['index']} but the entry is number {i}; entries must be in @main order"
+        )
+    shape, julia_shape = d["shape"], d["julia_shape"]
+    if julia_shape != tuple(reversed(shape)):
+        raise _fail(w, f"julia_shape {list(julia_shape)} is not shape {list(shape)} reversed")
+    _check_size(shape, d["dtype"], f"{w}.shape")
+    return ArgumentEntry(
+        index=i,
+        role=d["role"],
+        path=d["path"],
+        dtype=d["dtype"],
+        shape=shape,
+        julia_shape=julia_shape,
+        dataset=d["dataset"],
+        batch_axis=d["batch_axis"],
+        tied_paths=d["tied_paths"],
+        sha256=d.get("sha256") if d["dataset"] is not None else None,
+    )
+
+
+def _result(d: dict[str, Any], k: int, n_args: int) -> ResultEntry:
+    w = f"results[{k}]"
+    if d["index"] != k:
+        raise _fail(
+            w, f"index is {d['index']} but the entry is number {k}; entries must be in @main order"
+        )
+    echo_of = d.get("echo_of")
+    if echo_of is not None:
+        if n_args == 0:
+            raise _fail(f"{w}.echo_of", "refers to an argument but @main has none")
+        _in_range(echo_of, f"{w}.echo_of", n_args - 1)
+    _check_size(d["shape"], d["dtype"], f"{w}.shape")
+    return ResultEntry(
+        index=k,
+        paths=d["paths"],
+        dtype=d["dtype"],
+        shape=d["shape"],
+        batch_axis=d["batch_axis"],
+        echo_of=echo_of,
+    )
+
+
 def _example_entries(
-    obj: dict[str, Any], group: str, key: str, limit: int, version: int
+    entries: tuple[dict[str, Any], ...], group: str, key: str, limit: int
 ) -> tuple[ExampleEntry, ...]:
     out: list[ExampleEntry] = []
     seen: dict[int, int] = {}
-    for j, e in enumerate(_get(obj, group, list, "examples")):
-        w = f"examples.{group}[{j}]"
-        e = _typed(e, dict, w)
+    for j, e in enumerate(entries):
+        w = f"examples.{group}[{j}].{key}"
         if limit == 0:
-            raise _fail(f"{w}.{key}", f"refers to a {key} but @main has none")
-        index = _int(_get(e, key, int, w), f"{w}.{key}", hi=limit - 1)
+            raise _fail(w, f"refers to a {key} but @main has none")
+        index = _in_range(e[key], w, limit - 1)
         if index in seen:
             raise _fail(
-                f"{w}.{key}",
+                w,
                 f"{key} {index} is also given by examples.{group}[{seen[index]}]; each "
                 "appears once",
             )
         seen[index] = j
-        dataset = _dataset_name(_get(e, "dataset", str, w), f"{w}.dataset")
-        sha = _sha(_get(e, "sha256", str, w), f"{w}.sha256") if version >= 2 else None
-        out.append(ExampleEntry(index, dataset, sha))
+        out.append(ExampleEntry(index, e["dataset"], e.get("sha256")))
     return tuple(out)
 
 
 def _examples(
-    value: Any, args: tuple[ArgumentEntry, ...], results: tuple[ResultEntry, ...], version: int
+    d: dict[str, Any], args: tuple[ArgumentEntry, ...], results: tuple[ResultEntry, ...]
 ) -> Examples:
     w = "examples"
-    obj = _typed(value, dict, w)
-    ins = _example_entries(obj, "inputs", "argument", len(args), version)
-    outs = _example_entries(obj, "outputs", "result", len(results), version)
+    ins = _example_entries(d["inputs"], "inputs", "argument", len(args))
+    outs = _example_entries(d["outputs"], "outputs", "result", len(results))
     for j, e in enumerate(ins):
         if args[e.index].role != "input":
             raise _fail(
@@ -590,68 +390,13 @@ def _examples(
             f"{w}.inputs",
             f"no value for input argument(s) {missing}; the examples give every input",
         )
-    if not outs:
-        raise _fail(f"{w}.outputs", "expected at least one reference output")
-    rtol_default, atol_default = default_tolerances([results[e.index].dtype for e in outs])
-    tolerances = []
-    for key, default in (("rtol", rtol_default), ("atol", atol_default)):
-        v = obj.get(key)
-        v = default if v is None else float(_typed(v, (int, float), f"{w}.{key}"))
-        if not 0 <= v < 1e6:
-            raise _fail(f"{w}.{key}", f"expected a number in [0, 1e6), found {v}")
-        tolerances.append(v)
-    return Examples(ins, outs, tolerances[0], tolerances[1])
-
-
-def _static_value(value: Any, where: str) -> bool | int | float | str | None:
-    if value is None or isinstance(value, bool | float):
-        return value  # strict JSON has no NaN/Infinity, so floats are finite
-    if isinstance(value, int):
-        if not -(1 << 63) <= value < (1 << 64):
-            raise _fail(where, f"integer {value} fits neither Int64 nor UInt64")
-        return value
-    if isinstance(value, str):
-        if len(value) > MAX_STATIC_STRING:
-            raise _fail(where, f"string longer than {MAX_STATIC_STRING} characters")
-        return _utf8(value, where)
-    raise _fail(
-        where,
-        f"expected a JSON scalar (null, boolean, number or string), found {type(value).__name__}",
+    rtol, atol = default_tolerances([results[e.index].dtype for e in outs])
+    return Examples(
+        ins,
+        outs,
+        rtol if d["rtol"] is None else d["rtol"],
+        atol if d["atol"] is None else d["atol"],
     )
-
-
-def _static_state(value: Any) -> tuple[StaticLeaf, ...]:
-    out = []
-    for j, e in enumerate(_typed(value, list, "static_state")):
-        w = f"static_state[{j}]"
-        e = _typed(e, dict, w)
-        path = _path(_get(e, "path", list, w), f"{w}.path")
-        if not path:
-            raise _fail(f"{w}.path", "a state path names a leaf inside st, so it cannot be empty")
-        if "value" not in e:
-            raise _fail(w, "missing required key 'value'")
-        julia_type = _get(e, "julia_type", str, w)
-        if not 0 < len(julia_type) <= MAX_JULIA_TYPE or not julia_type.isprintable():
-            raise _fail(
-                f"{w}.julia_type",
-                f"expected a Julia type name of 1 to {MAX_JULIA_TYPE} printable characters, "
-                f"found {julia_type!r:.80}",
-            )
-        out.append(StaticLeaf(path, _static_value(e["value"], f"{w}.value"), julia_type))
-    return tuple(out)
-
-
-def _empty(value: Any) -> dict[str, tuple[LuxPath, ...]]:
-    if value is None:
-        return {}
-    obj = _typed(value, dict, "empty")
-    out = {}
-    for group in ("params", "state"):
-        paths = _typed(obj.get(group, []), list, f"empty.{group}")
-        out[group] = tuple(_path(p, f"empty.{group}[{i}]") for i, p in enumerate(paths))
-        if any(not p for p in out[group]):
-            raise _fail(f"empty.{group}", "the root cannot be listed as an empty container")
-    return out
 
 
 def parse_manifest(obj: Any) -> Manifest:
@@ -669,13 +414,12 @@ def parse_manifest(obj: Any) -> Manifest:
         UnsafeBundleError: a file name could leave the bundle directory.
         BundleVersionError: the manifest is of a newer format than this reader knows.
     """
-    obj = _typed(obj, dict, "top level")
-    fmt = _get(obj, "format", str, "top level")
-    if fmt != FORMAT:
-        raise _fail(
-            "format", f"expected {FORMAT!r}, found {fmt!r}; this is not a juliabridge bundle"
-        )
-    version = _get(obj, "format_version", int, "top level")
+    obj = typed(obj, dict, "top level")
+    for key in ("format", "format_version"):
+        if key not in obj:
+            raise _fail("top level", f"missing required key {key!r}")
+    FORMAT_FIELD.node.check(obj["format"], "format", FORMAT_VERSION)
+    version = typed(obj["format_version"], int, "format_version")
     if version > max(READABLE_VERSIONS):
         raise BundleVersionError(
             f"manifest.json: format_version {version} is newer than this juliabridge reads "
@@ -687,78 +431,53 @@ def parse_manifest(obj: Any) -> Manifest:
             "format_version",
             f"expected {' or '.join(map(str, READABLE_VERSIONS))}, found {version}",
         )
-    name = _get(obj, "name", str, "top level")
-    if not _NAME.match(name):
-        raise _fail("name", f"expected 1-128 characters of [A-Za-z0-9_.-], found {name!r:.80}")
-    mode = _get(obj, "mode", str, "top level")
-    if mode not in MODES:
-        raise _fail("mode", f"expected 'test' or 'train', found {mode!r}")
-    args = tuple(
-        _argument(a, i, version) for i, a in enumerate(_get(obj, "arguments", list, "top level"))
-    )
-    results = tuple(
-        _result(r, k, version, len(args))
-        for k, r in enumerate(_get(obj, "results", list, "top level"))
-    )
+    d = MANIFEST.check(obj, "top level", version)
+    args = tuple(_argument(a, i) for i, a in enumerate(d["arguments"]))
+    results = tuple(_result(r, k, len(args)) for k, r in enumerate(d["results"]))
     aliases = []
-    for j, a in enumerate(_get(obj, "aliases", list, "top level")):
+    for j, a in enumerate(d["aliases"]):
         w = f"aliases[{j}]"
-        a = _typed(a, dict, w)
-        arg = _int(_get(a, "argument", int, w), f"{w}.argument", hi=max(len(args) - 1, 0))
         if not args:
             raise _fail(w, "refers to an argument but @main has none")
-        aliases.append(AliasEntry(_output_path(_get(a, "path", list, w), f"{w}.path"), arg))
-    batch = None
-    if obj.get("batch") is not None:
-        b = _typed(obj["batch"], dict, "batch")
-        batch = BatchInfo(
-            _int(_get(b, "size", int, "batch"), "batch.size", lo=1),
-            _get(b, "samples_independent", bool, "batch"),
+        aliases.append(
+            AliasEntry(a["path"], _in_range(a["argument"], f"{w}.argument", len(args) - 1))
         )
-        if mode == "train" and batch.samples_independent:
-            raise _fail(
-                "batch.samples_independent",
-                "expected false in train mode: training-mode layers such as BatchNorm mix "
-                "samples, so splitting a batch would silently change the results",
-            )
-    examples = None
-    if obj.get("examples") is not None:
-        examples = _examples(obj["examples"], args, results, version)
-    metadata = obj.get("metadata") or {}
-    static_state: tuple[StaticLeaf, ...] = ()
-    if version >= 2 and obj.get("static_state") is not None:
-        static_state = _static_state(obj["static_state"])
+    b = d["batch"]
+    empty = d["empty"]
     manifest = Manifest(
-        name=name,
-        producer=_producer(_get(obj, "producer", dict, "top level")),
-        module=_file_ref(
-            _get(obj, "module", dict, "top level"), "module", version=version, artifact=True
-        ),
-        weights=_file_ref(
-            _get(obj, "weights", dict, "top level"),
-            "weights",
-            version=version,
-            sha_required=False,
-        ),
-        mode=mode,
+        name=d["name"],
+        producer=Producer(**{k: d["producer"][k] for k in PRODUCER_KEYS}),
+        module=_file_ref(d["module"]),
+        weights=_file_ref(d["weights"]),
+        mode=d["mode"],
         arguments=args,
         results=results,
         aliases=tuple(aliases),
-        batch=batch,
-        examples=examples,
-        vjp=(
-            _file_ref(obj["vjp"], "vjp", version=version, artifact=True)
-            if obj.get("vjp") is not None
-            else None
-        ),
-        metadata=_typed(metadata, dict, "metadata"),
-        empty=_empty(obj.get("empty")),
+        batch=None if b is None else BatchInfo(b["size"], b["samples_independent"]),
+        examples=None if d["examples"] is None else _examples(d["examples"], args, results),
+        vjp=None if d["vjp"] is None else _file_ref(d["vjp"]),
+        metadata=dict(d["metadata"]),
+        empty={} if empty is None else {g: empty[g] for g in ("params", "state")},
         format_version=version,
-        static_state=static_state,
+        static_state=tuple(
+            StaticLeaf(e["path"], e["value"], e["julia_type"]) for e in d.get("static_state", ())
+        ),
     )
     _check_files(manifest)
     _check_consistency(manifest)
     return manifest
+
+
+PRODUCER_KEYS = (
+    "tool",
+    "tool_version",
+    "julia",
+    "lux",
+    "reactant",
+    "made_with_julia",
+    "note",
+    "created",
+)
 
 
 def _check_files(m: Manifest) -> None:

@@ -28,7 +28,7 @@ from ..progress import enabled as progress_enabled
 from .driver import JULIAPKG_JSON, ProgressDisplay, check_options
 
 if TYPE_CHECKING:
-    from ..model import LuxModel
+    from ..lux.model import LuxModel
 
 #: NumPy element types juliacall hands to Julia as a PyArray of the same Julia type.
 _NUMPY_KINDS = "biufc"
@@ -198,7 +198,7 @@ def export_lux(
         except Exception as exc:  # a juliacall.JuliaError JuliaBridge did not turn into an answer
             raise JuliaExportError(f"the export failed in Julia: {exc}") from exc
     answer = _read_answer(str(text))
-    from ..model import import_lux
+    from ..lux.model import import_lux
 
     return import_lux(answer["path"], backend=backend)
 

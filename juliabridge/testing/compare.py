@@ -14,7 +14,7 @@ import numpy as np
 from ..bundle import Bundle, open_bundle
 from ..bundle.manifest import Manifest
 from ..errors import BundleError, CallArgumentError, JuliaBridgeError
-from ..trees import build_tree, lookup
+from ..lux.trees import build_tree, lookup
 
 #: (rtol, atol) by dtype when neither the caller nor the manifest gives them (the spec's
 #: writer defaults): 16-bit, 32-bit and 64-bit floats; integers and Bool compare exactly.
@@ -225,7 +225,7 @@ def _compare_path(
 
 
 def _open(bundle: Any, candidate: Any) -> Bundle:
-    from ..model import LuxModel
+    from ..lux.model import LuxModel
 
     if bundle is None:
         if isinstance(candidate, LuxModel):
@@ -275,7 +275,7 @@ def compare_with_julia(
         BundleError: the bundle has no reference outputs (exported with reference=false).
         JuliaBridgeError: the candidate or bundle is of the wrong kind.
     """
-    from ..model import LuxModel
+    from ..lux.model import LuxModel
 
     b = _open(bundle, candidate)
     m = b.manifest

@@ -18,8 +18,8 @@ from jax import lax
 from .. import dtypes
 from ..errors import TransformError
 from ..jaxinternals import ad, batching, jax_mlir, make_primitive
-from ..sharding_utils import unshard_leading_axis
 from .guard import typed
+from .sharding import unshard_leading_axis
 from .target import CallTarget
 
 

@@ -23,7 +23,7 @@ KINDS = (("lenet", 4), ("dense_chain", 5), ("batchnorm_train", 6))
 def _outputs(bundle: Path) -> dict[str, np.ndarray]:
     """Every @main result for the bundle's example inputs, computed here."""
     import juliabridge
-    from juliabridge.trees import lookup
+    from juliabridge.lux.trees import lookup
 
     model = juliabridge.import_lux(bundle)
     examples = model.bundle.read_examples()

@@ -14,11 +14,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from . import dtypes
-from .bundle import safefile
-from .bundle.manifest import LuxPath
-from .bundle.weights import ReadRequest, open_weights, write_weights
-from .errors import BundleError, CallArgumentError, UnsafeBundleError
+from .. import dtypes
+from ..bundle import safefile
+from ..bundle.manifest import LuxPath
+from ..bundle.weights import ReadRequest, open_weights, write_weights
+from ..errors import BundleError, CallArgumentError, UnsafeBundleError
 
 WEIGHTS_FORMAT = "juliabridge.weights"
 WEIGHTS_FORMAT_VERSION = 1

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .bundle.manifest import LuxPath, format_path
-from .errors import CallArgumentError
+from ..bundle.manifest import LuxPath, format_path
+from ..errors import CallArgumentError
 
 
 def build_tree(leaves: Iterable[tuple[LuxPath, Any]], empty: Iterable[LuxPath] = ()) -> Any:

@@ -10,13 +10,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import dtypes, progress
-from .backends import make_backend, resolve_backend_name
+from .. import dtypes, progress
+from ..backends import make_backend, resolve_backend_name
+from ..bundle import Bundle, open_bundle
+from ..bundle.manifest import ArgumentEntry, Manifest
+from ..errors import CallArgumentError, JuliaBridgeError
+from ..function import ImportedFunction
 from .batchsize import batch_size_of, call_with_batch
-from .bundle import Bundle, open_bundle
-from .bundle.manifest import ArgumentEntry, Manifest
-from .errors import CallArgumentError, JuliaBridgeError
-from .function import ImportedFunction
 from .trees import build_tree, lookup
 
 
@@ -193,7 +193,7 @@ class LuxModel:
         return output, new_state
 
     def data_parallel(self, mesh: Any, axis: str) -> Any:
-        """A jitted apply that splits the batch over mesh axis `axis` (see juliabridge.parallel).
+        """A jitted apply that splits the batch over mesh axis `axis` (lux/parallel.py).
 
         Args:
             mesh: a `jax.sharding.Mesh`.

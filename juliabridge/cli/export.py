@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import JuliaBridgeError
-from .exitcodes import INTERRUPTED, USAGE, exit_code, for_cli, safe
+from ..errors import JuliaBridgeError
+from ..exitcodes import INTERRUPTED, USAGE, exit_code, for_cli, safe
 
 EXIT_INTERRUPTED = INTERRUPTED
 
@@ -67,7 +67,7 @@ def _one_line(message: str) -> str:
 
 def run_export(args: argparse.Namespace) -> int:
     """Run the export the parsed `args` describe; return the process exit status."""
-    from .julia import export_script
+    from ..julia import export_script
 
     try:
         path = export_script(

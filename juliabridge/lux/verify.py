@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import BundleError, ExecutionError, JuliaBridgeError
+from ..errors import BundleError, ExecutionError, JuliaBridgeError
 from .model import import_lux
 from .trees import lookup
 

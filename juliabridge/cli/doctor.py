@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._version import __version__
+from .._version import __version__
 
 #: The jax releases CI tests (.ci/run): the oldest (CPython 3.11, with enzyme-ad) and newest.
 TESTED_JAX = ("0.10.2", "0.12.0.1")
@@ -89,7 +89,7 @@ def _stablehlo_versions() -> dict[str, str]:
 
 
 def _backend_checks() -> list[Check]:
-    from .backends.enzyme import enzyme_available
+    from ..backends.enzyme import enzyme_available
 
     checks = [Check("lax", True, TRANSFORMATIONS["lax"])]
     if enzyme_available():
@@ -109,7 +109,7 @@ def _backend_checks() -> list[Check]:
             )
         )
     try:
-        from .jaxinternals import _export_module
+        from ..jaxinternals import _export_module
 
         _export_module()
         checks.append(Check("xla", True, TRANSFORMATIONS["xla"]))
@@ -119,7 +119,7 @@ def _backend_checks() -> list[Check]:
 
 
 def _julia_checks() -> list[Check]:
-    from .julia.driver import find_julia
+    from ..julia.driver import find_julia
 
     checks = []
     try:

@@ -9,7 +9,7 @@ import jax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from .errors import CallArgumentError
+from ..errors import CallArgumentError
 from .trees import build_tree
 
 

@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .bundle.manifest import Manifest
-from .errors import CallArgumentError
-from .sharding_utils import unshard_leading_axis
+from ..bundle.manifest import Manifest
+from ..errors import CallArgumentError
+from ..transforms.sharding import unshard_leading_axis
 
 
 def batch_size_of(manifest: Manifest, flat: Sequence[Any]) -> int | None:

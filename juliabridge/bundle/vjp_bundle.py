@@ -11,14 +11,14 @@ import json
 import os
 from pathlib import Path
 
-from . import progress
-from .backends.enzyme import EnzymeBackend
-from .bundle import open_bundle
-from .bundle.atomic import clean_stale, fsync_dir, temp_path
-from .bundle.checksum import sha256_file
-from .bundle.manifest import MANIFEST_NAME
-from .errors import BundleError, JuliaBridgeError, SaveError, TransformError
-from .stablehlo import parse_module
+from .. import progress
+from ..backends.enzyme import EnzymeBackend
+from ..errors import BundleError, JuliaBridgeError, SaveError, TransformError
+from ..stablehlo import parse_module
+from . import open_bundle
+from .atomic import clean_stale, fsync_dir, temp_path
+from .checksum import sha256_file
+from .manifest import MANIFEST_NAME
 
 VJP_FILE = "vjp.mlir"
 

@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ._version import __version__
-from .exitcodes import INTERRUPTED, MISMATCH, OK, USAGE, report, safe, table_text
+from .._version import __version__
+from ..exitcodes import INTERRUPTED, MISMATCH, OK, USAGE, report, safe, table_text
 
 
 def _human_bytes(n: int) -> str:
@@ -35,8 +35,8 @@ def _t(*parts: object, style: str = "") -> Text:
 
 def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
     """Print producer, arguments, results and sizes of a bundle."""
-    from . import dtypes
-    from .bundle import open_bundle
+    from .. import dtypes
+    from ..bundle import open_bundle
 
     bundle = open_bundle(args.path, verify_checksums=not args.no_verify)
     m = bundle.manifest
@@ -131,8 +131,8 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
 
 def _auto_backend(module: object) -> str:
     """What backend="auto" picks for `module`, and the op that forced a fallback."""
-    from .backends import LaxBackend, foreign_backend_name
-    from .errors import UnsupportedModuleError
+    from ..backends import LaxBackend, foreign_backend_name
+    from ..errors import UnsupportedModuleError
 
     try:
         LaxBackend(module)  # type: ignore[arg-type]
@@ -142,7 +142,7 @@ def _auto_backend(module: object) -> str:
 
 
 def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
-    """Print what this installation can do (juliabridge.doctor)."""
+    """Print what this installation can do (juliabridge.cli.doctor)."""
     import json
 
     from .doctor import report as doctor_report
@@ -169,7 +169,7 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_verify(args: argparse.Namespace, console: Console) -> int:
     """Run the bundled examples; exit 1 when any result is out of tolerance."""
-    from .verify import verify
+    from ..lux.verify import verify
 
     result = verify(
         args.path,
@@ -205,9 +205,9 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     import jax
     import numpy as np
 
-    from .examples.paths import example_bundle_path
-    from .model import import_lux
-    from .verify import verify
+    from ..examples.paths import example_bundle_path
+    from ..lux.model import import_lux
+    from ..lux.verify import verify
 
     path = example_bundle_path("lenet")
     console.print(_t(f"example bundle: {path}"))
@@ -237,7 +237,7 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_vjp(args: argparse.Namespace, console: Console) -> int:
     """Derive and store a bundle's VJP module, for gradients without enzyme-ad."""
-    from .vjp_bundle import add_vjp
+    from ..bundle.vjp_bundle import add_vjp
 
     target = add_vjp(args.path, overwrite=args.overwrite, verify_checksums=not args.no_verify)
     console.print(
@@ -306,11 +306,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="show what this installation can do (backends, Julia)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_doctor)
-    from .bundle.upgrade import add_upgrade_parser
+    from ..bundle.upgrade import add_upgrade_parser
 
     add_upgrade_parser(sub)
     try:
-        from .cli_export import add_export_parser
+        from .export import add_export_parser
     except ImportError:  # the export command lives in its own module; absent in slim installs
         pass
     else:
