@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from juliabridge import cli
+from juliabridge.cli import commands as cli
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text(encoding="utf-8")
