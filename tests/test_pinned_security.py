@@ -162,11 +162,6 @@ def test_a_dtype_tag_that_disagrees_with_the_manifest_is_refused(tmp_path: Path)
         juliabridge.import_lux(root)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a dataset without its dtype attribute is read as the manifest's dtype; spec §4 says "
-    "every dataset carries it and format 2 makes readers refuse its absence",
-)
 def test_a_dataset_without_its_dtype_tag_is_refused(tmp_path: Path) -> None:
     root = write(tmp_path / "m.bundle", _mask_spec())
     with h5py.File(root / "weights.h5", "a") as f:
