@@ -332,3 +332,83 @@ def test_a_private_main_in_a_bundle_is_refused(tmp_path: Path) -> None:
     root = write(tmp_path / "p.bundle", spec)
     with pytest.raises(UnsupportedModuleError):
         juliabridge.import_lux(root)
+
+
+# --- format 2: per-dataset digests (spec §4.1) --------------------------------------------------
+
+
+def _canonical_sha(value: np.ndarray) -> str:
+    """sha256 of the spec's canonical bytes, written from §4.1: row-major, little-endian,
+    bf16/f16 as their uint16 bit patterns, Bool as one byte 0/1."""
+    import hashlib
+
+    import ml_dtypes
+
+    a = np.asarray(value)
+    if a.dtype == np.bool_:
+        data = bytes(int(v) for v in a.reshape(-1))
+    elif a.dtype in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)):
+        data = b"".join(int(v).to_bytes(2, "little") for v in a.view(np.uint16).reshape(-1))
+    else:
+        data = a.astype(a.dtype.newbyteorder("<")).tobytes(order="C")
+    return hashlib.sha256(data).hexdigest()
+
+
+def _mixed_spec() -> Spec:
+    import ml_dtypes
+
+    x = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32)
+    h = np.array([[0.5, -1.5, 2.0], [65504.0, -0.0, 1e-3]], np.float16)
+    b = np.array([1.0, -2.5, 3.0], ml_dtypes.bfloat16)
+    k = np.array([True, False, True])
+
+    def fn(x: Any, h: Any, b: Any, k: Any) -> Any:
+        return x * h.astype(np.float32) + b.astype(np.float32) * k.astype(np.float32)
+
+    return Spec(
+        name="mixed",
+        mlir=lower(fn, x, h, b, k),
+        args=[
+            Arg("input", [], x),
+            Arg("parameter", ["h"], h),
+            Arg("parameter", ["b"], b),
+            Arg("parameter", ["k"], k),
+        ],
+        results=[Res([["output"]], (2, 3), "f32")],
+        example_outputs={0: fn(x, h, b, k)},
+    )
+
+
+def test_upgrade_writes_the_canonical_digest_of_every_dataset(tmp_path: Path) -> None:
+    from juliabridge.bundle.upgrade import upgrade_bundle
+
+    spec = _mixed_spec()
+    root = write(tmp_path / "x.bundle", spec)
+    upgrade_bundle(root)
+    m = manifest(root)
+    assert m["format_version"] == 2
+    got = {tuple(a["path"]): a.get("sha256") for a in m["arguments"]}
+    for a in spec.args:
+        if a.role != "input":
+            assert got[tuple(a.path)] == _canonical_sha(a.value), a.path
+    assert m["examples"]["inputs"][0]["sha256"] == _canonical_sha(spec.args[0].value)
+    assert m["examples"]["outputs"][0]["sha256"] == _canonical_sha(spec.example_outputs[0])
+    assert juliabridge.verify(root).ok
+
+
+def test_a_changed_value_under_an_unchanged_digest_is_refused(tmp_path: Path) -> None:
+    from juliabridge.bundle.upgrade import upgrade_bundle
+
+    root = write(tmp_path / "x.bundle", _mixed_spec())
+    upgrade_bundle(root)
+    with h5py.File(root / "weights.h5", "a") as f:
+        f["/params/k"][1] = 1  # one Bool flipped
+
+    def drop_file_sha(m: dict[str, Any]) -> None:
+        m["weights"].pop("sha256", None)  # optional in format 2: the datasets' digests remain
+
+    edit(root, drop_file_sha, seal=False)
+    with pytest.raises(ChecksumError, match=r"params\.k"):
+        juliabridge.import_lux(root)
+    model = juliabridge.import_lux(root, verify_checksums=False)
+    np.testing.assert_array_equal(np.asarray(model.params["k"]), [True, True, True])
