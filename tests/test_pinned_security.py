@@ -412,3 +412,81 @@ def test_a_changed_value_under_an_unchanged_digest_is_refused(tmp_path: Path) ->
         juliabridge.import_lux(root)
     model = juliabridge.import_lux(root, verify_checksums=False)
     np.testing.assert_array_equal(np.asarray(model.params["k"]), [True, True, True])
+
+
+# --- files of a bundle: regular files only, never followed, never blocking (spec §1) -----------
+
+
+@pytest.mark.parametrize("key", ["module", "weights"])
+def test_a_symlinked_file_is_refused_with_the_hub_hint(tmp_path: Path, key: str) -> None:
+    root = dense(tmp_path)
+    name = manifest(root)[key]["file"]
+    real = tmp_path / f"elsewhere-{name}"
+    (root / name).rename(real)
+    (root / name).symlink_to(real)
+    with pytest.raises(UnsafeBundleError) as e:
+        juliabridge.import_lux(root)
+    msg = str(e.value)
+    assert f"{name}" in msg and "is a symlink" in msg and "cp -rL SRC DST" in msg
+
+
+def _special(path: Path, kind: str) -> Any:
+    import os
+    import socket
+
+    if kind == "a directory":
+        path.mkdir()
+    elif kind == "a named pipe":
+        os.mkfifo(path)
+    elif kind == "a socket":
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(path))
+        return s
+    return None
+
+
+@pytest.mark.parametrize("kind", ["a directory", "a named pipe", "a socket"])
+@pytest.mark.parametrize("key", ["module", "weights"])
+def test_a_file_that_is_not_regular_is_refused_naming_what_it_is(
+    tmp_path: Path, key: str, kind: str
+) -> None:
+    root = dense(tmp_path)
+    name = manifest(root)[key]["file"]
+    (root / name).unlink()
+    keep = _special(root / name, kind)
+    try:
+        with pytest.raises(BundleError) as e:
+            juliabridge.import_lux(root)
+    finally:
+        if keep is not None:
+            keep.close()
+    assert not isinstance(e.value, UnsafeBundleError)
+    assert f"must be a regular file, found {kind}" in str(e.value)
+    assert name in str(e.value)
+
+
+@pytest.mark.parametrize("key", ["module", "weights"])
+def test_a_missing_file_is_named(tmp_path: Path, key: str) -> None:
+    root = dense(tmp_path)
+    name = manifest(root)[key]["file"]
+    (root / name).unlink()
+    with pytest.raises(BundleError, match=f"{name}: the .* is missing"):
+        juliabridge.import_lux(root)
+
+
+def test_load_params_refuses_a_symlink_and_a_pipe(tmp_path: Path) -> None:
+    import os
+
+    root = dense(tmp_path)
+    link = tmp_path / "w.h5"
+    link.symlink_to(root / "weights.h5")
+    with pytest.raises(UnsafeBundleError, match="symlink"):
+        juliabridge.load_params(link)
+    fifo = tmp_path / "p.h5"
+    os.mkfifo(fifo)
+    with pytest.raises(BundleError, match="must be a regular file, found a named pipe"):
+        juliabridge.load_params(fifo)
+    with pytest.raises(BundleError, match="no such file; pass a weights file"):
+        juliabridge.load_params(tmp_path / "absent.h5")
+    params, _ = juliabridge.load_params(root)  # a bundle directory: its weights.h5
+    assert set(params["layer_1"]) == {"weight", "bias"}
