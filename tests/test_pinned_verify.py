@@ -277,3 +277,36 @@ def test_a_failing_run_is_an_execution_error_naming_the_bundle(
     assert str(root) in str(e.value) and "(RuntimeError: kaput)" in str(e.value)
     assert "second line" not in str(e.value)
     assert isinstance(e.value.__cause__, RuntimeError)
+
+
+def test_64_bit_integer_errors_are_exact(tmp_path: Path) -> None:
+    # 2**53 + 1 against 2**53: exactly 1 apart, which a float64 difference would round to 0.
+    import jax
+
+    big = np.array([2**53 + 1, -(2**62)], np.int64)
+    with jax.enable_x64(True):
+        spec = Spec(
+            name="b",
+            mlir=lower(lambda k: k + 0, big),
+            args=[Arg("parameter", ["k"], big)],
+            results=[Res([["output"]], (2,), "i64")],
+            example_outputs={0: np.array([2**53, -(2**62)], np.int64)},
+        )
+        report = juliabridge.verify(write(tmp_path / "b.bundle", spec), backend="xla")
+    assert not report.ok
+    assert (report.checks[0].max_abs, report.checks[0].max_rel) == (1.0, 1.0)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float32])
+def test_empty_results_verify(tmp_path: Path, dtype: Any) -> None:
+    # A zero-size result has no element out of tolerance: it verifies, with zero errors.
+    empty = np.zeros((0,), dtype)
+    spec = Spec(
+        name="z",
+        mlir=lower(lambda a: a * 2, empty),
+        args=[Arg("parameter", ["a"], empty)],
+        results=[Res([["output"]], (0,), "i32" if dtype == np.int32 else "f32")],
+        example_outputs={0: empty},
+    )
+    report = juliabridge.verify(write(tmp_path / "z.bundle", spec))
+    assert report.ok and report.max_abs == 0.0 and report.max_rel == 0.0
