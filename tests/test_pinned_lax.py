@@ -46,13 +46,6 @@ def const_module(body: str, mlir_type: str) -> str:
 
 # --- constants (attrs.dense) --------------------------------------------------------------------
 
-COMPLEX_XFAIL = pytest.mark.xfail(
-    strict=True,
-    reason="the MLIR bindings raise TypeError wrapping a dense complex attribute, and "
-    "OpView.get_dense lets it escape (backend='auto' then fails instead of falling back); "
-    "branch jb-lax-elem reads such constants from their printed form",
-)
-
 LITERALS = [
     ("dense<[1.5, -2.0, 3.25]>", "tensor<3xf32>", np.array([1.5, -2.0, 3.25], F)),
     ("dense<[1.5, -2.0, 3.25]>", "tensor<3xf16>", np.array([1.5, -2.0, 3.25], np.float16)),
@@ -76,18 +69,12 @@ LITERALS = [
     ("dense<2.5>", "tensor<3xbf16>", np.full(3, 2.5, ml_dtypes.bfloat16)),
     ("dense<true>", "tensor<2xi1>", np.ones(2, bool)),
     ("dense<4.0>", "tensor<f32>", np.array(4.0, F)),
-    pytest.param(
+    (
         "dense<[(1.0, -2.0), (0.5, 3.0)]>",
         "tensor<2xcomplex<f32>>",
         np.array([1 - 2j, 0.5 + 3j], np.complex64),
-        marks=COMPLEX_XFAIL,
     ),
-    pytest.param(
-        "dense<(1.5, 2.5)>",
-        "tensor<2xcomplex<f32>>",
-        np.full(2, 1.5 + 2.5j, np.complex64),
-        marks=COMPLEX_XFAIL,
-    ),
+    ("dense<(1.5, 2.5)>", "tensor<2xcomplex<f32>>", np.full(2, 1.5 + 2.5j, np.complex64)),
     (
         "dense<[0x7F800000, 0xFF800000, -0.0]>",
         "tensor<3xf32>",
@@ -129,7 +116,7 @@ def _hex(a: np.ndarray) -> str:
         (np.arange(10) * 1000 - 3000).astype(np.int32),
         (np.arange(10) % 3 == 0),
         np.arange(6).astype(ml_dtypes.bfloat16),
-        pytest.param(np.arange(6).astype(np.complex64) * (1 + 2j), marks=COMPLEX_XFAIL),
+        np.arange(6).astype(np.complex64) * (1 + 2j),
         np.arange(9, dtype=np.uint16) * 7000,
     ],
     ids=["f32", "i32", "i1", "bf16", "c64", "ui16"],
@@ -292,9 +279,18 @@ def test_complex_compare() -> None:
     np.testing.assert_array_equal(eq, [True, False])
     (ne,) = run(compare_module("NE", "complex<f32>", 2), a, b)
     np.testing.assert_array_equal(ne, [False, True])
-    with pytest.raises(UnsupportedOpError, match="LT is not defined on complex") as e:
-        run(compare_module("LT", "complex<f32>", 2), a, b)
-    assert e.value.op == "stablehlo.compare" and e.value.where == "line 3"
+    # spec.md#compare: complex numbers order lexicographically on (real, imag).
+    c = np.array([1 + 2j, 1 + 1j, 0 + 9j, 2 + 0j], np.complex64)
+    d = np.array([1 + 1j, 1 + 1j, 1 + 0j, 2 + 0j], np.complex64)
+    want = {
+        "LT": [False, False, True, False],
+        "LE": [False, True, True, True],
+        "GT": [True, False, False, False],
+        "GE": [True, True, False, True],
+    }
+    for direction, expected in want.items():
+        (got,) = run(compare_module(direction, "complex<f32>", 4), c, d)
+        np.testing.assert_array_equal(got, expected, err_msg=direction)
 
 
 # --- arithmetic ---------------------------------------------------------------------------------
@@ -736,7 +732,7 @@ def test_region_callables_see_block_arguments_and_outer_values(rules: dict[str, 
 
         def impl(regions: Any, x: Any) -> Any:
             (body,) = regions
-            return body([x, x])
+            return body(x, x)
 
         return impl
 

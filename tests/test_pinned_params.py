@@ -214,3 +214,69 @@ def test_saving_keeps_the_temporary_of_a_live_writer_and_removes_a_dead_ones(
     assert other_host.exists()
     params, _ = juliabridge.load_params(target)
     np.testing.assert_array_equal(params["w"], [0.0, 0.0])
+
+
+# --- what save_params accepts as a tree (Lux names, spec §3.8) -----------------------------------
+
+
+@pytest.mark.parametrize("key", [".", "a\x00b", True, None, ("a",)])
+def test_save_params_refuses_other_keys_that_are_not_lux_names(tmp_path: Path, key: Any) -> None:
+    with pytest.raises(CallArgumentError) as e:
+        juliabridge.save_params({"layer": {key: np.ones(2, np.float32)}}, tmp_path / "k.h5")
+    assert str(e.value).startswith("params: key ")
+    assert not (tmp_path / "k.h5").exists()
+
+
+def test_state_keys_are_checked_and_named_too(tmp_path: Path) -> None:
+    with pytest.raises(CallArgumentError, match=r"^state: key '\.\.' cannot name"):
+        juliabridge.save_params({}, tmp_path / "k.h5", state={"..": np.ones(2, np.float32)})
+
+
+def test_integer_keys_lists_and_empty_leaves(tmp_path: Path) -> None:
+    # Integer dict keys are Julia tuple positions as written; lists are 1-based like tuples;
+    # None (Lux's empty NamedTuple leaf) writes nothing.
+    tree = {
+        "a": {3: np.ones(1, np.float32)},
+        "l": [np.zeros(1, np.float32), np.full(1, 2, np.float32)],
+        "n": None,
+    }
+    ds = _datasets(juliabridge.save_params(tree, tmp_path / "t.h5"))
+    assert set(ds) == {"/params/a/3", "/params/l/1", "/params/l/2"}
+    np.testing.assert_array_equal(ds["/params/l/2"][0], [2.0])
+
+
+def test_a_non_path_argument_to_load_params_is_a_typed_error() -> None:
+    with pytest.raises(BundleError, match=r"expected the path of a weights file .*got int"):
+        juliabridge.load_params(123)  # type: ignore[arg-type]
+
+
+def test_the_unsavable_array_message_names_the_path_and_type(tmp_path: Path) -> None:
+    with pytest.raises(CallArgumentError) as e:
+        juliabridge.save_params({"enc": ({"w": np.array(["a"])},)}, tmp_path / "s.h5")
+    msg = str(e.value)
+    assert msg.startswith("params.enc.1.w: a ndarray of numpy dtype <U1 cannot be saved")
+    assert "Float32" in msg and "Bool" in msg  # the Julia element types it takes
+
+
+def test_julia_layout_is_taken_from_the_model_and_can_be_overridden(tmp_path: Path) -> None:
+    model = juliabridge.import_lux(_tuple_bundle(tmp_path), layout="julia")
+    w = np.arange(6, dtype=np.float32).reshape(3, 2)
+    model.params["layers"][0]["w"] = w  # type: ignore[index]
+    ds = _datasets(juliabridge.save_params(model, tmp_path / "j.h5"))
+    np.testing.assert_array_equal(ds["/params/layers/1/w"][0], w.T)
+    ds = _datasets(juliabridge.save_params(model, tmp_path / "m.h5", layout="mlir"))
+    np.testing.assert_array_equal(ds["/params/layers/1/w"][0], w)
+
+
+def test_load_params_keeps_the_files_order_not_the_alphabet(tmp_path: Path) -> None:
+    # JuliaBridge writes datasets in Lux's field order, which the model's layers follow.
+    path = tmp_path / "o.h5"
+    with h5py.File(path, "w", track_order=True) as f:
+        for group in ("/params", "/params/zeta", "/params/alpha", "/state", "/state/m"):
+            f.create_group(group, track_order=True)
+        for name in ("/params/zeta/w", "/params/alpha/w", "/params/zeta/b", "/state/m/c"):
+            f.create_dataset(name, data=np.ones(1, np.float32))
+            f[name].attrs["dtype"] = "f32"
+    params, state = juliabridge.load_params(path)
+    assert list(params) == ["zeta", "alpha"] and list(params["zeta"]) == ["w", "b"]
+    assert list(state) == ["m"]

@@ -212,3 +212,32 @@ def test_a_vjp_module_with_the_wrong_signature_is_refused(tmp_path: Path) -> Non
         return  # refused at load time: also right
     with pytest.raises(TransformError, match="signature"):
         jax.grad(lambda x: jnp.sum(model.apply(model.params, model.state, x)[0][0]))(X)
+
+
+# --- failures inside XLA are typed (guard) ------------------------------------------------------
+
+_MISSING_KERNEL = """module {
+  func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {
+    %0 = stablehlo.custom_call @jb_no_such_target(%x) : (tensor<2xf32>) -> tensor<2xf32>
+    return %0 : tensor<2xf32>
+  }
+}"""
+
+
+def test_a_module_xla_cannot_run_is_an_execution_error_on_every_call() -> None:
+    # trust=True admits a custom call this platform has no kernel for; XLA refuses it when it
+    # compiles. The first call (which compiles) and every later one end in ExecutionError,
+    # naming the module and the first line of XLA's message, never a raw JaxRuntimeError.
+    from juliabridge import ExecutionError
+
+    fn = juliabridge.load_mlir(_MISSING_KERNEL, backend="xla", trust=True)
+    x = np.ones(2, np.float32)
+    for _ in range(2):
+        with pytest.raises(ExecutionError) as e:
+            fn(x)
+        msg = str(e.value)
+        assert msg.startswith("<mlir text>: XLA could not compile or run the module (")
+        assert "jb_no_such_target" in msg and "JULIABRIDGE_DEBUG=1" in msg
+        assert e.value.__cause__ is not None
+    with pytest.raises(ExecutionError, match="XLA could not compile"):
+        jax.grad(lambda x: jnp.sum(fn(x)[0]))(x)
