@@ -81,7 +81,7 @@ def test_code_carrying_custom_calls_are_refused_saying_why(target: str) -> None:
     with pytest.raises(UnsupportedModuleError) as e:
         parse_module(_custom_call(target))
     msg = str(e.value)
-    assert f"target(s) {target} are not in the allowlist" in msg
+    assert f"target(s) {target} (the first, {target}, at line 3) are not in the allowlist" in msg
     assert "run code carried inside the module" in msg
 
 
@@ -89,7 +89,7 @@ def test_an_unknown_custom_call_is_refused_without_the_code_hint() -> None:
     with pytest.raises(UnsupportedModuleError) as e:
         parse_module(_custom_call("my_kernel"))
     msg = str(e.value)
-    assert "target(s) my_kernel are not in the allowlist" in msg
+    assert "target(s) my_kernel (the first, my_kernel, at line 3) are not in the allowlist" in msg
     assert "carried inside the module" not in msg and "enzymexla" not in msg
     assert "Pass trust=True to load anyway" in msg
 
