@@ -32,6 +32,7 @@ TAGS: dict[np.dtype, tuple[str, np.dtype]] = {
     np.dtype(np.int64): ("i64", np.dtype(np.int64)),
     np.dtype(np.uint8): ("ui8", np.dtype(np.uint8)),
     np.dtype(np.uint64): ("ui64", np.dtype(np.uint64)),
+    np.dtype(np.complex64): ("complex<f32>", np.dtype(np.complex64)),  # compound {r, i}
 }
 
 

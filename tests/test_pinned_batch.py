@@ -262,3 +262,67 @@ def test_a_state_result_without_batch_axis_comes_from_the_first_chunk(tmp_path: 
     y, st = model.apply(model.params, model.state, xs)
     np.testing.assert_allclose(y, 2 * xs, rtol=1e-6)
     np.testing.assert_allclose(st["c"], C * xs[0], rtol=1e-6)  # not xs[4], the second chunk's
+
+
+def test_the_other_dims_message_spells_the_accepted_type(tmp_path: Path) -> None:
+    model = juliabridge.import_lux(_bundle(tmp_path))
+    with pytest.raises(CallArgumentError) as e:
+        model(np.ones((5, 3), np.float32))
+    assert str(e.value) == (
+        "logmul: x expects tensor<Nx2xf32> (any batch size N on axis 0; traced with N=4), "
+        "got shape [5, 3]."
+    )
+    with pytest.raises(CallArgumentError) as e:
+        model(np.ones((2, 4), np.float32))
+    assert str(e.value).endswith(
+        "got shape [2, 4]. The dims look reversed: inputs use the MLIR (row-major) order, "
+        "Julia's dims reversed; pass x.T or import with layout='julia'."
+    )
+
+
+def test_every_batched_input_is_checked_not_only_the_first(tmp_path: Path) -> None:
+    # The first input is fine at N=6; the second has a wrong non-batch dim. Both are batched.
+    model = juliabridge.import_lux(_two_inputs(tmp_path))
+    with pytest.raises(CallArgumentError, match=r"expects tensor<Nx2xf32>.*got shape \[6, 3\]"):
+        model(samples(6), np.ones((6, 3), np.float32))
+
+
+@pytest.mark.parametrize("n", [8, 12])
+def test_an_exact_multiple_of_the_traced_size_needs_no_padding(tmp_path: Path, n: int) -> None:
+    model = juliabridge.import_lux(_bundle(tmp_path))
+    xs = samples(n)
+    np.testing.assert_allclose(model(xs), reference(xs), rtol=1e-5)
+
+
+def test_an_input_after_a_parameter_is_checked_too(tmp_path: Path) -> None:
+    x = np.ones((B, 2), np.float32)
+    w = np.full(2, 3.0, np.float32)
+    spec = Spec(
+        name="pw",
+        mlir=lower(lambda w, x: x * lax.broadcast_in_dim(w, x.shape, (1,)), w, x),
+        args=[Arg("parameter", ["w"], w), Arg("input", [], x, batch_axis=0)],
+        results=[Res([["output"]], (B, 2), "f32", batch_axis=0)],
+        batch={"size": B, "samples_independent": True},
+    )
+    model = juliabridge.import_lux(write(tmp_path / "pw.bundle", spec))
+    np.testing.assert_allclose(model(samples(6)), samples(6) * 3.0, rtol=1e-6)
+    with pytest.raises(CallArgumentError, match=r"pw: x expects tensor<Nx2xf32>"):
+        model(np.ones((6, 3), np.float32))
+
+
+def test_an_unbatched_input_of_the_wrong_shape_is_not_reported_as_a_batch_problem(
+    tmp_path: Path,
+) -> None:
+    x = np.ones((B, 2), np.float32)
+    t = np.array([2.0, -1.0], np.float32)
+    spec = Spec(
+        name="temp",
+        mlir=lower(lambda x, t: x * lax.broadcast_in_dim(t, x.shape, (1,)), x, t),
+        args=[Arg("input", [1], x, batch_axis=0), Arg("input", [2], t)],
+        results=[Res([["output"]], (B, 2), "f32", batch_axis=0)],
+        batch={"size": B, "samples_independent": True},
+    )
+    model = juliabridge.import_lux(write(tmp_path / "t.bundle", spec))
+    with pytest.raises(CallArgumentError) as e:
+        model(samples(7), np.ones(3, np.float32))
+    assert str(e.value).endswith("x[2] expects tensor<2xf32> (Float32), got tensor<3xf32>.")

@@ -269,14 +269,43 @@ def test_julia_layout_is_taken_from_the_model_and_can_be_overridden(tmp_path: Pa
 
 
 def test_load_params_keeps_the_files_order_not_the_alphabet(tmp_path: Path) -> None:
-    # JuliaBridge writes datasets in Lux's field order, which the model's layers follow.
+    # JuliaBridge writes datasets in Lux's field order, which the model's layers follow. The
+    # first dataset of each group is large, so its read completes after the small ones'.
     path = tmp_path / "o.h5"
+    big = np.ones(4 << 20, np.float32)
     with h5py.File(path, "w", track_order=True) as f:
-        for group in ("/params", "/params/zeta", "/params/alpha", "/state", "/state/m"):
+        for group in ("/params", "/params/zeta", "/params/alpha", "/state", "/state/y", "/state/b"):
             f.create_group(group, track_order=True)
-        for name in ("/params/zeta/w", "/params/alpha/w", "/params/zeta/b", "/state/m/c"):
-            f.create_dataset(name, data=np.ones(1, np.float32))
+        for name, value in (
+            ("/params/zeta/w", big),
+            ("/params/alpha/w", big[:1]),
+            ("/params/zeta/b", big[:1]),
+            ("/state/y/c", big),
+            ("/state/b/c", big[:1]),
+        ):
+            f.create_dataset(name, data=value)
             f[name].attrs["dtype"] = "f32"
     params, state = juliabridge.load_params(path)
     assert list(params) == ["zeta", "alpha"] and list(params["zeta"]) == ["w", "b"]
-    assert list(state) == ["m"]
+    assert list(state) == ["y", "b"]
+
+
+def test_load_params_reads_the_file_it_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An attacker who replaces the file right after it was opened (and checked) must not get
+    # the replacement read: everything is read through the descriptor opened first.
+    from juliabridge.bundle import safefile
+
+    good = juliabridge.save_params({"w": np.ones(2, np.float32)}, tmp_path / "w.h5")
+    evil = juliabridge.save_params({"w": np.full(2, 666.0, np.float32)}, tmp_path / "e.h5")
+    real = safefile.open_regular
+
+    def open_then_swap(path: Path, what: str, *, dir_fd: int | None = None) -> Any:
+        out = real(path, what, dir_fd=dir_fd)
+        os.replace(evil, good)
+        return out
+
+    monkeypatch.setattr(safefile, "open_regular", open_then_swap)
+    params, _ = juliabridge.load_params(good)
+    np.testing.assert_array_equal(params["w"], [1.0, 1.0])

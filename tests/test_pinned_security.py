@@ -516,3 +516,26 @@ def test_files_read_the_same_where_the_platform_lacks_preadv(
     model = juliabridge.import_lux(root)
     x = np.ones((4, 2), np.float32)
     np.testing.assert_allclose(np.asarray(model(x)[0]), expected_output(root, x), rtol=1e-6)
+
+
+def test_a_module_file_truncated_while_it_is_read_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The size is taken when the file is opened; a file that then shrinks (a racing writer)
+    # must end in a BundleError naming it, not in a parse of half a module or a hang.
+    import os
+
+    from juliabridge.bundle import safefile
+
+    root = dense(tmp_path)
+    real = safefile.open_regular
+
+    def open_then_truncate(path: Path, what: str, *, dir_fd: int | None = None) -> Any:
+        fd, st = real(path, what, dir_fd=dir_fd)
+        if path.name == "model.mlir":
+            os.truncate(root / "model.mlir", st.st_size // 2)
+        return fd, st
+
+    monkeypatch.setattr(safefile, "open_regular", open_then_truncate)
+    with pytest.raises(BundleError, match=r"model\.mlir: the module file became shorter"):
+        juliabridge.import_lux(root)

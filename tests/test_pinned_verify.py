@@ -310,3 +310,21 @@ def test_empty_results_verify(tmp_path: Path, dtype: Any) -> None:
     )
     report = juliabridge.verify(write(tmp_path / "z.bundle", spec))
     assert report.ok and report.max_abs == 0.0 and report.max_rel == 0.0
+
+
+def test_complex_results_compare_both_parts(tmp_path: Path) -> None:
+    # |got - want| is the complex modulus: a reference off in the imaginary part only fails.
+    z = np.array([1 + 2j, -3 + 0.5j], np.complex64)
+    spec = Spec(
+        name="c",
+        mlir=lower(lambda z: z * 2, z),
+        args=[Arg("parameter", ["z"], z)],
+        results=[Res([["output"]], (2,), "complex<f32>")],
+        example_outputs={0: z * 2},
+    )
+    assert juliabridge.verify(write(tmp_path / "ok.bundle", spec)).ok
+    spec.example_outputs = {0: (z * 2 + np.complex64(3j)).astype(np.complex64)}
+    report = juliabridge.verify(write(tmp_path / "im.bundle", spec))
+    assert not report.ok
+    assert report.max_abs == pytest.approx(3.0)
+    assert report.max_rel == pytest.approx(3.0 / abs(2 * z[1] + 3j), rel=1e-6)

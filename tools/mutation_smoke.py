@@ -6,7 +6,8 @@ the working tree, on a smaller scope that fits CI's budget:
 
 * the files in SMOKE_FILES, plus those of pyproject's `only_mutate` list that changed since the
   merge base with the main branch (so a change to a mutated module is sampled too);
-* the tests in SMOKE_TESTS (each mutant runs only those that reach its function);
+* the tests in SMOKE_TESTS, plus TESTS_FOR's tests of each changed module (each mutant runs
+  only those that reach its function);
 * of the mutants mutmut generates there, a fixed sample: every function's mutants numbered
   1, 1 + stride, 1 + 2 * stride, ... (mutmut numbers a function's mutants in source order, so
   the sample is the same from run to run while the code is).
@@ -50,9 +51,33 @@ SMOKE_TESTS = [
     "tests/test_pinned_params.py",
     "tests/test_pinned_lax.py",
 ]
+#: The tests that reach a changed module's mutants, by path prefix (first match wins); a changed
+#: module matching none gets pyproject's whole test selection.
+TESTS_FOR = {
+    "juliabridge/bundle/": ["tests/test_pinned_security.py", "tests/test_bundle_hardening.py"],
+    "juliabridge/stablehlo/": ["tests/test_pinned_security.py", "tests/test_module_hardening.py"],
+    "juliabridge/transforms/": ["tests/test_pinned_transforms.py", "tests/test_transforms.py"],
+    "juliabridge/verify.py": ["tests/test_pinned_verify.py"],
+    "juliabridge/params_io.py": ["tests/test_pinned_params.py"],
+    "juliabridge/parallel.py": ["tests/test_pinned_parallel.py"],
+    "juliabridge/model.py": ["tests/test_pinned_calls.py", "tests/test_pinned_batch.py"],
+    "juliabridge/backends/lax/": ["tests/test_pinned_lax.py", "tests/lax/test_framework.py"],
+}
 #: Mutants no test can kill because they do not change behaviour (docs/mutation-testing.md
 #: explains each); they leave the denominator while their mutated line is still the one named.
-EQUIVALENT: dict[str, str] = {}
+EQUIVALENT: dict[str, str] = {
+    # the one caller passes batched_chunks explicitly (model.py), so the default is never used
+    "juliabridge.batchsize.x_call_with_batch__mutmut_1": "batched_chunks: bool = False,",
+    # O_NOFOLLOW refuses a symlink before fstat, and fstat of a descriptor never reports one
+    "juliabridge.bundle.safefile.x_kind_of__mutmut_17": 'return "a symlink"',
+    # numpy stores bool as one byte 0/1 already: the uint8 view changes no byte hashed
+    "juliabridge.bundle.digest.x_canonical_bytes__mutmut_9": 'if mlir_dtype == "i1":',
+    # check_dataset_digest has no caller (readers check digests in bundle/fastread.py)
+    "juliabridge.bundle.digest.x_check_dataset_digest__mutmut_1": "if expected is None:",
+    "juliabridge.bundle.digest.x_check_dataset_digest__mutmut_9": "weights file was modified",
+    # never warm: every call takes the first-call path (stderr capture), same values and errors
+    "juliabridge.transforms.guard.xǁCompiledǁ__call____mutmut_9": "self._warm = True",
+}
 
 KILLED = {1, 3, 24, -24, 36, 152, 255}  # mutmut: test failure, pytest error, timeouts
 SURVIVED = {0, 5, 33, 35}  # survived, no tests, no tests, suspicious
@@ -70,6 +95,15 @@ def changed_files(base: str, mutated: list[str]) -> list[str]:
         return []
     names = set(_git("diff", "--name-only", merge_base).splitlines())
     return [f for f in mutated if f in names]
+
+
+def tests_for(changed: list[str], selection: list[str]) -> list[str]:
+    """SMOKE_TESTS plus the tests that reach the mutants of the `changed` modules."""
+    tests = list(SMOKE_TESTS)
+    for f in changed:
+        extra = next((t for prefix, t in TESTS_FOR.items() if f.startswith(prefix)), selection)
+        tests += [t for t in extra if t not in tests]
+    return tests
 
 
 def scratch_copy(dest: Path) -> None:
@@ -139,7 +173,7 @@ def main() -> int:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
     changed = changed_files(args.base, list(config["only_mutate"]))
     files = sorted(set(args.files or SMOKE_FILES) | set(changed))
-    tests = args.tests or SMOKE_TESTS
+    tests = args.tests or tests_for(changed, list(config["pytest_add_cli_args_test_selection"]))
     work = Path(tempfile.mkdtemp(prefix="jb-mutation-smoke-"))
     try:
         scratch_copy(work)

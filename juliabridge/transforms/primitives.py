@@ -9,6 +9,7 @@ lax.map, which is exact for any module (no assumption about what the module does
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -36,27 +37,30 @@ def _call_abstract(*args: Any, target: CallTarget) -> list[jax.core.ShapedArray]
     return [_aval(s) for s in target.out_specs]
 
 
+def _impl(get_fn: Any, what: str | None, *args: Any, target: CallTarget) -> list[Any]:
+    fn = typed(target.name, what, lambda: get_fn(target, True), capture=False)()
+    return list(fn(*args))
+
+
+def _lowering(get_fn: Any, what: str | None, ctx: Any, *args: Any, target: CallTarget) -> Any:
+    def lower() -> Any:
+        fn = get_fn(target, False)
+        return jax_mlir.lower_fun(lambda *a: list(fn(*a)), multiple_results=True)(ctx, *args)
+
+    return typed(target.name, what, lower)()
+
+
 def _register(prim: Any, get_fn: Any, what: str | None) -> None:
     """impl (eager, jitted) and lowering (inlined into the caller's program) of `prim`.
 
     Both end in typed errors: the impl through CallTarget's Compiled entries, the lowering
     (where a backend such as enzyme-ad lowers its own ops, inside the caller's jit) through
-    guard.typed, which also keeps what native code prints off the terminal.
+    guard.typed, which also keeps what native code prints off the terminal. The rules are
+    module-level functions (bound with partial), not closures made here at import time, so
+    that a mutation tool maps them to the tests that run them.
     """
-
-    def impl(*args: Any, target: CallTarget) -> list[Any]:
-        fn = typed(target.name, what, lambda: get_fn(target, True), capture=False)()
-        return list(fn(*args))
-
-    def lowering(ctx: Any, *args: Any, target: CallTarget) -> Any:
-        def lower() -> Any:
-            fn = get_fn(target, False)
-            return jax_mlir.lower_fun(lambda *a: list(fn(*a)), multiple_results=True)(ctx, *args)
-
-        return typed(target.name, what, lower)()
-
-    prim.def_impl(impl)
-    jax_mlir.register_lowering(prim, lowering)
+    prim.def_impl(functools.partial(_impl, get_fn, what))
+    jax_mlir.register_lowering(prim, functools.partial(_lowering, get_fn, what))
 
 
 call_p.def_abstract_eval(_call_abstract)
@@ -142,26 +146,23 @@ ad.primitive_jvps[vjp_p] = _no_second_order
 # --- vmap -------------------------------------------------------------------------------------
 
 
-def _loop_batcher(prim: Any) -> Any:
-    """Batch `prim` by mapping it over the batched axis with lax.map (a sequential loop)."""
+def _loop_batch(prim: Any, args: Any, dims: Any, **params: Any) -> tuple[list[Any], list[int]]:
+    """Batch `prim` by mapping it over the batched axis with lax.map (a sequential loop).
 
-    def rule(args: Any, dims: Any, **params: Any) -> tuple[list[Any], list[int]]:
-        size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-        batched_idx = [i for i, d in enumerate(dims) if d is not None]
-        moved = [unshard_leading_axis(jnp.moveaxis(args[i], dims[i], 0)) for i in batched_idx]
+    Every mapped argument shares the mapped size; lax.map checks that.
+    """
+    batched_idx = [i for i, d in enumerate(dims) if d is not None]
+    moved = [unshard_leading_axis(jnp.moveaxis(args[i], dims[i], 0)) for i in batched_idx]
 
-        def body(sliced: Any) -> Any:
-            full = list(args)
-            for i, s in zip(batched_idx, sliced):
-                full[i] = s
-            return tuple(prim.bind(*full, **params))
+    def body(sliced: Any) -> Any:
+        full = list(args)
+        for i, s in zip(batched_idx, sliced):
+            full[i] = s
+        return tuple(prim.bind(*full, **params))
 
-        del size  # every mapped argument shares it; lax.map checks that
-        outs = lax.map(body, tuple(moved))
-        return list(outs), [0] * len(outs)
-
-    return rule
+    outs = lax.map(body, tuple(moved))
+    return list(outs), [0] * len(outs)
 
 
 for _p in (call_p, jvp_p, vjp_p):
-    batching.primitive_batchers[_p] = _loop_batcher(_p)
+    batching.primitive_batchers[_p] = functools.partial(_loop_batch, _p)
