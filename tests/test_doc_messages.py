@@ -190,10 +190,14 @@ def test_every_quoted_message_is_produced(tmp_path: Path, monkeypatch: pytest.Mo
     produced = _scenarios(tmp_path, monkeypatch)
     quotes = _quoted()
     assert len(quotes) >= 20, quotes
+    # Enzyme's own refusals can only be produced where enzyme-ad imports (CPython 3.11); CI's
+    # environment A checks them.
+    needs_enzyme = "enzyme forward" not in produced
     unmatched = [
         f"{doc}: {quote}"
         for doc, quote in quotes
         if not any(_matches(quote, message) for message in produced.values())
+        and not (needs_enzyme and quote.startswith("TransformError") and "Enzyme could" in quote)
     ]
     assert not unmatched, (
         "quoted but not produced:\n"

@@ -67,7 +67,7 @@ TESTS_FOR = {
 #: explains each); they leave the denominator while their mutated line is still the one named.
 EQUIVALENT: dict[str, str] = {
     # the one caller passes batched_chunks explicitly (model.py), so the default is never used
-    "juliabridge.batchsize.x_call_with_batch__mutmut_1": "batched_chunks: bool = False,",
+    "juliabridge.lux.batchsize.x_call_with_batch__mutmut_1": "batched_chunks: bool = False,",
     # O_NOFOLLOW refuses a symlink before fstat, and fstat of a descriptor never reports one
     "juliabridge.bundle.safefile.x_kind_of__mutmut_17": 'return "a symlink"',
     # numpy stores bool as one byte 0/1 already: the uint8 view changes no byte hashed
