@@ -301,3 +301,51 @@ def test_model_call_messages(tmp_path: Path) -> None:
     with pytest.raises(CallArgumentError) as e:
         model(np.zeros((4, 2, 3), np.float32), np.zeros(1, np.float32))
     assert str(e.value) == "layout: the model takes 1 input(s) (x), got 2"
+
+
+# --- messages of load_mlir's argument checks (what a caller reads) ------------------------------
+
+
+def _module(args: str, result: str, ret: str = "%a0") -> str:
+    return f"module {{\n  func.func @main({args}) -> {result} {{\n    return {ret} : {result}\n  }}\n}}"
+
+
+def test_a_wrong_count_lists_up_to_eight_labels_without_an_ellipsis() -> None:
+    t = "tensor<2xf32>"
+    fn = juliabridge.load_mlir(_module(", ".join(f"%a{i}: {t}" for i in range(8)), t))
+    x = np.ones(2, np.float32)
+    with pytest.raises(CallArgumentError) as e:
+        fn(*[x] * 7)
+    labels = ", ".join(f"argument {i}" for i in range(8))
+    assert str(e.value) == f"<mlir text> takes 8 array(s) ({labels}) but got 7"
+    with pytest.raises(CallArgumentError) as e:
+        fn(object(), *[x] * 7)
+    assert str(e.value).startswith(
+        "<mlir text>: argument 0 expects tensor<2xf32>, got a object that is not convertible "
+        "to an array ("
+    )
+
+
+def test_julia_ordered_arguments_get_the_reversed_dims_hint() -> None:
+    t = "tensor<2x3xf32>"
+    fn = juliabridge.load_mlir(_module(f"%a0: {t}", t))
+    with pytest.raises(CallArgumentError) as e:
+        fn(np.ones((3, 2), np.float32))
+    assert str(e.value) == (
+        "<mlir text>: argument 0 expects tensor<2x3xf32> (Float32), got tensor<3x2xf32>. The "
+        "dims look reversed: arguments use the MLIR (row-major) order, i.e. Julia's dims "
+        "reversed; pass x.T or use layout='julia' where offered."
+    )
+
+
+def test_the_x64_message_names_the_64_bit_boundary_values() -> None:
+    t = "tensor<2xf64>"
+    with jax.enable_x64(True):
+        fn = juliabridge.load_mlir(_module(f"%a0: {t}", t))
+    with jax.enable_x64(False), pytest.raises(X64DisabledError) as e:
+        fn(np.ones(2))
+    assert str(e.value) == (
+        "<mlir text> uses 64-bit element types (argument 0: f64, result 0: f64) but "
+        "jax_enable_x64 is off, so JAX would silently truncate them to 32 bits. Enable it "
+        'before calling: jax.config.update("jax_enable_x64", True) or JAX_ENABLE_X64=1.'
+    )

@@ -804,8 +804,9 @@ def test_a_region_called_with_the_wrong_arity_is_an_error(rules: dict[str, Rule]
         "{\n    ^bb0(%p: " + t + ", %q: " + t + "):\n"
         '      "stablehlo.return"(%p) : (' + t + ") -> ()\n    }"
     )
-    with pytest.raises(UnsupportedOpError, match="2 arguments was called with 1"):
+    with pytest.raises(UnsupportedOpError, match="2 arguments was called with 1") as e:
         run(generic("jbtest.apply1", region=region), np.ones(2, F), trust=True)
+    assert e.value.op == "region"
 
 
 def test_unsupported_types_are_refused_naming_the_op(rules: dict[str, Rule]) -> None:

