@@ -45,7 +45,7 @@ from .oracles import random_array
 #: XLA's CHLO decomposition (which the xla backend runs and lax.digamma follows) changed after
 #: jaxlib 0.10: digamma(+-0) is -inf on 0.12, NaN on 0.10.2 (the negative integers stay NaN).
 #: lax and xla agree on every version; the reference follows the installed one.
-_ZERO_POLE = -np.inf if tuple(map(int, jax.__version__.split(".")[:2])) >= (0, 11) else np.nan
+_ZERO_POLE = -np.inf if jax.__version_info__[:2] >= (0, 11) else np.nan
 
 
 def _digamma_ref(x: np.ndarray) -> np.ndarray:
