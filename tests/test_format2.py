@@ -13,6 +13,7 @@ import copy
 import hashlib
 import json
 import os
+import re
 import stat
 import struct
 import subprocess
@@ -499,6 +500,18 @@ def _doubled_text(bundle: Path) -> None:
     edit_manifest(bundle, lambda m: m["module"].update(sha256=sha256_file(bundle / "model.mlir")))
 
 
+def _newer_writer(bundle: Path) -> None:
+    """Record a writer whose StableHLO is newer than this jaxlib's: the artifact is read first."""
+    edit_manifest(bundle, lambda m: m["module"]["artifact"].update(stablehlo_version="99.0.0"))
+
+
+def _broken_text(bundle: Path) -> None:
+    """Make the text module a syntax error (for every jaxlib), and keep its sha256 right."""
+    text = (bundle / "model.mlir").read_text().replace("return ", "return ,, ", 1)
+    (bundle / "model.mlir").write_text(text)
+    edit_manifest(bundle, lambda m: m["module"].update(sha256=sha256_file(bundle / "model.mlir")))
+
+
 def _output(path: Path, **kw: Any) -> np.ndarray:
     model = juliabridge.import_lux(path, backend="xla", **kw)
     x = dense_bn_arrays()[0]
@@ -524,20 +537,86 @@ def test_writer_writes_format_2(bundle: Path) -> None:
             assert e["sha256"] == hashlib.sha256(stored).hexdigest(), e["dataset"]
 
 
-def test_artifact_is_preferred(bundle: Path) -> None:
+def test_artifact_first_when_the_writer_is_newer(bundle: Path) -> None:
     # The text now disagrees with the artifact: the reference answer proves what was compiled.
     _doubled_text(bundle)
+    _newer_writer(bundle)
     model = juliabridge.import_lux(bundle, backend="xla")
     assert model.bundle.module_source == "artifact"
     assert model.metadata["module_source"] == "artifact"
-    assert "model.mlirbc" in model.bundle.module_source_note
+    note = model.bundle.module_source_note
+    assert "model.mlirbc" in note and "written at StableHLO 99.0.0, newer than" in note
     np.testing.assert_allclose(
         np.asarray(model(dense_bn_arrays()[0])), dense_bn_reference(dense_bn_arrays()), rtol=1e-5
     )
 
 
+def test_text_first_when_this_jaxlib_reads_the_writers_version(
+    bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Written here, so at this jaxlib's version: the text is parsed in-process and no artifact
+    # reader process starts (one that would crash is installed to prove it).
+    _doubled_text(bundle)
+    crash = tmp_path / "crash.py"
+    crash.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    monkeypatch.setattr(artifact, "_CHILD", crash)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = juliabridge.import_lux(bundle, backend="xla")
+    assert model.bundle.module_source == "text" == model.metadata["module_source"]
+    assert "read only if the text does not parse" in model.bundle.module_source_note
+    np.testing.assert_allclose(
+        np.asarray(model(dense_bn_arrays()[0])),
+        2 * dense_bn_reference(dense_bn_arrays()),
+        rtol=1e-5,
+    )
+
+
+def test_text_that_does_not_parse_falls_back_to_the_artifact(bundle: Path) -> None:
+    _broken_text(bundle)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        b = open_bundle(bundle)
+    assert b.module_source == "artifact"
+    assert b.module_source_note.startswith("portable artifact model.mlirbc (VHLO target 1.17.0")
+    assert b.module_source_note.endswith("the text model.mlir does not parse in this jaxlib")
+    assert b.module.origin.endswith("model.mlirbc")
+    np.testing.assert_allclose(_output(bundle), dense_bn_reference(dense_bn_arrays()), rtol=1e-5)
+    # In-process for trusted bundles, with the same outcome.
+    assert open_bundle(bundle, trust=True).module_source == "artifact"
+
+
+def test_text_and_artifact_both_unreadable_names_both(bundle: Path) -> None:
+    _broken_text(bundle)
+    (bundle / "model.mlirbc").write_bytes(b"ML\xefR not really bytecode")
+    digest = sha256_file(bundle / "model.mlirbc")
+    edit_manifest(bundle, lambda m: m["module"]["artifact"].update(sha256=digest))
+    with pytest.raises(juliabridge.MLIRParseError) as info:
+        open_bundle(bundle)
+    msg = str(info.value)
+    assert re.search(
+        r"model\.mlir: the MLIR does not parse: .*its portable artifact could not be "
+        r"read either: .*model\.mlirbc: not a readable StableHLO portable",
+        msg,
+    ), msg
+
+
+def test_policy_failure_of_the_text_is_not_retried_on_the_artifact(bundle: Path) -> None:
+    # Only a text this jaxlib cannot parse falls back: a module the policy refuses stays refused.
+    text = (
+        (bundle / "model.mlir")
+        .read_text()
+        .replace("return ", "stablehlo.custom_call @evil_kernel() : () -> ()\n    return ", 1)
+    )
+    (bundle / "model.mlir").write_text(text)
+    edit_manifest(bundle, lambda m: m["module"].update(sha256=sha256_file(bundle / "model.mlir")))
+    with pytest.raises(juliabridge.UnsupportedModuleError, match=r"model\.mlir: .*evil_kernel"):
+        open_bundle(bundle)
+
+
 def test_trusted_bundles_read_the_artifact_in_process(bundle: Path) -> None:
     _doubled_text(bundle)
+    _newer_writer(bundle)
     want = dense_bn_reference(dense_bn_arrays())
     np.testing.assert_allclose(_output(bundle, trust=True), want, rtol=1e-5)
     assert open_bundle(bundle, trust=True).module_source == "artifact"
@@ -559,6 +638,7 @@ def test_unreadable_target_falls_back_to_the_text(bundle: Path) -> None:
 
 def test_artifact_that_does_not_deserialize_falls_back_with_a_warning(bundle: Path) -> None:
     _doubled_text(bundle)
+    _newer_writer(bundle)
     (bundle / "model.mlirbc").write_bytes(b"ML\xefR not really bytecode")
     digest = sha256_file(bundle / "model.mlirbc")
     edit_manifest(bundle, lambda m: m["module"]["artifact"].update(sha256=digest))
@@ -574,6 +654,7 @@ def test_artifact_reader_crash_is_contained(
     crash = tmp_path / "crash.py"
     crash.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
     monkeypatch.setattr(artifact, "_CHILD", crash)
+    _newer_writer(bundle)
     with pytest.warns(RuntimeWarning, match=r"stopped before answering \(killed by signal 11"):
         b = open_bundle(bundle)
     assert b.module_source == "text"
@@ -598,6 +679,7 @@ def test_artifact_text_gets_the_nesting_limit(bundle: Path) -> None:
     # refused like a text module would be, not crashed on and not silently swapped for the text.
     deep = artifact.serialize(_nested_case_module(130)).data
     (bundle / "model.mlirbc").write_bytes(deep)
+    _newer_writer(bundle)
     edit_manifest(
         bundle,
         lambda m: m["module"]["artifact"].update(sha256=sha256_file(bundle / "model.mlirbc")),
@@ -615,6 +697,7 @@ def test_artifact_gets_the_policy_and_signature_checks(bundle: Path) -> None:
         "  return %0 : tensor<5x2xf32>\n}\n"
     )
     (bundle / "model.mlirbc").write_bytes(artifact.serialize(text).data)
+    _newer_writer(bundle)
     edit_manifest(
         bundle,
         lambda m: m["module"]["artifact"].update(sha256=sha256_file(bundle / "model.mlirbc")),
@@ -631,16 +714,25 @@ def test_both_forms_are_checksummed(bundle: Path, which: str) -> None:
         f.write(b"\n")
     with pytest.raises(juliabridge.ChecksumError, match=rf"{which}: sha256 is"):
         open_bundle(bundle)
-    # Unchecked, the damaged artifact is not readable and the text is used instead.
+    # Unchecked, the text (which still parses) is used, and the damaged artifact never read.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        b = open_bundle(bundle, verify_checksums=False)
+    assert b.checksums_verified is False and b.module_source == "text"
+    # Where the artifact comes first, the damaged one is not readable: the text, with a warning.
+    _newer_writer(bundle)
     with pytest.warns(RuntimeWarning) if which == "model.mlirbc" else contextlib.nullcontext():
         assert open_bundle(bundle, verify_checksums=False).checksums_verified is False
 
 
-def test_unused_artifact_is_checksummed_too(bundle: Path) -> None:
-    edit_manifest(
-        bundle,
-        lambda m: m["module"]["artifact"].update(target="99.0.0", stablehlo_version="99.0.0"),
-    )
+@pytest.mark.parametrize("unreadable_target", [True, False])
+def test_unused_artifact_is_checksummed_too(bundle: Path, unreadable_target: bool) -> None:
+    # Not read at all (a target this jaxlib cannot read) or only kept as the text's fallback.
+    if unreadable_target:
+        edit_manifest(
+            bundle,
+            lambda m: m["module"]["artifact"].update(target="99.0.0", stablehlo_version="99.0.0"),
+        )
     with open(bundle / "model.mlirbc", "ab") as f:
         f.write(b"x")
     with pytest.raises(juliabridge.ChecksumError, match=r"model\.mlirbc: sha256 is"):
@@ -759,7 +851,7 @@ def test_reactant_module_with_echoed_inputs(tmp_path: Path, echo_paths: str) -> 
     raw = json.loads((path / "manifest.json").read_text())
     assert [r.get("echo_of") for r in raw["results"]] == [None, 0, 1]
     model = juliabridge.import_lux(path, backend="xla")
-    assert model.bundle.module_source == "artifact"
+    assert model.bundle.module_source == "text"  # written at this jaxlib's StableHLO
     want = ref.reference(a, b)
     y = model(a)
     if echo_paths == "none":
@@ -831,10 +923,10 @@ def test_deserialize_reports_each_artifact() -> None:
 
 def test_bundle_written_by_another_jax_loads_here(tmp_path: Path) -> None:
     # The cross-version promise of §2.1. CI runs it with the other environment's interpreter;
-    # here: JULIABRIDGE_CROSS_PYTHON=/path/to/python-with-jax-0.12 pytest -k another_jax
-    other = os.environ.get("JULIABRIDGE_CROSS_PYTHON")
+    # here: JULIABRIDGE_OTHER_PYTHON=/path/to/python-with-jax-0.12 pytest -k another_jax
+    other = os.environ.get("JULIABRIDGE_OTHER_PYTHON")
     if not other:
-        pytest.skip("set JULIABRIDGE_CROSS_PYTHON to a Python with another jax release to run")
+        pytest.skip("set JULIABRIDGE_OTHER_PYTHON to a Python with another jax release to run")
     repo = Path(__file__).resolve().parents[1]
     target = tmp_path / "other.bundle"
     code = (
@@ -853,7 +945,12 @@ def test_bundle_written_by_another_jax_loads_here(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[-1] != jax.__version__, "the other Python has the same jax"
     b = open_bundle(target)
-    assert b.module_source == "artifact", b.module_source_note
+    # A newer writer's bundle is read through its artifact, an older one's through its text.
+    writer = json.loads((target / "manifest.json").read_text())["module"]["artifact"]
+    newer = tuple(map(int, writer["stablehlo_version"].split("."))) > tuple(
+        map(int, artifact.installed_versions()[1].split("."))
+    )
+    assert b.module_source == ("artifact" if newer else "text"), b.module_source_note
     np.testing.assert_allclose(_output(target), dense_bn_reference(dense_bn_arrays()), rtol=1e-5)
     assert juliabridge.verify(target, backend="xla").ok
 

@@ -56,6 +56,15 @@ def v1(tmp_path: Path) -> Path:
     return to_format1(LENET, tmp_path / "lenet_v1.bundle")
 
 
+def _artifacts_first(path: Path) -> None:
+    """Record a writer newer than this jaxlib's StableHLO, so the artifacts are read (§2.1)."""
+    m = json.loads((path / "manifest.json").read_text())
+    for key in ("module", "vjp"):
+        if "artifact" in m.get(key, {}):
+            m[key]["artifact"]["stablehlo_version"] = "99.0.0"
+    (path / "manifest.json").write_text(json.dumps(m, indent=2) + "\n")
+
+
 def _x() -> np.ndarray:
     return np.random.default_rng(11).standard_normal((4, 1, 28, 28)).astype(np.float32)
 
@@ -73,14 +82,32 @@ def _files(path: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(path.iterdir())}
 
 
-def test_shipped_example_is_format_2_with_artifacts() -> None:
+def test_shipped_example_is_format_2_with_artifacts(tmp_path: Path) -> None:
     model = juliabridge.import_lux(LENET, backend="xla")
     m = model.manifest
     assert m.format_version == 2 and m.weights.sha256 is None
     assert m.module.artifact is not None and m.vjp is not None and m.vjp.artifact is not None
     assert all(a.sha256 for a in m.arguments if a.dataset)
-    assert model.bundle.module_source == "artifact" and model.bundle.vjp_source == "artifact"
+    # Written at jaxlib 0.10.2's StableHLO, which every supported jaxlib reads: the text.
+    assert model.bundle.module_source == "text" and model.bundle.vjp_source == "text"
     _check_against_numpy(model, "shipped format 2")
+    # Its artifacts are readable too: forced first, they give the same answer and gradient.
+    copy = tmp_path / "lenet.bundle"
+    shutil.copytree(LENET, copy)
+    _artifacts_first(copy)
+    forced = juliabridge.import_lux(copy, backend="xla")
+    assert forced.bundle.module_source == "artifact"
+    np.testing.assert_array_equal(
+        _check_against_numpy(forced, "artifacts"), np.asarray(model(_x()))
+    )
+    loss = lambda mod: lambda p: mod.apply(p, mod.state, _x())[0].sum()  # noqa: E731
+    g = jax.grad(loss(forced))(forced.params)
+    assert forced.bundle.vjp_source == "artifact"
+    np.testing.assert_allclose(
+        np.asarray(g["layer_1"]["weight"]),
+        np.asarray(jax.grad(loss(model))(model.params)["layer_1"]["weight"]),
+        rtol=1e-6,
+    )
 
 
 def test_format_1_bundle_still_loads(v1: Path) -> None:
@@ -128,9 +155,13 @@ def test_upgrade_format_1(v1: Path) -> None:
             stored = np.asarray(f[e["dataset"]][()], dtype="<f4").tobytes()
             assert e["sha256"] == hashlib.sha256(stored).hexdigest(), e["dataset"]
     model = juliabridge.import_lux(v1, backend="xla")
-    assert model.bundle.module_source == "artifact" and model.bundle.vjp_source == "artifact"
+    assert model.bundle.module_source == "text" and model.bundle.vjp_source == "text"
     np.testing.assert_array_equal(_check_against_numpy(model, "upgraded"), y_before)
     assert juliabridge.verify(v1, backend="xla").ok
+    _artifacts_first(v1)  # the new artifacts themselves
+    model = juliabridge.import_lux(v1, backend="xla")
+    assert model.bundle.module_source == "artifact" and model.bundle.vjp_source == "artifact"
+    np.testing.assert_array_equal(_check_against_numpy(model, "upgraded artifact"), y_before)
 
 
 def test_upgrade_is_idempotent(v1: Path) -> None:
@@ -159,6 +190,7 @@ def test_upgrade_adds_a_missing_vjp_artifact(tmp_path: Path) -> None:
     assert open_bundle(copy).vjp_source == "text"
     report = upgrade_bundle(copy)
     assert report.changes == ("artifact vjp.mlirbc of vjp.mlir (VHLO 1.17.0)",)
+    _artifacts_first(copy)
     assert open_bundle(copy).vjp_source == "artifact"
 
 
@@ -178,7 +210,9 @@ def test_upgrade_never_replaces_a_stray_file(v1: Path) -> None:
     assert (v1 / "model.mlirbc").read_bytes() == b"someone's file"
     m = json.loads((v1 / "manifest.json").read_text())
     assert m["module"]["artifact"]["file"] == "model-2.mlirbc"
-    assert open_bundle(v1).module_source == "artifact"
+    _artifacts_first(v1)
+    b = open_bundle(v1)
+    assert b.module_source == "artifact" and b.module.origin.endswith("model-2.mlirbc")
 
 
 def test_failed_upgrade_leaves_the_bundle_as_it_was(
@@ -224,7 +258,13 @@ def test_upgrade_command(v1: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["upgrade", str(v1)]) == 0
     assert "nothing to do" in capsys.readouterr().out
     assert main(["inspect", str(v1)]) == 0
-    assert "module read from: artifact" in capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
+    assert "module read from: text (the text, written at StableHLO" in out
+    assert "model.mlirbc is read only if the text does not parse)" in out
+    _artifacts_first(v1)
+    assert main(["inspect", str(v1)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "module read from: artifact (portable artifact model.mlirbc" in out
 
 
 def test_upgrade_command_error_is_one_line(

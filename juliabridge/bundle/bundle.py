@@ -25,10 +25,10 @@ from ..errors import (
     SignatureMismatchError,
     UnsafeBundleError,
 )
-from ..stablehlo import StableHLOModule, TensorSpec, parse_module
+from ..stablehlo import StableHLOModule, TensorSpec
 from . import fastread, h5parse, safefile
 from .manifest import MANIFEST_NAME, ArgumentEntry, FileRef, Manifest, load_manifest, tensor_bytes
-from .sources import ModuleSource, read_module_sources
+from .sources import ModuleSource, parse_source, read_module_sources
 from .weights import (
     ReadRequest,
     WeightsReader,
@@ -62,6 +62,8 @@ class Bundle:
     #: Why that form, for `inspect` and `model.metadata`.
     module_source_note: str = ""
     _vjp: ModuleSource | None = field(default=None, repr=False)
+    #: The VJP module's source once parsed (the artifact, if its text did not parse).
+    _vjp_read: dict[str, ModuleSource] = field(default_factory=dict, repr=False, compare=False)
 
     def file(self, ref: FileRef) -> Path:
         """Absolute path of a file the manifest names."""
@@ -69,8 +71,12 @@ class Bundle:
 
     @property
     def vjp_source(self) -> str | None:
-        """Which form of the VJP module is used ("artifact" or "text"); None without one."""
-        return None if self._vjp is None else self._vjp.used
+        """Which form of the VJP module is used ("artifact" or "text"); None without one.
+
+        Before `vjp_module` has parsed it, the form that will be tried first.
+        """
+        src = self._vjp_read.get("vjp", self._vjp)
+        return None if src is None else src.used
 
     def vjp_module(self, *, trust: bool = False) -> StableHLOModule | None:
         """The parsed VJP module (spec §5), or None when the bundle has none.
@@ -83,7 +89,9 @@ class Bundle:
         """
         if self._vjp is None:
             return None
-        return parse_module(self._vjp.text, trust=trust, origin=self._vjp.origin)
+        module, used = parse_source(self._vjp, trust=trust)
+        self._vjp_read["vjp"] = used
+        return module
 
     @contextmanager
     def open_weights(self, requests: Sequence[ReadRequest] = ()) -> Iterator[WeightsReader]:
@@ -395,8 +403,7 @@ def open_bundle(
         sources = read_module_sources(
             root, manifest, verify=verify_checksums, isolated=not trust, dir_fd=dfd
         )
-    src = sources["module"]
-    module = parse_module(src.text, trust=trust, origin=src.origin)
+    module, src = parse_source(sources["module"], trust=trust)
     _check_signature(
         "argument",
         [TensorSpec(a.shape, a.dtype) for a in manifest.arguments],

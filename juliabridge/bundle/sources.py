@@ -1,8 +1,11 @@
-"""Which form of a bundle's modules to read: the portable artifact or the text (spec §2.1).
+"""Which form of a bundle's modules to read: the text or the portable artifact (spec §2.1).
 
-Each file is read once, hashed and then parsed from those same bytes, so what is checked is
-what is compiled. The forward and VJP artifacts of one bundle are deserialized together, in one
-child process.
+The text is read first when this jaxlib's StableHLO is at least as new as the writer's: it is
+then parsed in-process like any module file, and the artifact (deserialized in a child
+process, which costs a Python start and a jaxlib import) is only the fallback for a text that
+does not parse. A writer newer than this jaxlib may print syntax it does not know, or know
+silently, so then the artifact comes first. Each file is read once, hashed and then parsed
+from those same bytes, so what is checked is what is compiled.
 """
 
 from __future__ import annotations
@@ -15,12 +18,23 @@ from pathlib import Path
 
 from ..errors import BundleError, ChecksumError, MLIRParseError
 from ..stablehlo import artifact
-from ..stablehlo.module import MAX_MODULE_BYTES
+from ..stablehlo.module import MAX_MODULE_BYTES, StableHLOModule, parse_module
 from . import fastread, safefile
 from .manifest import MANIFEST_NAME, FileRef, Manifest
 
 ARTIFACT = "artifact"
 TEXT = "text"
+
+
+@dataclass(frozen=True)
+class ArtifactFallback:
+    """A verified artifact kept for a text module that turns out not to parse here."""
+
+    data: bytes
+    path: Path
+    #: Its manifest entry, described for the note, e.g. "VHLO target 1.17.0, written at ...".
+    described: str
+    isolated: bool
 
 
 @dataclass(frozen=True)
@@ -34,6 +48,44 @@ class ModuleSource:
     used: str
     #: Why, e.g. "artifact target 1.22.0 is newer than this jaxlib's StableHLO 1.17.0 reads".
     note: str
+    #: The artifact to read instead when `text` does not parse (see `parse_source`).
+    fallback: ArtifactFallback | None = None
+
+
+def parse_source(src: ModuleSource, *, trust: bool) -> tuple[StableHLOModule, ModuleSource]:
+    """Parse a module source, reading its artifact instead when the text does not parse.
+
+    Args:
+        src: from `read_module_sources`.
+        trust: passed to `parse_module` (skips the policy, contracts and budgets).
+
+    Returns:
+        The parsed module and the source it came from (`src`, or the artifact's).
+
+    Raises:
+        MLIRParseError: the text does not parse and there is no artifact, or it cannot be
+            read either (the message names both files).
+        UnsupportedModuleError: the module breaks the policy, a contract or a budget.
+    """
+    try:
+        return parse_module(src.text, trust=trust, origin=src.origin), src
+    except MLIRParseError as e:
+        fb = src.fallback
+        if fb is None:
+            raise
+        (text,) = artifact.deserialize([fb.data], [str(fb.path)], isolated=fb.isolated)
+        if not isinstance(text, str):
+            raise MLIRParseError(
+                f"{e}; its portable artifact could not be read either: {text}"
+            ) from e
+        alt = ModuleSource(
+            text,
+            str(fb.path),
+            ARTIFACT,
+            f"portable artifact {fb.path.name} ({fb.described}): the text "
+            f"{Path(src.origin).name} does not parse in this jaxlib",
+        )
+        return parse_module(alt.text, trust=trust, origin=alt.origin), alt
 
 
 def _read(path: Path, key: str, limit: int, dir_fd: int | None) -> bytes:
@@ -85,9 +137,12 @@ def read_module_sources(
 ) -> dict[str, ModuleSource]:
     """The text to parse for ``"module"`` and (when the bundle has one) ``"vjp"``.
 
-    A module's artifact is used when the installed StableHLO reads its target; otherwise, or
-    when it fails to deserialize (with a RuntimeWarning), the text file is. With `verify`, every
-    module file is checked against its sha256, the form not used included.
+    A module with an artifact whose target the installed StableHLO reads: when the writer's
+    StableHLO is newer than the installed one, the artifact is deserialized now (and the text
+    used, with a RuntimeWarning, if that fails); otherwise the text is returned with the
+    artifact's verified bytes as its fallback (`parse_source` reads them if the text does not
+    parse). Without a readable artifact, the text. With `verify`, every module file is checked
+    against its sha256, the form not used included.
 
     Args:
         root: the bundle directory (file names already checked by the caller).
@@ -123,33 +178,42 @@ def read_module_sources(
                 if (why := artifact.unreadable_reason(art.target))
                 else ""
             )
-        if art is not None and not reason:
-            path = root / art.file
-            data = _read(path, f"{key} artifact", artifact.MAX_ARTIFACT_BYTES, dir_fd)
-            if verify:
-                _check_sha(path, hashlib.sha256(data).hexdigest(), art.sha256)
-                # The text is not parsed, but it is part of the bundle: check it all the same.
-                _check_sha(text_path, _hash_file(text_path, key, dir_fd), ref.sha256)
-            pending.append((key, data, path))
-            notes[key] = (
-                f"portable artifact {art.file} (VHLO target {art.target}, written at StableHLO "
-                f"{art.stablehlo_version})"
-            )
-        else:
+        if art is None or reason:
             if art is not None and verify:  # not used, but part of the bundle: check it
                 _check_sha(root / art.file, _hash_file(root / art.file, key, dir_fd), art.sha256)
             out[key] = ModuleSource(
                 _read_text(text_path, key, ref, verify, dir_fd), str(text_path), TEXT, reason
             )
+            continue
+        path = root / art.file
+        data = _read(path, f"{key} artifact", artifact.MAX_ARTIFACT_BYTES, dir_fd)
+        if verify:
+            _check_sha(path, hashlib.sha256(data).hexdigest(), art.sha256)
+        described = f"VHLO target {art.target}, written at StableHLO {art.stablehlo_version}"
+        if newer := artifact.newer_writer_reason(art.stablehlo_version):
+            if verify:  # the text is not parsed, but it is part of the bundle: check it
+                _check_sha(text_path, _hash_file(text_path, key, dir_fd), ref.sha256)
+            pending.append((key, data, path))
+            notes[key] = f"portable artifact {art.file} ({described}): {newer}"
+            continue
+        out[key] = ModuleSource(
+            _read_text(text_path, key, ref, verify, dir_fd),
+            str(text_path),
+            TEXT,
+            f"the text, written at StableHLO {art.stablehlo_version}, which this jaxlib "
+            f"reads; the portable artifact {art.file} is read only if the text does not parse",
+            ArtifactFallback(data, path, described, isolated),
+        )
     texts = artifact.deserialize(
         [d for _, d, _ in pending], [str(p) for _, _, p in pending], isolated=isolated
     )
     for (key, _, path), text in zip(pending, texts):
-        ref = refs[key]
-        assert ref is not None
         if isinstance(text, str):
             out[key] = ModuleSource(text, str(path), ARTIFACT, notes[key])
             continue
+        ref = refs[key]
+        if ref is None:  # pending holds only keys with a reference
+            raise BundleError(f"{path}: internal error: no manifest entry for the {key} module")
         warnings.warn(
             f"{text}; reading the text module {ref.file} instead", RuntimeWarning, stacklevel=3
         )

@@ -56,6 +56,22 @@ def unreadable_reason(target: str) -> str | None:
     return None
 
 
+def newer_writer_reason(writer_version: str) -> str | None:
+    """Why a bundle's text should not be read first: its writer's StableHLO is newer, or None.
+
+    Text printed by a newer StableHLO may use syntax this parser does not know: usually a
+    parse error, but an attribute it does not know can also be kept as an inert discardable
+    one, changing the meaning without a word. The artifact is read at this jaxlib's version.
+    """
+    _, hi = installed_versions()
+    if _version_tuple(writer_version) > _version_tuple(hi):
+        return (
+            f"it was written at StableHLO {writer_version}, newer than this jaxlib's {hi}, "
+            "whose parser may not know all of its text"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class Serialized:
     """A portable artifact and the versions the manifest records for it."""
