@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from . import safefile
 from .h5parse import Plan, Problem
 
 #: Bytes per read: large enough that syscalls do not matter, small enough to stay in cache
@@ -102,7 +103,8 @@ def _little(dt: np.dtype) -> bool:
 def _pread_into(fd: int, view: memoryview, offset: int) -> None:
     got = 0
     while got < len(view):
-        n = os.preadv(fd, [view[got:]], offset + got)
+        # Where preadv is missing, AVAILABLE is False and only sha256_fd (one thread) gets here.
+        n = safefile.read_at(fd, view[got:], offset + got)
         if n <= 0:
             raise Problem(
                 "corrupt",
