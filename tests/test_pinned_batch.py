@@ -109,12 +109,6 @@ def test_padding_repeats_samples_so_gradients_stay_finite(
     np.testing.assert_allclose(gx, ct * W[np.arange(n) % B] / x, rtol=1e-5)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="batchsize._chunk moves the batch axis to 0 for splitting but never moves it back, "
-    "so a chunk reaches the module with its axes permuted (and results are cut along axis 0): "
-    "any batch_axis other than 0 fails for a batch size other than the traced one",
-)
 @pytest.mark.parametrize("backend", ALL)
 def test_the_recorded_batch_axis_is_the_one_split(tmp_path: Path, backend: str) -> None:
     model = _model(tmp_path, backend, axis=1)
@@ -185,12 +179,6 @@ def test_other_dims_must_match_whatever_the_batch_size(tmp_path: Path) -> None:
         model(np.ones((2, 4), np.float32))  # Julia order at the traced batch size
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="batch_size_of's reversed-dims hint compares reversed(got)[:rank-1] with the "
-    "non-batch dims, which includes the batch size itself, so Julia-ordered inputs of another "
-    "batch size get no hint",
-)
 def test_julia_ordered_input_of_another_batch_size_gets_the_hint(tmp_path: Path) -> None:
     model = juliabridge.import_lux(_bundle(tmp_path))
     with pytest.raises(CallArgumentError, match="reversed"):

@@ -95,13 +95,6 @@ def test_data_parallel_with_batch_axis_1_at_the_traced_size_per_device(
         assert _spec(y) == ((None, "data") if layout == "mlir" else ("data", None))
 
 
-@pytest.mark.xfail(
-    jax.device_count() > 1,
-    strict=True,
-    reason="parallel.data_parallel_apply calls jax.device_put inside its jax.jit, which cannot "
-    "move arrays committed to another device: params on one device end in JAX's raw "
-    "ValueError (incompatible devices), not a placement or a CallArgumentError",
-)
 def test_data_parallel_places_params_that_live_elsewhere(tmp_path: Path) -> None:
     model = juliabridge.import_lux(_bundle(tmp_path))
     elsewhere = jax.devices()[-1]

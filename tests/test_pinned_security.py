@@ -492,13 +492,6 @@ def test_load_params_refuses_a_symlink_and_a_pipe(tmp_path: Path) -> None:
     assert set(params["layer_1"]) == {"weight", "bias"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AttributeError,
-    reason="bundle/fastread.sha256_fd (the whole-file checksum) calls os.preadv unconditionally, "
-    "so where the platform lacks it (Windows) every load ends in a raw AttributeError, although "
-    "safefile.read_all and fastread.AVAILABLE provide for that platform",
-)
 @pytest.mark.parametrize("missing", [("preadv",), ("preadv", "readv")])
 def test_files_read_the_same_where_the_platform_lacks_preadv(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missing: tuple[str, ...]
@@ -515,7 +508,7 @@ def test_files_read_the_same_where_the_platform_lacks_preadv(
     monkeypatch.setattr(fastread, "AVAILABLE", False)  # as it is computed there at import
     model = juliabridge.import_lux(root)
     x = np.ones((4, 2), np.float32)
-    np.testing.assert_allclose(np.asarray(model(x)[0]), expected_output(root, x), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(model(x)), expected_output(root, x), rtol=1e-6)
 
 
 def test_a_module_file_truncated_while_it_is_read_is_an_error(

@@ -80,7 +80,11 @@ def script() -> str:
     if mod is not None and getattr(mod, "__file__", None):
         return str(mod.__file__)
     spec = importlib.util.find_spec(f"{__package__}._h5core")
-    assert spec is not None and spec.origin is not None
+    if spec is None or spec.origin is None:
+        raise BundleError(
+            f"{__package__}._h5core is missing from this juliabridge installation; reinstall "
+            "juliabridge"
+        )
     return spec.origin
 
 
@@ -146,7 +150,9 @@ class WorkerProcess:
         finally:
             if theirs is not None:
                 theirs.close()
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        if self.proc.stdin is None or self.proc.stdout is None:  # started with pipes
+            self.proc.kill()
+            raise BundleError("the HDF5 reader process started without pipes to talk through")
         self._in = self.proc.stdin
         self._out = self.proc.stdout
         _widen_pipe(self._out.fileno())

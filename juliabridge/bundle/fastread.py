@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from . import safefile
 from .h5parse import Plan, Problem
 
 #: Bytes per read: large enough that syscalls do not matter, small enough to stay in cache
@@ -99,10 +100,20 @@ def _little(dt: np.dtype) -> bool:
     return dt.byteorder in ("<", "|") or (dt.byteorder == "=" and sys.byteorder == "little")
 
 
+def _offset(plan: Plan) -> int:
+    """Where a contiguous dataset's bytes start; a plan with neither place is refused."""
+    if plan.offset is None:
+        raise Problem(
+            "corrupt", f"dataset {plan.name} has data but neither a file offset nor compact bytes"
+        )
+    return plan.offset
+
+
 def _pread_into(fd: int, view: memoryview, offset: int) -> None:
     got = 0
     while got < len(view):
-        n = os.preadv(fd, [view[got:]], offset + got)
+        # Where preadv is missing, AVAILABLE is False and only sha256_fd (one thread) gets here.
+        n = safefile.read_at(fd, view[got:], offset + got)
         if n <= 0:
             raise Problem(
                 "corrupt",
@@ -179,10 +190,10 @@ def _read_one(fd: int, item: Item) -> np.ndarray:
             if raw and digest is not None:
                 digest.update(view)
         else:
-            assert plan.offset is not None
+            offset = _offset(plan)
             for start in range(0, plan.nbytes, SLAB):
                 piece = view[start : start + SLAB]
-                _pread_into(fd, piece, plan.offset + start)
+                _pread_into(fd, piece, offset + start)
                 if raw and digest is not None:
                     digest.update(piece)
     arr = _finish(item, arr, digest)
@@ -274,8 +285,7 @@ def read_whole_file(
         if plan.compact is not None:
             view[:] = plan.compact  # inside an object header, which the pass hashes
         else:
-            assert plan.offset is not None
-            segments.append((plan.offset, view, plan.nbytes))
+            segments.append((_offset(plan), view, plan.nbytes))
     segments.sort(key=lambda s: s[0])
     pieces: list[tuple[int, memoryview | None, int]] = []
     pos = 0

@@ -514,7 +514,7 @@ def _check_consistency(m: Manifest) -> None:
                 _claim_dataset(datasets, entry.dataset, f"examples.{group}[{j}].dataset")
     for r in m.results:
         if r.echo_of is not None:
-            _check_echo(m, r)
+            _check_echo(m, r, r.echo_of)
     # Integer and named steps cannot share a parent, and no path may be a prefix of another.
     outputs: dict[LuxPath, str] = {}
     for r in m.results:
@@ -577,10 +577,9 @@ def _claim_dataset(datasets: dict[str, str], name: str, where: str) -> None:
     datasets[name] = where
 
 
-def _check_echo(m: Manifest, r: ResultEntry) -> None:
+def _check_echo(m: Manifest, r: ResultEntry, echo_of: int) -> None:
     """An echoed argument comes back as it went in: same shape, dtype and batch axis."""
-    assert r.echo_of is not None
-    a = m.arguments[r.echo_of]
+    a = m.arguments[echo_of]
     w = f"results[{r.index}]"
     if (r.shape, r.dtype) != (a.shape, a.dtype):
         raise _fail(

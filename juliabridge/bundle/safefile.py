@@ -111,11 +111,7 @@ def read_all(fd: int, size: int, path: Path, what: str) -> bytes:
     got = 0
     while got < size:
         try:
-            n = (
-                os.preadv(fd, [view[got:]], got)
-                if hasattr(os, "preadv")
-                else _read_at(fd, view[got:], got)
-            )
+            n = read_at(fd, view[got:], got)
         except OSError as e:
             raise BundleError(f"{path}: cannot read {what} ({e.strerror or e})") from e
         if n <= 0:
@@ -124,7 +120,14 @@ def read_all(fd: int, size: int, path: Path, what: str) -> bytes:
     return bytes(out)
 
 
-def _read_at(fd: int, view: memoryview, offset: int) -> int:
+def read_at(fd: int, view: memoryview, offset: int) -> int:
+    """Read up to len(view) bytes at `offset` into `view`; the count read (0 at the end).
+
+    preadv where the platform has it; elsewhere (Windows) a seek and a read, so the caller
+    must not share `fd` between threads there.
+    """
+    if hasattr(os, "preadv"):
+        return os.preadv(fd, [view], offset)
     os.lseek(fd, offset, os.SEEK_SET)
     return os.readv(fd, [view]) if hasattr(os, "readv") else _copy(os.read(fd, len(view)), view)
 

@@ -116,7 +116,8 @@ class Defs:
         self.table: dict[str, dict[str, Any]] = {}
 
     def ref(self, node: Node, version: int) -> dict[str, Any]:
-        assert node.name is not None
+        if node.name is None:
+            raise ManifestError("schema: only named nodes can be referenced")
         bodies = {v: node.body(v, Defs()) for v in READABLE_VERSIONS}
         same = all(b == bodies[version] for b in bodies.values())
         key = node.name if same else f"{node.name}_v{version}"

@@ -355,10 +355,16 @@ class WeightsReader:
                 return
         yield from self._read_lib(requests)
 
+    def _metadata(self) -> h5parse.H5Metadata:
+        if self._meta is None:
+            raise BundleError(f"{self.path}: the HDF5 metadata was not read before the data")
+        return self._meta
+
     def _plan(self, r: ReadRequest) -> h5parse.Plan:
-        assert self._meta is not None
         try:
-            plan = self._meta.plan(r.dataset, tuple(r.shape), accepted_stored(r.dtype), r.dtype)
+            plan = self._metadata().plan(
+                r.dataset, tuple(r.shape), accepted_stored(r.dtype), r.dtype
+            )
         except h5parse.Problem as e:
             self._verify_file_first()
             raise _fast_error(self.path, r.where, e) from e
@@ -368,12 +374,12 @@ class WeightsReader:
     def _read_fast(
         self, plans: list[tuple[ReadRequest, h5parse.Plan]]
     ) -> Iterator[tuple[ReadRequest, np.ndarray]]:
-        assert self._meta is not None
+        meta = self._metadata()
         items = [fastread.Item(r, p, r.sha256) for r, p in plans]
         try:
             if self.file_sha256 is not None and not self._file_verified:
                 got = fastread.read_whole_file(
-                    self.fd, self.size, items, self._meta.parsed, self.file_sha256
+                    self.fd, self.size, items, meta.parsed, self.file_sha256
                 )
                 self._file_verified = True
                 results: Iterator[tuple[Any, np.ndarray]] = iter(got)
@@ -384,9 +390,8 @@ class WeightsReader:
             for r, raw in fastread.read_parallel(self.fd, items):
                 yield r, decode(raw, r.dtype, f"{self.path}: {r.where} ({r.dataset})")
         except fastread.DigestMismatch as e:
-            if e.key is None:
-                assert self.file_sha256 is not None
-                raise file_checksum_error(self.path, e.got, self.file_sha256) from None
+            if e.key is None:  # the whole-file digest, compared only when there is one
+                raise file_checksum_error(self.path, e.got, self.file_sha256 or "") from None
             raise _dataset_checksum_error(self.path, e.key, e.got) from None
         except fastread.FileChanged as e:
             raise ChecksumError(

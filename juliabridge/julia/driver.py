@@ -389,7 +389,8 @@ def run_export_request(
             raise JuliaUnavailable(f"could not start {julia.executable}: {exc}") from exc
         with _killer(proc, timeout) as timed_out:
             try:
-                assert proc.stdout is not None
+                if proc.stdout is None:  # started with a pipe
+                    raise JuliaUnavailable(f"{julia.executable} started without an output pipe")
                 for raw in proc.stdout:
                     line = raw.rstrip("\n")
                     m = PROGRESS_RE.match(line)

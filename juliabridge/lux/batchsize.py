@@ -50,7 +50,10 @@ def batch_size_of(manifest: Manifest, flat: Sequence[Any]) -> int | None:
         if rest != want:
             dims = ["N" if i == a.batch_axis else str(d) for i, d in enumerate(a.shape)]
             hint = ""
-            if got == tuple(reversed(a.shape)) or list(reversed(got))[: len(want)] == want:
+            # Julia's order is the MLIR order reversed, batch axis included: compare the
+            # reversed input's other dims, whatever batch size it carries.
+            flipped = got[::-1]
+            if [d for i, d in enumerate(flipped) if i != a.batch_axis] == want:
                 hint = (
                     " The dims look reversed: inputs use the MLIR (row-major) order, Julia's "
                     "dims reversed; pass x.T or import with layout='julia'."
@@ -64,14 +67,22 @@ def batch_size_of(manifest: Manifest, flat: Sequence[Any]) -> int | None:
 
 
 def _chunk(x: jax.Array, axis: int, b: int, k: int) -> jax.Array:
+    """(k, ...) chunks of B samples each, every chunk laid out as the module takes it.
+
+    The batch axis goes first for splitting and padding, then back to `axis` inside each
+    chunk (axis + 1 of the stacked result).
+    """
     x = jnp.moveaxis(x, axis, 0)
     n = x.shape[0]
     if n < k * b:
         x = jnp.pad(x, [(0, k * b - n)] + [(0, 0)] * (x.ndim - 1), mode="edge")
-    return unshard_leading_axis(x.reshape((k, b, *x.shape[1:])))
+    chunks = jnp.moveaxis(x.reshape((k, b, *x.shape[1:])), 1, axis + 1)
+    return unshard_leading_axis(chunks)
 
 
 def _unchunk(y: jax.Array, axis: int, n: int) -> jax.Array:
+    """The first `n` samples of stacked chunk results `y` (k, ...) whose batch axis is `axis`."""
+    y = jnp.moveaxis(y, axis + 1, 1)
     y = y.reshape((y.shape[0] * y.shape[1], *y.shape[2:]))[:n]
     return jnp.moveaxis(y, 0, axis)
 

@@ -14,7 +14,7 @@ from .trees import build_tree
 
 
 def data_parallel_apply(model: Any, mesh: Mesh, axis: str) -> Callable[..., tuple[Any, Any]]:
-    """A jitted ``apply(params, state, *inputs)`` that splits the batch over mesh axis `axis`.
+    """An ``apply(params, state, *inputs)`` that splits the batch over mesh axis `axis`.
 
     Parameters and state are replicated; each device calls the module on its own samples
     (through shard_map, so no device gathers the batch), serving any per-device batch size.
@@ -26,7 +26,9 @@ def data_parallel_apply(model: Any, mesh: Mesh, axis: str) -> Callable[..., tupl
         axis: the name of the mesh axis the batch is split over.
 
     Returns:
-        The jitted ``apply(params, state, *inputs) -> (outputs, new_state)``.
+        ``apply(params, state, *inputs) -> (outputs, new_state)``: one jitted program; called
+        with concrete arrays, it first places them on the mesh (from whatever devices they
+        are on), and under an outer jit it only constrains their placement.
 
     Raises:
         CallArgumentError: the model's samples are not independent, or `mesh` has no `axis`.
@@ -73,11 +75,29 @@ def data_parallel_apply(model: Any, mesh: Mesh, axis: str) -> Callable[..., tupl
     )
     replicated = NamedSharding(mesh, P())
 
+    input_shardings = [NamedSharding(mesh, s) for s in in_specs]
+
+    def place(params: Any, state: Any, inputs: tuple[Any, ...]) -> tuple[Any, Any, list[Any]]:
+        return (
+            jax.device_put(params, replicated),
+            jax.device_put(state, replicated),
+            [jax.device_put(x, s) for x, s in zip(inputs, input_shardings)],
+        )
+
     def run(params: Any, state: Any, *inputs: Any) -> tuple[Any, Any]:
-        # Place arguments as shard_map expects, whether they arrive unsharded or not.
-        params = jax.device_put(params, replicated)
-        state = jax.device_put(state, replicated)
-        placed = [jax.device_put(x, NamedSharding(mesh, s)) for x, s in zip(inputs, in_specs)]
+        # Under jit, device_put constrains the placement shard_map expects.
+        params, state, placed = place(params, state, inputs)
         return sharded(params, state, *placed)
 
-    return jax.jit(run)
+    jitted = jax.jit(run)
+
+    def call(params: Any, state: Any, *inputs: Any) -> tuple[Any, Any]:
+        leaves = jax.tree.leaves((params, state, inputs))
+        if not any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+            # Inside jit, device_put cannot move arrays committed to devices elsewhere (JAX
+            # refuses them as incompatible devices), so concrete arguments move here first.
+            params, state, moved = place(params, state, inputs)
+            inputs = tuple(moved)
+        return jitted(params, state, *inputs)
+
+    return call

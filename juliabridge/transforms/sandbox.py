@@ -79,7 +79,8 @@ class _Child:
 
     def ask(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Send one request; raise _Died (with what happened) if there is no answer."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        if self.proc.stdin is None or self.proc.stdout is None:  # started with pipes
+            raise _Died("the derivation process has no pipes to talk through")
         try:
             self.proc.stdin.write((json.dumps(request) + "\n").encode())
             self.proc.stdin.flush()
