@@ -14,8 +14,10 @@ import numpy as np
 from . import dtypes
 from .backends import Backend, make_backend, resolve_backend_name
 from .errors import CallArgumentError
+from .jaxinternals import ARRAY_IMPL
 from .stablehlo import StableHLOModule, TensorSpec, parse_module
 from .transforms import CallTarget, call_p
+from .transforms.guard import Compiled
 
 
 def _describe(x: Any) -> str:
@@ -66,6 +68,18 @@ def check_call_args(
             )
         out.append(x)
     return out
+
+
+def all_concrete_arrays(args: Sequence[Any]) -> bool:
+    """True when every one of `args` is a concrete jax array (not a tracer, numpy or scalar).
+
+    Such arguments can go straight to a jax.jit whose traced body checks them: jax.jit never
+    casts a jax array, while it silently casts float64 numpy arrays to float32 with x64 off.
+    """
+    for a in args:  # noqa: SIM110 - all() over a generator costs 2-3x this on every call
+        if type(a) is not ARRAY_IMPL:
+            return False
+    return True
 
 
 class ImportedFunction:
@@ -124,9 +138,15 @@ class ImportedFunction:
         types |= {lab: s.dtype for lab, s in zip(self.result_labels, self.module.results)}
         return types
 
+    @cached_property
+    def _has_64_bit_types(self) -> bool:
+        return any(t in dtypes.SIXTY_FOUR_BIT for t in self._boundary_types.values())
+
     def _check_x64(self) -> None:
-        # Checked per call: jax_enable_x64 can be switched after loading.
-        dtypes.require_x64(self._boundary_types, self.module.origin)
+        # Checked per call: jax_enable_x64 can be switched after loading. A module without
+        # 64-bit types can never fail it, so its calls skip the config read.
+        if self._has_64_bit_types:
+            dtypes.require_x64(self._boundary_types, self.module.origin)
 
     @cached_property
     def target(self) -> CallTarget:
@@ -140,25 +160,21 @@ class ImportedFunction:
             vjp_factory=self.backend.vjp_function,
         )
 
-    @cached_property
-    def _expected(self) -> tuple[tuple[tuple[int, ...], np.dtype], ...]:
-        return tuple((s.shape, dtypes.to_numpy(s.dtype)) for s in self.module.arguments)
-
-    def _is_plain_eager_call(self, args: tuple[Any, ...]) -> bool:
-        # Concrete arrays of exactly the right type need no conversion and no transformation
-        # rules, so they can go straight to the compiled function (the common eager case).
-        if len(args) != len(self._expected):
-            return False
-        for x, (shape, dt) in zip(args, self._expected):
-            if isinstance(x, jax.core.Tracer) or not isinstance(x, (jax.Array, np.ndarray)):
-                return False
-            if x.shape != shape or x.dtype != dt:
-                return False
-        return True
+    def _checked_call(self, *args: Any) -> tuple[jax.Array, ...]:
+        # The body of the eager entry point: jax.jit traces it once per argument signature
+        # (shapes, dtypes, weak types, shardings), so these checks run on every new signature
+        # and a cached signature is one the checks already passed. A failing trace is not
+        # cached: a wrong call raises every time.
+        arrays = check_call_args(args, self.module.arguments, self.arg_labels, self.module.origin)
+        return tuple(self.backend.call(*arrays))
 
     @cached_property
-    def _jit_call(self) -> Any:
-        return jax.jit(self.backend.call)
+    def _eager(self) -> Any:
+        # One compiled program for every eager call, numpy or jax arrays alike. The foreign
+        # backends' failures are typed (and the first compile kept quiet) as for call_p.
+        if self.traceable:
+            return jax.jit(self._checked_call)
+        return Compiled(self.module.origin, None, self._checked_call)
 
     def __call__(self, *args: Any) -> tuple[jax.Array, ...]:
         """Run @main on `args` (eagerly, or as part of a trace: jit, grad, vmap...).
@@ -175,17 +191,19 @@ class ImportedFunction:
             ExecutionError / TransformError: XLA or a derivative failed.
         """
         self._check_x64()
-        if self._is_plain_eager_call(args):
-            if self.traceable:
-                return tuple(self._jit_call(*args))
-            return tuple(self.target.jit_primal(*args))
+        if all_concrete_arrays(args):
+            # Straight to jax.jit's C++ dispatch, whose signature cache stands for the checks
+            # (see _checked_call).
+            try:
+                return self._eager(*args)  # type: ignore[no-any-return]
+            except CallArgumentError:
+                pass  # raised again below, from outside the trace, as for any other input
         arrays = check_call_args(args, self.module.arguments, self.arg_labels, self.module.origin)
+        if not any(isinstance(a, jax.core.Tracer) for a in arrays):
+            return self._eager(*arrays)  # type: ignore[no-any-return]
         if self.traceable:
-            # Made of JAX primitives: JAX's own rules transform it. Outside any trace, one
-            # compiled program instead of op-by-op dispatch.
-            if any(isinstance(a, jax.core.Tracer) for a in arrays):
-                return tuple(self.backend.call(*arrays))
-            return tuple(self._jit_call(*arrays))
+            # Made of JAX primitives: JAX's own rules transform it.
+            return tuple(self.backend.call(*arrays))
         return tuple(call_p.bind(*arrays, target=self.target))
 
     @property

@@ -21,6 +21,7 @@ from jaxlib.mlir import ir
 from .errors import BackendUnavailableError
 
 __all__ = [
+    "ARRAY_IMPL",
     "ad",
     "batching",
     "build_exported",
@@ -34,6 +35,19 @@ __all__ = [
     "serialize_portable",
     "x64_scope",
 ]
+
+
+def _array_impl() -> type:
+    try:
+        from jax._src.array import ArrayImpl
+    except ImportError:  # pragma: no cover - depends on the jax release
+        from jaxlib._jax import ArrayImpl  # type: ignore[import-not-found,no-redef]
+    return ArrayImpl  # type: ignore[no-any-return]
+
+
+#: The class of JAX's concrete arrays, and of nothing else: tracers and numpy arrays are other
+#: types, so ``type(x) is ARRAY_IMPL`` tells an eager call's argument apart in one comparison.
+ARRAY_IMPL: type = _array_impl()
 
 
 def x64_scope() -> contextlib.AbstractContextManager[None]:

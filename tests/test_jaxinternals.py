@@ -62,3 +62,11 @@ def test_geqrf_is_householder_qr() -> None:
 
 def test_current_platform_is_a_lowering_platform() -> None:
     assert ji.current_platform() in {"cpu", "cuda", "rocm", "tpu"}
+
+
+def test_array_impl_is_the_class_of_concrete_arrays_only() -> None:
+    assert type(jax.numpy.zeros(2)) is ji.ARRAY_IMPL
+    assert type(jax.device_put(np.ones(2, np.float32))) is ji.ARRAY_IMPL
+    kinds: list[type] = []
+    jax.jit(lambda t: kinds.append(type(t)) or t)(np.ones(2, np.float32))
+    assert kinds and kinds[0] is not ji.ARRAY_IMPL

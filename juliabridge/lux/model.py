@@ -15,7 +15,7 @@ from ..backends import make_backend, resolve_backend_name
 from ..bundle import Bundle, open_bundle
 from ..bundle.manifest import ArgumentEntry, Manifest
 from ..errors import CallArgumentError, JuliaBridgeError
-from ..function import ImportedFunction
+from ..function import ImportedFunction, all_concrete_arrays
 from .batchsize import batch_size_of, call_with_batch
 from .trees import build_tree, lookup
 
@@ -210,23 +210,8 @@ class LuxModel:
 
         return data_parallel_apply(self, mesh, axis)
 
-    @cached_property
-    def _jitted_apply(self) -> Any:
-        return jax.jit(self.apply)
-
-    def __call__(self, *inputs: Any) -> Any:
-        """Outputs for `inputs` with ``model.params`` and ``model.state`` (jitted once per shape).
-
-        Args:
-            *inputs: the model's inputs, as for `apply`.
-
-        Returns:
-            The outputs (the new state is dropped).
-
-        Raises:
-            CallArgumentError: an input is not an array or has the wrong dtype, count or shape.
-        """
-        # jax.jit would silently cast e.g. float64 inputs to float32; check dtypes first.
+    def _check_inputs(self, inputs: tuple[Any, ...]) -> None:
+        # jax.jit would silently cast e.g. float64 numpy inputs to float32; check dtypes first.
         x = self._input_tree(inputs)
         for a in self._input_entries:
             leaf = lookup(x, a.path, "x")
@@ -244,7 +229,39 @@ class LuxModel:
                     f"{dtypes.from_numpy(leaf.dtype) or leaf.dtype} ({leaf.dtype}). Cast it first, "
                     f"e.g. x.astype(np.{want.name})."
                 )
-        return self._jitted_apply(self.params, self.state, *inputs)[0]
+
+    def _checked_output(self, params: Any, state: Any, *inputs: Any) -> Any:
+        # Traced by jax.jit once per signature of (params, state, inputs): the input checks
+        # (here and fn's, inside apply) run for every new signature, never for a cached one,
+        # and the state Lux returns is left out of the compiled program's results.
+        self._check_inputs(inputs)
+        return self.apply(params, state, *inputs)[0]
+
+    @cached_property
+    def _jitted_output(self) -> Any:
+        return jax.jit(self._checked_output)
+
+    def __call__(self, *inputs: Any) -> Any:
+        """Outputs for `inputs` with ``model.params`` and ``model.state`` (jitted once per shape).
+
+        Args:
+            *inputs: the model's inputs, as for `apply`.
+
+        Returns:
+            The outputs (the new state is dropped).
+
+        Raises:
+            CallArgumentError: an input is not an array or has the wrong dtype, count or shape.
+        """
+        if all_concrete_arrays(inputs):
+            # Straight to jax.jit's C++ dispatch; _checked_output checks the inputs whenever
+            # their signature is new.
+            try:
+                return self._jitted_output(self.params, self.state, *inputs)
+            except CallArgumentError:
+                pass  # raised again below, from outside the trace, as for any other input
+        self._check_inputs(inputs)
+        return self._jitted_output(self.params, self.state, *inputs)
 
     def __repr__(self) -> str:
         m = self.manifest
