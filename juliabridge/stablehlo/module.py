@@ -284,7 +284,8 @@ def parse_module(
     _check_nesting(raw, origin)
     text, name = fix_module_header(raw)
     report = SanitizeReport(module_name=name)
-    module = _parse(text, make_context(allow_unregistered=True), origin)
+    ctx = make_context(allow_unregistered=True)
+    module = _parse(text, ctx, origin)
     del raw, text  # the IR holds everything from here on
     try:
         args, results, ops, sites, parts, clean = _analyze(module, report, trust, origin)
@@ -300,13 +301,18 @@ def parse_module(
     if not trust:
         # Anything unregistered still left (e.g. a #enzymexla<...> value under a foreign
         # attribute name) fails here, at load time, instead of inside XLA.
+        # The same context, switched to strict: a second one would cost a dialect registry
+        # per load, and the constants both parses share are stored once.
+        ctx.allow_unregistered_dialects = False
         try:
-            _parse(clean, make_context(allow_unregistered=False), origin)  # dropped at once
+            _parse(clean, ctx, origin)  # dropped at once
         except MLIRParseError as e:
             raise UnsupportedModuleError(
                 f"{origin}: after removing Reactant-only attributes the module still holds "
                 f"content stock JAX cannot represent: {e}"
             ) from e
+        finally:
+            ctx.allow_unregistered_dialects = True  # as `module` was parsed, for later users
     return StableHLOModule(
         text=clean,
         origin=origin,
