@@ -3,8 +3,9 @@
     python benchmarks/bench_loading.py [--mb 512] [--repeats 5] [--workdir DIR]
 
 It writes a bundle of a wide MLP (Lux ``Chain(Dense(4096 => 4096, relu), ...)``, float32)
-whose weights total about `--mb` MiB, a twin of it whose manifest gives every dataset its
-sha256 (bundle format 2; same weights file, hard-linked), the same weights as a compressed NPZ
+whose weights total about `--mb` MiB (bundle format 2, as the writer makes it: every dataset's
+sha256 in the manifest), a format-1 twin of it whose manifest has the whole file's sha256
+instead (same weights file, hard-linked), the same weights as a compressed NPZ
 (what Reactant's ``export_to_enzymejax`` writes: ``np.savez_compressed`` with keys
 ``arr_1..N``), and then times, each in a fresh Python process (so peak memory is that
 variant's own):
@@ -262,16 +263,13 @@ def run_child(
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def stored_digest(arr: Any) -> str:
-    """sha256 of an array's stored bytes, little-endian, row-major (bundle format 2)."""
-    import numpy as np
+def as_format_1(bundle: Path, target: Path) -> Path:
+    """A format-1 twin of format-2 `bundle` (weights hard-linked): whole-file sha256 only.
 
-    a = np.ascontiguousarray(arr)
-    return hashlib.sha256(a.astype(a.dtype.newbyteorder("<")).data).hexdigest()
+    The inverse of `juliabridge upgrade` (spec §8): no artifact, no per-dataset digests.
+    """
+    from juliabridge.bundle.checksum import sha256_file
 
-
-def with_dataset_digests(bundle: Path, target: Path, params: dict[str, Any]) -> Path:
-    """A twin of `bundle` whose manifest gives every dataset its sha256 (weights hard-linked)."""
     target.mkdir()
     for name in ("weights.h5", "model.mlir"):
         try:
@@ -279,10 +277,12 @@ def with_dataset_digests(bundle: Path, target: Path, params: dict[str, Any]) -> 
         except OSError:
             shutil.copyfile(bundle / name, target / name)
     manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["format_version"] = 1
+    manifest["module"].pop("artifact", None)
     for a in manifest["arguments"]:
-        if a.get("dataset"):
-            layer, key = a["path"]
-            a["sha256"] = stored_digest(params[layer][key])
+        a.pop("sha256", None)
+    manifest.pop("static_state", None)
+    manifest["weights"]["sha256"] = sha256_file(target / "weights.h5")
     (target / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return target
 
@@ -299,8 +299,8 @@ def build(
     case = mlp_case(work, widths=[WIDTH] * (layers + 1), batch=4, name="big_mlp", examples=False)
     timings["write bundle"] = time.perf_counter() - t
     t = time.perf_counter()
-    v2 = with_dataset_digests(case.bundle, work / "big_mlp_v2.bundle", case.params)
-    timings["per-dataset digests"] = time.perf_counter() - t
+    v1 = as_format_1(case.bundle, work / "big_mlp_v1.bundle")
+    timings["format-1 twin (whole-file sha256)"] = time.perf_counter() - t
     npz = work / "big_mlp_inputs.npz"
     leaves = [
         case.params[f"layer_{i}"][key] for i in range(1, layers + 1) for key in ("weight", "bias")
@@ -309,7 +309,7 @@ def build(
         t = time.perf_counter()
         np.savez_compressed(npz, **{f"arr_{i}": a for i, a in enumerate(leaves, start=1)})
         timings["write compressed NPZ"] = time.perf_counter() - t
-    return {"v1": case.bundle, "v2": v2}, npz, case.weight_bytes, timings
+    return {"v1": v1, "v2": case.bundle}, npz, case.weight_bytes, timings
 
 
 def main() -> None:
