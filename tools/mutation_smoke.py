@@ -79,11 +79,9 @@ EQUIVALENT: dict[str, str] = {
     "juliabridge.bundle.safefile.x_open_regular__mutmut_17": "e.errno != errno.EACCES",
     # numpy stores bool as one byte 0/1 already: the uint8 view changes no byte hashed
     "juliabridge.bundle.digest.x_canonical_bytes__mutmut_9": 'if mlir_dtype == "i1":',
-    # check_dataset_digest has no caller (readers check digests in bundle/fastread.py)
-    "juliabridge.bundle.digest.x_check_dataset_digest__mutmut_1": "if expected is None:",
-    "juliabridge.bundle.digest.x_check_dataset_digest__mutmut_9": "weights file was modified",
-    # never warm: every call takes the first-call path (stderr capture), same values and errors
-    "juliabridge.transforms.guard.xǁCompiledǁ__call____mutmut_9": "self._warm = True",
+    # the eager impl's lookup of the backend's jitted entry prints nothing natively (it builds
+    # a Compiled; Enzyme's derivation child keeps its own stderr), so capturing it changes nothing
+    "juliabridge.transforms.primitives.x__impl__mutmut_9": "lambda: get_fn(target, True), )()",
 }
 
 KILLED = {1, 3, 24, -24, 36, 152, 255}  # mutmut: test failure, pytest error, timeouts
