@@ -98,7 +98,10 @@ def test_an_unknown_custom_call_is_refused_without_the_code_hint() -> None:
 # ids without "enzyme": mutmut deselects tests named so (they need enzyme-ad), and these do not
 @pytest.mark.parametrize(
     "target",
-    [pytest.param("enzymexla_compile_cpu", id="xla-compile"), pytest.param("xla_throw", id="throw")],
+    [
+        pytest.param("enzymexla_compile_cpu", id="xla-compile"),
+        pytest.param("xla_throw", id="throw"),
+    ],
 )
 def test_reactant_runtime_targets_get_the_reactant_hint(target: str) -> None:
     with pytest.raises(UnsupportedModuleError, match="exist only inside Reactant/Enzyme-JAX"):
