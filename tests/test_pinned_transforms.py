@@ -566,3 +566,51 @@ def test_registered_rules_run_eagerly_and_inlined_with_typed_failures(no_debug: 
         with pytest.raises(TransformError) as e:
             call()
         assert str(e.value) == want
+
+
+# --- derive: JVP and VJP functions and modules built from a traceable primal ---------------------
+# (Enzyme's backend uses these; they are plain JAX, so they are pinned here without enzyme-ad.)
+
+
+def _specs() -> tuple[Any, Any]:
+    from juliabridge.stablehlo import TensorSpec
+
+    f, i = TensorSpec((3,), "f32"), TensorSpec((3,), "i32")
+    return (f, i, f), (f, i, f)
+
+
+def test_derived_jvp_takes_tangents_of_the_float_arguments_only() -> None:
+    from juliabridge.transforms import derive
+
+    ins, outs = _specs()
+    jvp = derive.jvp_from_primal(forward, ins, outs)
+    t1, t2 = jvp(X, K, W, TX, TW)  # tangents of x and w, then of y1 and y2 (not of n)
+    want1, want2 = by_hand_jvp(X, K, W, TX, TW)
+    np.testing.assert_allclose(t1, want1, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(t2, want2, rtol=1e-5, atol=1e-6)
+    assert derive.jvp_signature(ins, outs) == ([*ins, ins[0], ins[2]], [outs[0], outs[2]])
+
+
+def test_derived_jvp_and_vjp_modules_follow_their_conventions() -> None:
+    from juliabridge.stablehlo import parse_module
+    from juliabridge.transforms import derive
+
+    ins, outs = _specs()
+    jvp_text = derive.jvp_module_text(forward, ins, outs)
+    assert parse_module(jvp_text).arguments == tuple(derive.jvp_signature(ins, outs)[0])
+    t1, t2 = juliabridge.load_mlir(jvp_text, backend="lax")(X, K, W, TX, TW)
+    want1, want2 = by_hand_jvp(X, K, W, TX, TW)
+    np.testing.assert_allclose(t1, want1, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(t2, want2, rtol=1e-5, atol=1e-6)
+
+    vjp_text = derive.vjp_module_text(forward, ins, outs)
+    want_in, want_out = derive.vjp_signature(ins, outs)
+    assert want_in == [*ins, *outs] and want_out == list(ins)
+    m = parse_module(vjp_text)
+    assert (list(m.arguments), list(m.results)) == (want_in, want_out)
+    gx, gk, gw = juliabridge.load_mlir(vjp_text, backend="lax")(X, K, W, C1, K, C2)
+    want_x, want_w = by_hand_vjp(X, K, W, C1, C2)
+    np.testing.assert_allclose(gx, want_x, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(gw, want_w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(gk, np.zeros(3, np.int32))  # an integer argument: zeros
+    assert np.asarray(gk).dtype == np.int32
