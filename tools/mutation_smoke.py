@@ -57,10 +57,10 @@ TESTS_FOR = {
     "juliabridge/bundle/": ["tests/test_pinned_security.py", "tests/test_bundle_hardening.py"],
     "juliabridge/stablehlo/": ["tests/test_pinned_security.py", "tests/test_module_hardening.py"],
     "juliabridge/transforms/": ["tests/test_pinned_transforms.py", "tests/test_transforms.py"],
-    "juliabridge/verify.py": ["tests/test_pinned_verify.py"],
-    "juliabridge/params_io.py": ["tests/test_pinned_params.py"],
-    "juliabridge/parallel.py": ["tests/test_pinned_parallel.py"],
-    "juliabridge/model.py": ["tests/test_pinned_calls.py", "tests/test_pinned_batch.py"],
+    "juliabridge/lux/verify.py": ["tests/test_pinned_verify.py"],
+    "juliabridge/lux/params_io.py": ["tests/test_pinned_params.py"],
+    "juliabridge/lux/parallel.py": ["tests/test_pinned_parallel.py"],
+    "juliabridge/lux/model.py": ["tests/test_pinned_calls.py", "tests/test_pinned_batch.py"],
     "juliabridge/backends/lax/": ["tests/test_pinned_lax.py", "tests/lax/test_framework.py"],
 }
 #: Mutants no test can kill because they do not change behaviour (docs/mutation-testing.md
