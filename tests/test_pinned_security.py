@@ -722,3 +722,42 @@ def test_a_failed_weights_write_says_why_and_leaves_nothing_behind(tmp_path: Pat
     with pytest.raises(ValueError):
         write_weights(target, {"/a": (np.array(["one", "two"]), "f32")})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_a_dataset_allocated_but_never_written_is_refused_naming_it(tmp_path: Path) -> None:
+    # HDF5 early allocation gives a dataset storage before any data is written; one that
+    # holds only its fill value was never written (spec §4: writers write every dataset).
+    from h5py import h5d, h5p, h5s, h5t
+
+    root = dense(tmp_path)
+
+    def never_written(f: h5py.File, name: str) -> Any:
+        dcpl = h5p.create(h5p.DATASET_CREATE)
+        dcpl.set_alloc_time(h5d.ALLOC_TIME_EARLY)
+        dcpl.set_fill_value(np.array(0.0, np.float32))
+        space, kind = h5s.create_simple((3,)), h5t.py_create(np.dtype(np.float32))
+        return h5py.Dataset(h5d.create(f.id, name.encode(), kind, space, dcpl=dcpl))
+
+    _rewrite(root, "/params/layer_1/bias", never_written)
+    with pytest.raises(BundleError) as e:
+        juliabridge.import_lux(root)
+    assert str(e.value).startswith(
+        f"{root / 'weights.h5'}: params.layer_1.bias (/params/layer_1/bias): dataset "
+        "/params/layer_1/bias was allocated when created (HDF5 early allocation) and holds "
+        "nothing but its fill value: it was never written."
+    )
+
+
+def test_load_params_lists_and_reads_the_same_trees_with_libhdf5(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = dense(tmp_path)
+    params, state = juliabridge.load_params(root / "weights.h5")
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
+    params_lib, state_lib = juliabridge.load_params(root / "weights.h5")
+    assert state == state_lib == {}
+    with h5py.File(root / "weights.h5") as f:
+        for name in ("weight", "bias"):
+            want = f[f"/params/layer_1/{name}"][()]
+            np.testing.assert_array_equal(np.asarray(params["layer_1"][name]), want)
+            np.testing.assert_array_equal(np.asarray(params_lib["layer_1"][name]), want)
