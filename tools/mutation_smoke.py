@@ -68,6 +68,8 @@ TESTS_FOR = {
 EQUIVALENT: dict[str, str] = {
     # the one caller passes batched_chunks explicitly (model.py), so the default is never used
     "juliabridge.lux.batchsize.x_call_with_batch__mutmut_1": "batched_chunks: bool = False,",
+    # import_lux, the one maker of LuxModels, always passes layout
+    "juliabridge.lux.model.xǁLuxModelǁ__init____mutmut_1": 'layout: str = "XXmlirXX",',
     # O_NOFOLLOW refuses a symlink before fstat, and fstat of a descriptor never reports one
     "juliabridge.bundle.safefile.x_kind_of__mutmut_17": 'return "a symlink"',
     # reading with lseek + readv instead of preadv: the same bytes (nothing else uses the offset)
@@ -88,6 +90,9 @@ EQUIVALENT: dict[str, str] = {
     "juliabridge.bundle.weights.xǁWeightsReaderǁ_verify_file_first__mutmut_25": (
         "self._file_verified = None"
     ),
+    # ascontiguousarray makes a rank-0 array rank 1, and a C-contiguous array's uint8 view has
+    # the same bytes whatever its shape: reshape(None) hashes what reshape(-1) does
+    "juliabridge.bundle.weights.x__little_endian_bytes__mutmut_17": "arr.reshape(None)",
     # on a little-endian machine a native array's bytes already are little-endian
     "juliabridge.bundle.weights.x__little_endian_bytes__mutmut_9": "np.little_endian is not False",
     # no default for a target without a call site: None and "" both leave the site out
