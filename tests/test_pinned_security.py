@@ -761,3 +761,71 @@ def test_load_params_lists_and_reads_the_same_trees_with_libhdf5(
             want = f[f"/params/layer_1/{name}"][()]
             np.testing.assert_array_equal(np.asarray(params["layer_1"][name]), want)
             np.testing.assert_array_equal(np.asarray(params_lib["layer_1"][name]), want)
+
+
+# --- manifest rules (spec §3), as the refusal names the entry that breaks one -----------------
+
+_ADVICE = (
+    ". The manifest does not follow docs/bundle-format.md; export the bundle again "
+    "(JuliaBridge.export_lux) or fix the entry named"
+)
+
+
+def _examples_without_inputs(m: dict[str, Any]) -> None:
+    ref = {"result": 0, "dataset": "/params/layer_1/bias"}
+    m["examples"] = {"inputs": [], "outputs": [ref], "rtol": 1e-4, "atol": 1e-5}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda m: m.pop("name"),
+            "top level: missing required key 'name'",
+        ),
+        (
+            lambda m: m.__setitem__("format_version", 0),
+            "format_version: expected 1 or 2, found 0",
+        ),
+        (
+            lambda m: m["arguments"][1].__setitem__("index", 5),
+            "arguments[1]: index is 5 but the entry is number 1; entries must be in @main order",
+        ),
+        (
+            lambda m: m["results"][0].__setitem__("index", 3),
+            "results[0]: index is 3 but the entry is number 0; entries must be in @main order",
+        ),
+        (
+            lambda m: m["arguments"][2].__setitem__("dataset", "/params/layer_1/weight"),
+            "arguments[2].dataset: /params/layer_1/weight is also used by arguments[1].dataset; "
+            "each dataset holds one value",
+        ),
+        (
+            lambda m: m.__setitem__("aliases", [{"path": ["output"], "argument": 1}]),
+            "aliases[0].path: output path ['output'] is also given by results[0].paths[0]; each "
+            "output path appears once",
+        ),
+        (
+            _examples_without_inputs,
+            "examples.inputs: no value for input argument(s) [0]; the examples give every input",
+        ),
+    ],
+    ids=["name", "version", "argument-order", "result-order", "dataset", "alias", "examples"],
+)
+def test_a_manifest_rule_broken_names_the_entry(tmp_path: Path, change: Any, message: str) -> None:
+    root = edit(dense(tmp_path), change)
+    with pytest.raises(ManifestError) as e:
+        juliabridge.import_lux(root)
+    assert str(e.value) == f"{root / 'manifest.json'}: {message}{_ADVICE}"
+
+
+def test_a_newer_format_version_names_the_readable_ones(tmp_path: Path) -> None:
+    from juliabridge import BundleVersionError
+
+    root = edit(dense(tmp_path), lambda m: m.__setitem__("format_version", 9))
+    with pytest.raises(BundleVersionError) as e:
+        juliabridge.import_lux(root)
+    assert str(e.value) == (
+        f"{root / 'manifest.json'}: format_version 9 is newer than this juliabridge reads "
+        "(1, 2); upgrade juliabridge (pip install -U juliabridge)"
+    )
