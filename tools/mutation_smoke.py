@@ -56,7 +56,9 @@ SMOKE_TESTS = [
 TESTS_FOR = {
     "juliabridge/bundle/": ["tests/test_pinned_security.py", "tests/test_bundle_hardening.py"],
     "juliabridge/stablehlo/": ["tests/test_pinned_security.py", "tests/test_module_hardening.py"],
-    "juliabridge/transforms/": ["tests/test_pinned_transforms.py", "tests/test_transforms.py"],
+    # not tests/test_transforms.py: its `juliabridge vjp` test runs Enzyme's derivation child,
+    # which dies under mutmut (docs/mutation-testing.md), so the clean run would fail
+    "juliabridge/transforms/": ["tests/test_pinned_transforms.py"],
     "juliabridge/lux/verify.py": ["tests/test_pinned_verify.py"],
     "juliabridge/lux/params_io.py": ["tests/test_pinned_params.py"],
     "juliabridge/lux/parallel.py": ["tests/test_pinned_parallel.py"],
