@@ -784,6 +784,10 @@ def _examples_without_inputs(m: dict[str, Any]) -> None:
             "top level: missing required key 'name'",
         ),
         (
+            lambda m: m.pop("format_version"),  # read before the rest: it picks the schema
+            "top level: missing required key 'format_version'",
+        ),
+        (
             lambda m: m.__setitem__("format_version", 0),
             "format_version: expected 1 or 2, found 0",
         ),
@@ -810,7 +814,16 @@ def _examples_without_inputs(m: dict[str, Any]) -> None:
             "examples.inputs: no value for input argument(s) [0]; the examples give every input",
         ),
     ],
-    ids=["name", "version", "argument-order", "result-order", "dataset", "alias", "examples"],
+    ids=[
+        "name",
+        "no-version",
+        "version",
+        "argument-order",
+        "result-order",
+        "dataset",
+        "alias",
+        "examples",
+    ],
 )
 def test_a_manifest_rule_broken_names_the_entry(tmp_path: Path, change: Any, message: str) -> None:
     root = edit(dense(tmp_path), change)
