@@ -170,10 +170,9 @@ class ImportedFunction:
 
     @cached_property
     def _eager(self) -> Any:
-        # One compiled program for every eager call, numpy or jax arrays alike. The foreign
-        # backends' failures are typed (and the first compile kept quiet) as for call_p.
-        if self.traceable:
-            return jax.jit(self._checked_call)
+        # One compiled program for every eager call, numpy or jax arrays alike. Whatever the
+        # backend, a failure while XLA compiles or runs it is typed (and the first compile
+        # kept quiet) as for call_p.
         return Compiled(self.module.origin, None, self._checked_call)
 
     def __call__(self, *args: Any) -> tuple[jax.Array, ...]:

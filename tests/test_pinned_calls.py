@@ -349,3 +349,101 @@ def test_the_x64_message_names_the_64_bit_boundary_values() -> None:
         "jax_enable_x64 is off, so JAX would silently truncate them to 32 bits. Enable it "
         'before calling: jax.config.update("jax_enable_x64", True) or JAX_ENABLE_X64=1.'
     )
+
+
+# --- import_lux and LuxModel.apply: the trees and choices a bundle's manifest describes ---------
+
+
+def _pair_bundle(tmp_path: Path, *, x64: bool = False) -> Path:
+    """Two positional inputs (x[1], x[2]) and a tuple output (output[1], output[2])."""
+    dt, tag = (np.float64, "f64") if x64 else (np.float32, "f32")
+    with jax.enable_x64(x64):
+        a, b = np.ones(3, dt), np.full(3, 2.0, dt)
+        spec = Spec(
+            name="pair",
+            mlir=lower(lambda a, b: (a + b, a * b), a, b),
+            args=[Arg("input", [1], a), Arg("input", [2], b)],
+            results=[Res([["output", 1]], (3,), tag), Res([["output", 2]], (3,), tag)],
+            empty={"params": [["layer_3"]], "state": [["layer_3"]]},
+        )
+        return write(tmp_path / "pair.bundle", spec)
+
+
+def test_a_tuple_input_counts_its_parts_by_name(tmp_path: Path) -> None:
+    model = juliabridge.import_lux(_pair_bundle(tmp_path))
+    a = np.ones(3, np.float32)
+    with pytest.raises(CallArgumentError) as e:
+        model(a)
+    assert str(e.value) == "pair: the model takes 2 input(s) (x[1], x[2]), got 1"
+    y1, y2 = model(a, 3 * a)
+    np.testing.assert_array_equal(y1, 4 * a)
+    np.testing.assert_array_equal(y2, 3 * a)
+
+
+def test_empty_containers_of_the_manifest_are_kept_in_params_and_state(tmp_path: Path) -> None:
+    # spec §3.10: ps.layer_3 == NamedTuple() (e.g. a pooling layer) is an empty dict there
+    model = juliabridge.import_lux(_pair_bundle(tmp_path))
+    assert model.params == {"layer_3": {}}
+    assert model.state == {"layer_3": {}}
+    _, new_state = model.apply(
+        model.params, model.state, np.ones(3, np.float32), np.ones(3, np.float32)
+    )
+    assert new_state == {"layer_3": {}}
+
+
+def test_the_x64_message_names_results_by_their_output_paths(tmp_path: Path) -> None:
+    # The same path notation as the arguments' labels (format_path): integer steps in brackets.
+    root = _pair_bundle(tmp_path, x64=True)
+    with jax.enable_x64(True):
+        model = juliabridge.import_lux(root)
+    with jax.enable_x64(False), pytest.raises(X64DisabledError) as e:
+        model.fn(np.ones(3), np.ones(3))
+    assert "(x[1]: f64, x[2]: f64, output[1]: f64, output[2]: f64)" in str(e.value)
+
+
+@pytest.mark.parametrize(("backend", "loops"), [("lax", False), ("xla", True)])
+def test_another_batch_size_runs_batched_on_lax_and_chunk_by_chunk_otherwise(
+    tmp_path: Path, backend: str, loops: bool
+) -> None:
+    # lax's module is made of JAX primitives, so its chunks run under vmap; a foreign call
+    # (xla) has no batching rule of its own and its chunks run one after another (lax.map).
+    from .pinned_support import dense_spec
+
+    spec, reference = dense_spec(batch=4)
+    model = juliabridge.import_lux(write(tmp_path / "d.bundle", spec), backend=backend)
+    x = np.arange(12, dtype=np.float32).reshape(6, 2)  # 6 samples: two chunks of the traced 4
+    jaxpr = str(jax.make_jaxpr(model.apply)(model.params, model.state, x))
+    assert ("scan" in jaxpr or "while" in jaxpr) is loops
+    y, _ = model.apply(model.params, model.state, x)
+    w, b = (model.params["layer_1"][k] for k in ("weight", "bias"))
+    np.testing.assert_allclose(y, reference(x, w, b), rtol=1e-5, atol=1e-6)
+
+
+def test_a_trusted_bundle_reaches_the_backend_with_its_trust(tmp_path: Path) -> None:
+    # A custom call outside the allowlist: refused at load, unless trust=True, which must also
+    # reach the backend (xla checks the kernels it will call again, and would refuse it there).
+    from juliabridge import ExecutionError, UnsupportedModuleError
+
+    x = np.ones(2, np.float32)
+    spec = Spec(
+        name="kernel",
+        mlir="""module {
+  func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {
+    %0 = stablehlo.custom_call @jb_no_such_target(%x) : (tensor<2xf32>) -> tensor<2xf32>
+    return %0 : tensor<2xf32>
+  }
+}""",
+        args=[Arg("input", [], x)],
+        results=[Res([["output"]], (2,), "f32")],
+    )
+    root = write(tmp_path / "k.bundle", spec)
+    with pytest.raises(UnsupportedModuleError, match="jb_no_such_target"):
+        juliabridge.import_lux(root, backend="xla")
+    model = juliabridge.import_lux(root, backend="xla", trust=True)
+    for _ in range(2):  # the call that compiles, and a later one: typed, naming the module
+        with pytest.raises(ExecutionError) as e:
+            model(x)
+        assert str(e.value).startswith(
+            f"{root / 'model.mlir'}: XLA could not compile or run the module ("
+        )
+        assert "jb_no_such_target" in str(e.value)

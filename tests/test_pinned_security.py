@@ -532,3 +532,306 @@ def test_a_module_file_truncated_while_it_is_read_is_an_error(
     monkeypatch.setattr(safefile, "open_regular", open_then_truncate)
     with pytest.raises(BundleError, match=r"model\.mlir: the module file became shorter"):
         juliabridge.import_lux(root)
+
+
+# --- weights: both readers, their messages and the stored encodings (spec §4, §4.1) ------------
+# JULIABRIDGE_HDF5_FASTPATH=0 sends a file to libhdf5 (in its reader process, or in this one
+# with JULIABRIDGE_HDF5_WORKER=0); the Python reader is the default. Both must agree.
+
+
+@pytest.fixture(params=[pytest.param("1", id="python-reader"), pytest.param("0", id="libhdf5")])
+def fast(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The reader route: "1" the Python reader (the default), "0" libhdf5."""
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", request.param)
+    return str(request.param)
+
+
+def test_a_file_that_is_not_hdf5_is_refused_naming_it(tmp_path: Path, fast: str) -> None:
+    root = dense(tmp_path)
+    (root / "weights.h5").write_bytes(b"not an HDF5 file " * 16)
+    reseal(root)
+    with pytest.raises(BundleError) as e:
+        juliabridge.import_lux(root)
+    msg = str(e.value)
+    assert type(e.value) is BundleError
+    assert msg.startswith(f"{root / 'weights.h5'}: not a readable HDF5 file (")
+    assert "The file is corrupt or truncated; download or export the bundle again" in msg
+    if fast == "0":  # libhdf5's own words
+        assert "file signature not found" in msg
+
+
+def test_a_dataset_of_another_shape_is_a_signature_mismatch(tmp_path: Path, fast: str) -> None:
+    from juliabridge import SignatureMismatchError
+
+    root = dense(tmp_path)
+    with h5py.File(root / "weights.h5") as f:
+        w = f["/params/layer_1/weight"][()]
+    _rewrite(root, "/params/layer_1/weight", lambda f, n: f.create_dataset(n, data=w.T.copy()))
+    with pytest.raises(SignatureMismatchError) as e:
+        juliabridge.import_lux(root)
+    assert str(e.value) == (
+        f"{root / 'weights.h5'}: params.layer_1.weight: dataset /params/layer_1/weight has shape "
+        f"[{w.shape[1]}, {w.shape[0]}], expected [{w.shape[0]}, {w.shape[1]}] (MLIR order, i.e. "
+        "Julia dims reversed). The weights file does not belong to this manifest; re-export the "
+        "bundle"
+    )
+
+
+def test_the_python_reader_can_be_turned_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from juliabridge.bundle.weights import open_weights, use_worker
+
+    root = dense(tmp_path)
+    with open_weights(root / "weights.h5") as reader:
+        assert reader.mode == "python" and reader.fallback is None
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
+    with open_weights(root / "weights.h5") as reader:
+        assert reader.fallback == "JULIABRIDGE_HDF5_FASTPATH=0"
+        assert reader.mode == ("process" if use_worker() else "in-process")
+        w = reader.read_array("/params/layer_1/weight", (2, 3), "f32", "params.layer_1.weight")
+    with h5py.File(root / "weights.h5") as f:
+        np.testing.assert_array_equal(w, f["/params/layer_1/weight"][()])
+
+
+def _scalar_and_mask_spec() -> Spec:
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    s = np.array(2.5, np.float32)  # rank 0: an HDF5 scalar dataset
+    k = np.array([True, False, True])
+
+    def fn(x: Any, s: Any, k: Any) -> Any:
+        return x * s * k.astype(np.float32)
+
+    return Spec(
+        name="scaled",
+        mlir=lower(fn, x, s, k),
+        args=[Arg("input", [], x), Arg("parameter", ["s"], s), Arg("parameter", ["k"], k)],
+        results=[Res([["output"]], (3,), "f32")],
+        example_outputs={0: fn(x, s, k)},
+    )
+
+
+def test_dataset_digests_without_a_file_digest_on_either_reader(tmp_path: Path, fast: str) -> None:
+    import hashlib
+
+    from juliabridge.bundle.upgrade import upgrade_bundle
+
+    root = write(tmp_path / "x.bundle", _scalar_and_mask_spec())
+    upgrade_bundle(root)
+    edit(root, lambda m: m["weights"].pop("sha256", None), seal=False)
+    model = juliabridge.import_lux(root)  # no file digest: nothing to compare the file with
+    assert float(model.params["s"]) == 2.5 and np.asarray(model.params["s"]).shape == ()
+    np.testing.assert_array_equal(np.asarray(model.params["k"]), [True, False, True])
+    recorded = {a["dataset"]: a["sha256"] for a in manifest(root)["arguments"] if "dataset" in a}
+    with h5py.File(root / "weights.h5", "a") as f:
+        f["/params/k"][1] = 1
+        stored = f["/params/k"][()]
+    got = hashlib.sha256(stored.astype(np.uint8).tobytes()).hexdigest()
+    with pytest.raises(ChecksumError) as e:
+        juliabridge.import_lux(root)
+    assert str(e.value) == (
+        f"{root / 'weights.h5'}: params.k (/params/k): the sha256 of its stored bytes is {got} "
+        f"but manifest.json records {recorded['/params/k']}; the file was modified or corrupted. "
+        "Re-export the bundle, or pass verify_checksums=False if you changed it on purpose."
+    )
+
+
+@pytest.mark.parametrize("stored", [np.int8, np.bool_])
+def test_bool_may_be_stored_as_int8_or_hdf5_bool(tmp_path: Path, stored: Any) -> None:
+    # spec §4: i1 is one byte 0/1 (uint8), and readers accept int8 and HDF5's bool enum too
+    root = write(tmp_path / "x.bundle", _scalar_and_mask_spec())
+    k = np.array([1, 0, 1]).astype(stored)
+    _rewrite(root, "/params/k", lambda f, n: f.create_dataset(n, data=k))
+    model = juliabridge.import_lux(root)
+    np.testing.assert_array_equal(np.asarray(model.params["k"]), [True, False, True])
+    assert np.asarray(model.params["k"]).dtype == np.bool_
+
+
+def test_upgrading_a_bundle_read_by_libhdf5_digests_every_dataset(tmp_path: Path) -> None:
+    # A chunked dataset sends the file to libhdf5; the upgrade then reads every dataset through
+    # that same reader, one after another.
+    from juliabridge.bundle.upgrade import upgrade_bundle
+
+    spec = _mixed_spec()
+    root = write(tmp_path / "x.bundle", spec)
+    h = np.asarray(spec.args[1].value).view(np.uint16)
+    _rewrite(root, "/params/h", lambda f, n: f.create_dataset(n, data=h, chunks=(1, 3)))
+    upgrade_bundle(root)
+    got = {tuple(a["path"]): a.get("sha256") for a in manifest(root)["arguments"]}
+    for a in spec.args[1:]:
+        assert got[tuple(a.path)] == _canonical_sha(a.value), a.path
+    assert juliabridge.verify(root).ok
+
+
+def test_a_machine_without_the_memory_for_a_dataset_refuses_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from juliabridge.bundle import weights
+
+    root = dense(tmp_path)
+    monkeypatch.setattr(weights, "_physical_memory", lambda: 16)  # bytes
+    with pytest.raises(BundleError) as e:
+        juliabridge.import_lux(root)
+    assert str(e.value) == (
+        f"{root / 'weights.h5'}: params.layer_1.weight needs 24 bytes but this machine has 16 "
+        "bytes of memory; the bundle is too large for it (or its sizes are forged)"
+    )
+
+
+def test_written_weights_keep_scalars_and_encode_halves_and_bools(tmp_path: Path) -> None:
+    from juliabridge.bundle.weights import write_weights
+
+    path = tmp_path / "new" / "dir" / "w.h5"  # missing directories are created
+    write_weights(
+        path,
+        {
+            "/s": (np.float32(2.5), "f32"),
+            "/h": (np.array([1.5, -2.0], np.float16), "f16"),
+            "/k": (np.array([True, False]), "i1"),
+        },
+    )
+    with h5py.File(path) as f:
+        assert f["/s"].shape == () and f["/s"][()] == 2.5
+        assert f["/h"].dtype == np.uint16 and list(f["/h"][()]) == [0x3E00, 0xC000]
+        assert f["/k"].dtype == np.uint8 and list(f["/k"][()]) == [1, 0]
+        assert {n: f[n].attrs["dtype"] for n in f} == {"s": "f32", "h": "f16", "k": "i1"}
+
+
+def test_a_failed_weights_write_says_why_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    from juliabridge import SaveError
+    from juliabridge.bundle.weights import write_weights
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(SaveError) as e:
+        write_weights(blocker / "w.h5", {"/a": (np.ones(2, np.float32), "f32")})
+    assert str(e.value) == (
+        f"{blocker / 'w.h5'}: cannot create a file in {blocker} (File exists); check that "
+        "the directory exists and is writable"
+    )
+    # A value that is not an array of its type fails as numpy says, not as a disk problem
+    # ("check free space"), and neither the target nor a temporary is left.
+    target = tmp_path / "w.h5"
+    with pytest.raises(ValueError):
+        write_weights(target, {"/a": (np.array(["one", "two"]), "f32")})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_a_dataset_allocated_but_never_written_is_refused_naming_it(tmp_path: Path) -> None:
+    # HDF5 early allocation gives a dataset storage before any data is written; one that
+    # holds only its fill value was never written (spec §4: writers write every dataset).
+    from h5py import h5d, h5p, h5s, h5t
+
+    root = dense(tmp_path)
+
+    def never_written(f: h5py.File, name: str) -> Any:
+        dcpl = h5p.create(h5p.DATASET_CREATE)
+        dcpl.set_alloc_time(h5d.ALLOC_TIME_EARLY)
+        dcpl.set_fill_value(np.array(0.0, np.float32))
+        space, kind = h5s.create_simple((3,)), h5t.py_create(np.dtype(np.float32))
+        return h5py.Dataset(h5d.create(f.id, name.encode(), kind, space, dcpl=dcpl))
+
+    _rewrite(root, "/params/layer_1/bias", never_written)
+    with pytest.raises(BundleError) as e:
+        juliabridge.import_lux(root)
+    assert str(e.value).startswith(
+        f"{root / 'weights.h5'}: params.layer_1.bias (/params/layer_1/bias): dataset "
+        "/params/layer_1/bias was allocated when created (HDF5 early allocation) and holds "
+        "nothing but its fill value: it was never written."
+    )
+
+
+def test_load_params_lists_and_reads_the_same_trees_with_libhdf5(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = dense(tmp_path)
+    params, state = juliabridge.load_params(root / "weights.h5")
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
+    params_lib, state_lib = juliabridge.load_params(root / "weights.h5")
+    assert state == state_lib == {}
+    with h5py.File(root / "weights.h5") as f:
+        for name in ("weight", "bias"):
+            want = f[f"/params/layer_1/{name}"][()]
+            np.testing.assert_array_equal(np.asarray(params["layer_1"][name]), want)
+            np.testing.assert_array_equal(np.asarray(params_lib["layer_1"][name]), want)
+
+
+# --- manifest rules (spec §3), as the refusal names the entry that breaks one -----------------
+
+_ADVICE = (
+    ". The manifest does not follow docs/bundle-format.md; export the bundle again "
+    "(JuliaBridge.export_lux) or fix the entry named"
+)
+
+
+def _examples_without_inputs(m: dict[str, Any]) -> None:
+    ref = {"result": 0, "dataset": "/params/layer_1/bias"}
+    m["examples"] = {"inputs": [], "outputs": [ref], "rtol": 1e-4, "atol": 1e-5}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda m: m.pop("name"),
+            "top level: missing required key 'name'",
+        ),
+        (
+            lambda m: m.pop("format_version"),  # read before the rest: it picks the schema
+            "top level: missing required key 'format_version'",
+        ),
+        (
+            lambda m: m.__setitem__("format_version", 0),
+            "format_version: expected 1 or 2, found 0",
+        ),
+        (
+            lambda m: m["arguments"][1].__setitem__("index", 5),
+            "arguments[1]: index is 5 but the entry is number 1; entries must be in @main order",
+        ),
+        (
+            lambda m: m["results"][0].__setitem__("index", 3),
+            "results[0]: index is 3 but the entry is number 0; entries must be in @main order",
+        ),
+        (
+            lambda m: m["arguments"][2].__setitem__("dataset", "/params/layer_1/weight"),
+            "arguments[2].dataset: /params/layer_1/weight is also used by arguments[1].dataset; "
+            "each dataset holds one value",
+        ),
+        (
+            lambda m: m.__setitem__("aliases", [{"path": ["output"], "argument": 1}]),
+            "aliases[0].path: output path ['output'] is also given by results[0].paths[0]; each "
+            "output path appears once",
+        ),
+        (
+            _examples_without_inputs,
+            "examples.inputs: no value for input argument(s) [0]; the examples give every input",
+        ),
+    ],
+    ids=[
+        "name",
+        "no-version",
+        "version",
+        "argument-order",
+        "result-order",
+        "dataset",
+        "alias",
+        "examples",
+    ],
+)
+def test_a_manifest_rule_broken_names_the_entry(tmp_path: Path, change: Any, message: str) -> None:
+    root = edit(dense(tmp_path), change)
+    with pytest.raises(ManifestError) as e:
+        juliabridge.import_lux(root)
+    assert str(e.value) == f"{root / 'manifest.json'}: {message}{_ADVICE}"
+
+
+def test_a_newer_format_version_names_the_readable_ones(tmp_path: Path) -> None:
+    from juliabridge import BundleVersionError
+
+    root = edit(dense(tmp_path), lambda m: m.__setitem__("format_version", 9))
+    with pytest.raises(BundleVersionError) as e:
+        juliabridge.import_lux(root)
+    assert str(e.value) == (
+        f"{root / 'manifest.json'}: format_version 9 is newer than this juliabridge reads "
+        "(1, 2); upgrade juliabridge (pip install -U juliabridge)"
+    )

@@ -95,7 +95,14 @@ def test_an_unknown_custom_call_is_refused_without_the_code_hint() -> None:
     assert "Pass trust=True to load anyway" in msg
 
 
-@pytest.mark.parametrize("target", ["enzymexla_compile_cpu", "xla_throw"])
+# ids without "enzyme": mutmut deselects tests named so (they need enzyme-ad), and these do not
+@pytest.mark.parametrize(
+    "target",
+    [
+        pytest.param("enzymexla_compile_cpu", id="xla-compile"),
+        pytest.param("xla_throw", id="throw"),
+    ],
+)
 def test_reactant_runtime_targets_get_the_reactant_hint(target: str) -> None:
     with pytest.raises(UnsupportedModuleError, match="exist only inside Reactant/Enzyme-JAX"):
         parse_module(_custom_call(target))
@@ -114,8 +121,51 @@ def test_a_stable_target_without_a_contract_is_refused_naming_the_contract_table
     with pytest.raises(UnsupportedModuleError) as e:
         parse_module(_custom_call(stable[0]))
     msg = str(e.value)
-    assert f"{stable[0]} is on jax.export's stable list" in msg
-    assert "no operand/result contract for it" in msg
+    assert (
+        f"; {stable[0]} is on jax.export's stable list, but juliabridge has no operand/result "
+        "contract for it (juliabridge/stablehlo/contracts.py), and an unchecked kernel call can "
+        "corrupt memory. Pass trust=True" in msg
+    )
+
+
+def test_a_refusal_without_a_line_number_names_no_site() -> None:
+    # a call site printed without a file:line location (loc(unknown)) has no line to name
+    text = module(
+        f"    %0 = stablehlo.custom_call @my_kernel(%x) : ({T}) -> {T} loc(unknown)\n"
+        f"    return %0 : {T}"
+    )
+    with pytest.raises(UnsupportedModuleError) as e:
+        parse_module(text)
+    assert "custom_call target(s) my_kernel are not in the allowlist of targets stock" in str(
+        e.value
+    )
+
+
+# TPU's QR kernel: not on jax.export's list with a contract, but the lax backend lifts it.
+_QR = """module {
+  func.func @main(%a: tensor<3x3xf32>) -> (tensor<3x3xf32>, tensor<3xf32>) {
+    %r:2 = "stablehlo.custom_call"(%a) {backend_config = "", call_target_name = "Qr"} : (tensor<3x3xf32>) -> (tensor<3x3xf32>, tensor<3xf32>)
+    return %r#0, %r#1 : tensor<3x3xf32>, tensor<3xf32>
+  }
+}"""
+
+
+def test_a_target_the_lax_backend_lifts_loads_but_no_backend_calls_its_kernel() -> None:
+    import numpy as np
+
+    assert parse_module(_QR).custom_calls == ("Qr",)  # admitted by the load-time policy
+    a = np.array([[4.0, 1.0, 2.0], [1.0, 3.0, 0.0], [2.0, 0.0, 5.0]], np.float32)
+    packed, _taus = juliabridge.load_mlir(_QR, backend="lax")(a)
+    r = np.linalg.qr(a.astype(np.float64), mode="r")  # R of the Householder QR, up to signs
+    np.testing.assert_allclose(np.abs(np.triu(packed)), np.abs(r), rtol=1e-5, atol=1e-5)
+    with pytest.raises(UnsupportedModuleError) as e:
+        juliabridge.load_mlir(_QR, backend="xla")  # would call the kernel: refused
+    msg = str(e.value)
+    assert "custom_call target(s) Qr (the first, Qr, at line 3) are not in the allowlist" in msg
+    assert (
+        "; the lax backend lifts Qr into JAX primitives, so backend='lax' (or 'auto') runs the "
+        "module without calling the kernel. Pass trust=True" in msg
+    )
 
 
 def test_trust_admits_unknown_custom_calls() -> None:
@@ -139,7 +189,7 @@ def test_reactant_module_names_are_removed_and_reported(header: str, name: str) 
     assert "module @" not in m.text and "reactant" not in m.text
 
 
-def test_enzyme_attributes_are_dropped_everywhere_and_reported() -> None:
+def test_reactant_analysis_attributes_are_dropped_everywhere_and_reported() -> None:
     text = f"""module attributes {{enzymexla.foo = 1 : i64, mhlo.num_partitions = 1 : i64}} {{
   func.func @main(%x: {T} {{enzymexla.memory_effects = [], mhlo.sharding = "{{replicated}}",
       tf.aliasing_output = 0 : i32, jax.buffer_donor = true}})

@@ -56,11 +56,13 @@ SMOKE_TESTS = [
 TESTS_FOR = {
     "juliabridge/bundle/": ["tests/test_pinned_security.py", "tests/test_bundle_hardening.py"],
     "juliabridge/stablehlo/": ["tests/test_pinned_security.py", "tests/test_module_hardening.py"],
-    "juliabridge/transforms/": ["tests/test_pinned_transforms.py", "tests/test_transforms.py"],
-    "juliabridge/verify.py": ["tests/test_pinned_verify.py"],
-    "juliabridge/params_io.py": ["tests/test_pinned_params.py"],
-    "juliabridge/parallel.py": ["tests/test_pinned_parallel.py"],
-    "juliabridge/model.py": ["tests/test_pinned_calls.py", "tests/test_pinned_batch.py"],
+    # not tests/test_transforms.py: its `juliabridge vjp` test runs Enzyme's derivation child,
+    # which dies under mutmut (docs/mutation-testing.md), so the clean run would fail
+    "juliabridge/transforms/": ["tests/test_pinned_transforms.py"],
+    "juliabridge/lux/verify.py": ["tests/test_pinned_verify.py"],
+    "juliabridge/lux/params_io.py": ["tests/test_pinned_params.py"],
+    "juliabridge/lux/parallel.py": ["tests/test_pinned_parallel.py"],
+    "juliabridge/lux/model.py": ["tests/test_pinned_calls.py", "tests/test_pinned_batch.py"],
     "juliabridge/backends/lax/": ["tests/test_pinned_lax.py", "tests/lax/test_framework.py"],
 }
 #: Mutants no test can kill because they do not change behaviour (docs/mutation-testing.md
@@ -68,6 +70,8 @@ TESTS_FOR = {
 EQUIVALENT: dict[str, str] = {
     # the one caller passes batched_chunks explicitly (model.py), so the default is never used
     "juliabridge.lux.batchsize.x_call_with_batch__mutmut_1": "batched_chunks: bool = False,",
+    # import_lux, the one maker of LuxModels, always passes layout
+    "juliabridge.lux.model.xǁLuxModelǁ__init____mutmut_1": 'layout: str = "XXmlirXX",',
     # O_NOFOLLOW refuses a symlink before fstat, and fstat of a descriptor never reports one
     "juliabridge.bundle.safefile.x_kind_of__mutmut_17": 'return "a symlink"',
     # reading with lseek + readv instead of preadv: the same bytes (nothing else uses the offset)
@@ -79,11 +83,28 @@ EQUIVALENT: dict[str, str] = {
     "juliabridge.bundle.safefile.x_open_regular__mutmut_17": "e.errno != errno.EACCES",
     # numpy stores bool as one byte 0/1 already: the uint8 view changes no byte hashed
     "juliabridge.bundle.digest.x_canonical_bytes__mutmut_9": 'if mlir_dtype == "i1":',
-    # check_dataset_digest has no caller (readers check digests in bundle/fastread.py)
-    "juliabridge.bundle.digest.x_check_dataset_digest__mutmut_1": "if expected is None:",
-    "juliabridge.bundle.digest.x_check_dataset_digest__mutmut_9": "weights file was modified",
-    # never warm: every call takes the first-call path (stderr capture), same values and errors
-    "juliabridge.transforms.guard.xǁCompiledǁ__call____mutmut_9": "self._warm = True",
+    # the Python reader's plan already refused every stored type decode would refuse, so
+    # decode's message (where this names the dataset) is never built on that route
+    "juliabridge.bundle.weights.xǁWeightsReaderǁ_read_fast__mutmut_33": (
+        "decode(raw, r.dtype, None)"
+    ),
+    # forgetting that the whole file was verified only hashes it again, with the same result
+    "juliabridge.bundle.weights.xǁWeightsReaderǁ_verify_file_first__mutmut_25": (
+        "self._file_verified = None"
+    ),
+    # ascontiguousarray makes a rank-0 array rank 1, and a C-contiguous array's uint8 view has
+    # the same bytes whatever its shape: reshape(None) hashes what reshape(-1) does
+    "juliabridge.bundle.weights.x__little_endian_bytes__mutmut_17": "arr.reshape(None)",
+    # on a little-endian machine a native array's bytes already are little-endian
+    "juliabridge.bundle.weights.x__little_endian_bytes__mutmut_9": "np.little_endian is not False",
+    # no default for a target without a call site: None and "" both leave the site out
+    "juliabridge.stablehlo.policy.x_check_custom_calls__mutmut_81": "get(bad[0], )",
+    # a dialect is the name up to the first dot; the last dot differs only for a name with two
+    # dots, and stablehlo/chlo have none: an unknown op of theirs is a parse error before this
+    "juliabridge.stablehlo.policy.x_check_ops__mutmut_9": 'op.rsplit(".", 1)[0]',
+    # the eager impl's lookup of the backend's jitted entry prints nothing natively (it builds
+    # a Compiled; Enzyme's derivation child keeps its own stderr), so capturing it changes nothing
+    "juliabridge.transforms.primitives.x__impl__mutmut_9": "lambda: get_fn(target, True), )()",
 }
 
 KILLED = {1, 3, 24, -24, 36, 152, 255}  # mutmut: test failure, pytest error, timeouts

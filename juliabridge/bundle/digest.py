@@ -13,7 +13,6 @@ import hashlib
 import numpy as np
 
 from .. import dtypes
-from ..errors import ChecksumError
 
 
 def canonical_bytes(value: np.ndarray, mlir_dtype: str) -> memoryview:
@@ -45,22 +44,3 @@ def dataset_digest(value: np.ndarray, mlir_dtype: str) -> str:
     """
     # hashlib releases the GIL on large buffers, so callers may hash datasets in threads.
     return hashlib.sha256(canonical_bytes(value, mlir_dtype)).hexdigest()
-
-
-def check_dataset_digest(
-    value: np.ndarray, mlir_dtype: str, expected: str | None, what: str
-) -> None:
-    """Refuse `value` when its digest differs from the manifest's `expected` (None: no digest).
-
-    Raises:
-        ChecksumError: naming `what` (file, dataset and Lux path), both digests and what to do.
-    """
-    if expected is None:
-        return
-    got = dataset_digest(value, mlir_dtype)
-    if got != expected:
-        raise ChecksumError(
-            f"{what}: the data's sha256 is {got} but manifest.json records {expected}; the "
-            "weights file was modified or corrupted. Re-export or download the bundle again, "
-            "or pass verify_checksums=False if you changed it on purpose"
-        )

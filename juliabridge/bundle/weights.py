@@ -52,7 +52,6 @@ __all__ = [
     "decode",
     "encode",
     "open_weights",
-    "read_array",
     "stored_dtype",
     "use_fast_path",
     "use_worker",
@@ -492,20 +491,6 @@ def open_weights(
     finally:
         if own:
             os.close(fd)
-
-
-def read_array(
-    f: Any, dataset: str, shape: tuple[int, ...], mlir_dtype: str, where: str
-) -> np.ndarray:
-    """Read one dataset after checking its shape, stored type and storage against the manifest.
-
-    `f` is a WeightsReader or an h5py.File the caller opened (read again, with the same checks,
-    through the file's name).
-    """
-    if not isinstance(f, WeightsReader):
-        with open_weights(Path(f.filename)) as reader:
-            return reader.read_array(dataset, shape, mlir_dtype, where)
-    return f.read_array(dataset, shape, mlir_dtype, where)
 
 
 def write_weights(

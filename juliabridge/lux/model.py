@@ -16,6 +16,7 @@ from ..bundle import Bundle, open_bundle
 from ..bundle.manifest import ArgumentEntry, Manifest
 from ..errors import CallArgumentError, JuliaBridgeError
 from ..function import ImportedFunction, all_concrete_arrays
+from ..transforms.guard import Compiled
 from .batchsize import batch_size_of, call_with_batch
 from .trees import build_tree, lookup
 
@@ -183,11 +184,10 @@ class LuxModel:
         output = build_tree([(p[1:], v) for p, v in outs if p[0] == "output"])
         new_leaves = {p[1:]: v for p, v in outs if p[0] == "state"}
         # Lux returns the whole state; leaves the module does not touch come back unchanged.
+        # (A state result is always at a state argument's path: the manifest checks that.)
         state_args = [a for a in self.manifest.arguments if a.role == "state"]
-        known = {a.path for a in state_args}
         new_state = build_tree(
-            [(a.path, new_leaves.get(a.path, flat[a.index])) for a in state_args]
-            + [(p, v) for p, v in new_leaves.items() if p not in known],
+            [(a.path, new_leaves.get(a.path, flat[a.index])) for a in state_args],
             empty=self.manifest.empty.get("state", ()),
         )
         return output, new_state
@@ -239,7 +239,9 @@ class LuxModel:
 
     @cached_property
     def _jitted_output(self) -> Any:
-        return jax.jit(self._checked_output)
+        # Compiled: jax.jit whose failures while XLA compiles or runs the whole program (a
+        # custom call this platform lacks, admitted with trust=True) are ExecutionErrors.
+        return Compiled(self.bundle.module.origin, None, self._checked_output)
 
     def __call__(self, *inputs: Any) -> Any:
         """Outputs for `inputs` with ``model.params`` and ``model.state`` (jitted once per shape).
@@ -252,6 +254,7 @@ class LuxModel:
 
         Raises:
             CallArgumentError: an input is not an array or has the wrong dtype, count or shape.
+            ExecutionError: XLA failed to compile or run the program.
         """
         if all_concrete_arrays(inputs):
             # Straight to jax.jit's C++ dispatch; _checked_output checks the inputs whenever
@@ -278,7 +281,7 @@ def _weight_bytes(m: Manifest) -> int:
     return sum(
         int(np.prod(a.shape, dtype=np.int64)) * dtypes.to_numpy(a.dtype).itemsize
         for a in m.arguments
-        if a.role != "input" and a.dataset is not None
+        if a.dataset is not None  # every parameter and state has one, no input does
     )
 
 
@@ -329,7 +332,7 @@ def import_lux(
             bundle.module, backend, trust=trust, vjp_source=lambda: bundle.vjp_module(trust=trust)
         ),
         arg_labels=[a.label for a in m.arguments],
-        result_labels=[".".join(map(str, r.paths[0])) if r.paths else r.label for r in m.results],
+        result_labels=[r.label for r in m.results],
     )
     # Checked before jnp.asarray, which would silently truncate 64-bit weights.
     dtypes.require_x64(

@@ -81,9 +81,9 @@ def jvp_signature(in_specs: Specs, out_specs: Specs) -> tuple[list[TensorSpec], 
 
 def vjp_module_text(primal: Fn, in_specs: Specs, out_specs: Specs) -> str:
     """Lower the VJP of a traceable primal to StableHLO text in the bundle's VJP convention."""
-    with jax.enable_x64(True):
-        vjp = vjp_from_primal(primal, in_specs, out_specs)
-    return _lowered(vjp, vjp_signature(in_specs, out_specs)[0])
+    return _lowered(
+        vjp_from_primal(primal, in_specs, out_specs), vjp_signature(in_specs, out_specs)[0]
+    )
 
 
 def jvp_module_text(primal: Fn, in_specs: Specs, out_specs: Specs) -> str:
