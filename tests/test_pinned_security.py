@@ -835,3 +835,167 @@ def test_a_newer_format_version_names_the_readable_ones(tmp_path: Path) -> None:
         f"{root / 'manifest.json'}: format_version 9 is newer than this juliabridge reads "
         "(1, 2); upgrade juliabridge (pip install -U juliabridge)"
     )
+
+
+# --- manifest rules checked on the decoded object (parse_manifest), each message whole ---------
+
+
+def _dense_manifest(tmp_path: Path, version: int = 1) -> dict[str, Any]:
+    """The dense bundle's manifest; version 2 adds what format 2 requires (spec §3)."""
+    import json
+
+    m: dict[str, Any] = json.loads((dense(tmp_path) / "manifest.json").read_text())
+    if version == 2:
+        m["format_version"] = 2
+        m["weights"].pop("sha256")
+        for a in m["arguments"]:
+            if a.get("dataset"):
+                a["sha256"] = "0" * 64
+    return m
+
+
+def _refusal(m: dict[str, Any]) -> str:
+    from juliabridge.bundle.manifest import parse_manifest
+
+    with pytest.raises(ManifestError) as e:
+        parse_manifest(m)
+    return str(e.value)
+
+
+def _with_state(m: dict[str, Any]) -> dict[str, Any]:
+    """Argument 2 (the bias, f32 [3]) made a state leaf at ["layer_1", "count"]."""
+    m["arguments"][2].update(role="state", path=["layer_1", "count"], dataset="/state/count")
+    return m
+
+
+def _rule(where: str, message: str) -> str:
+    # parse_manifest's own text: load_manifest adds the file's path and the advice.
+    return f"manifest.json: {where}: {message}"
+
+
+def test_a_leaf_that_is_also_a_container_is_named_with_its_child(tmp_path: Path) -> None:
+    m = _dense_manifest(tmp_path)
+    m["arguments"][2]["path"] = ["layer_1", "weight", "inner"]
+    assert _refusal(m) == _rule(
+        "parameter",
+        "path ['layer_1', 'weight'] is a leaf but ['layer_1', 'weight', 'inner'] continues below "
+        "it; a leaf cannot also be a container",
+    )
+
+
+def test_mixed_integer_and_name_steps_below_one_parent_are_refused(tmp_path: Path) -> None:
+    m = _dense_manifest(tmp_path)
+    m["arguments"][2]["path"] = ["layer_1", 1]
+    assert _refusal(m) == _rule(
+        "parameter",
+        "below ['layer_1'] some path steps are integers and some are names; a Julia container "
+        "is either a Tuple/Array (integer steps) or a NamedTuple, struct or Dict (names), never "
+        "both",
+    )
+
+
+def test_a_returned_state_leaf_keeps_its_shape_and_dtype(tmp_path: Path) -> None:
+    m = _with_state(_dense_manifest(tmp_path))
+    m["results"].append(
+        {"index": 1, "paths": [["state", "layer_1", "count"]], "dtype": "f32", "shape": [4]}
+    )
+    assert _refusal(m) == _rule(
+        "results[1].paths[0]",
+        "returns f32 [4] for state.layer_1.count, which is f32 [3]; a state leaf keeps its "
+        "shape and dtype",
+    )
+
+
+def test_static_state_paths_are_parsed_and_checked(tmp_path: Path) -> None:
+    from juliabridge.bundle.manifest import parse_manifest
+
+    m = _with_state(_dense_manifest(tmp_path, version=2))
+    leaf = {"path": ["layer_1", "rng"], "value": 3, "julia_type": "Int64"}
+    m["static_state"] = [leaf]
+    parsed = parse_manifest(m)
+    assert [(s.path, s.value, s.julia_type) for s in parsed.static_state] == [
+        (("layer_1", "rng"), 3, "Int64")
+    ]
+    m["static_state"] = [leaf, dict(leaf)]
+    assert _refusal(m) == _rule(
+        "static_state", "a path appears twice; each state leaf is listed once"
+    )
+    m["static_state"] = [dict(leaf, path=["layer_1"])]
+    assert _refusal(m) == _rule(
+        "static_state[0].path",
+        "['layer_1'] is above the state argument(s) below it; a leaf cannot also be a container",
+    )
+    m["static_state"] = [dict(leaf, path=["layer_1", "count", "x"])]
+    assert _refusal(m) == _rule(
+        "static_state[0].path",
+        "['layer_1', 'count', 'x'] is below the state argument ['layer_1', 'count']; a leaf "
+        "cannot also be a container",
+    )
+
+
+def test_an_echo_of_an_argument_needs_one_and_the_only_one_may_be_echoed(tmp_path: Path) -> None:
+    from juliabridge.bundle.manifest import parse_manifest
+
+    m = _dense_manifest(tmp_path, version=2)  # echo_of is format 2's
+    m["arguments"] = m["arguments"][:1]
+    m["results"] = [dict(m["results"][0], shape=[4, 2], echo_of=0)]
+    assert parse_manifest(m).results[0].echo_of == 0  # @main has one argument: index 0 is fine
+    m["arguments"] = []
+    m.pop("batch")
+    assert _refusal(m) == _rule("results[0].echo_of", "refers to an argument but @main has none")
+
+
+def test_example_tolerances_given_are_kept_and_defaults_follow_the_dtypes(tmp_path: Path) -> None:
+    from juliabridge.bundle.manifest import default_tolerances, parse_manifest
+
+    m = _dense_manifest(tmp_path)
+    m["examples"] = {
+        "inputs": [{"argument": 0, "dataset": "/examples/x"}],
+        "outputs": [{"result": 0, "dataset": "/examples/y"}],
+        "rtol": 0.25,
+        "atol": 0.125,
+    }
+    ex = parse_manifest(m).examples
+    assert ex is not None and (ex.rtol, ex.atol) == (0.25, 0.125)
+    m["examples"].update(rtol=None, atol=None)
+    ex = parse_manifest(m).examples
+    assert ex is not None and (ex.rtol, ex.atol) == (1e-4, 1e-5)  # an f32 output, spec §3.7
+    assert default_tolerances(["f64"]) == (1e-10, 1e-12)
+    assert default_tolerances(["complex<f64>", "i32"]) == (1e-10, 1e-12)
+    assert default_tolerances(["i32", "i1"]) == (0.0, 0.0)
+    assert default_tolerances(["f64", "bf16"]) == (1e-2, 1e-3)
+
+
+def test_the_module_artifact_entry_is_parsed(tmp_path: Path) -> None:
+    from juliabridge.bundle.manifest import parse_manifest
+
+    m = _dense_manifest(tmp_path, version=2)
+    art = {"file": "model.mlirbc", "sha256": "1" * 64, "stablehlo_version": "1.17.0"}
+    m["module"]["artifact"] = dict(art, target="1.17.0")
+    ref = parse_manifest(m).module.artifact
+    assert ref is not None
+    assert (ref.file, ref.sha256, ref.stablehlo_version, ref.target) == (
+        "model.mlirbc",
+        "1" * 64,
+        "1.17.0",
+        "1.17.0",
+    )
+
+
+def test_manifest_files_that_are_not_manifests_are_named(tmp_path: Path) -> None:
+    from juliabridge.bundle.manifest import MAX_MANIFEST_BYTES
+
+    root = dense(tmp_path)
+    path = root / "manifest.json"
+    text = path.read_text()
+    path.write_text(text.replace('"batch_axis": 0', '"batch_axis": NaN', 1))
+    with pytest.raises(ManifestError) as e:
+        juliabridge.import_lux(root)
+    assert str(e.value) == f"{path}: not strict JSON: NaN is not a JSON number"
+    path.write_text(text + " " * MAX_MANIFEST_BYTES)
+    with pytest.raises(ManifestError) as e:
+        juliabridge.import_lux(root)
+    assert str(e.value) == (
+        f"{path}: larger than the 64 MiB manifest limit; a manifest describes arrays, it does "
+        "not hold them, so this is not a juliabridge manifest"
+    )

@@ -81,6 +81,10 @@ EQUIVALENT: dict[str, str] = {
     # O_NOFOLLOW: these branches are for other platforms (not observable here)
     "juliabridge.bundle.safefile.x__read_at__mutmut_17": 'if hasattr(os, "readv")',
     "juliabridge.bundle.safefile.x_open_regular__mutmut_17": "e.errno != errno.EACCES",
+    # leaf[:n] for n past len(leaf) is leaf itself, already in the set of prefixes
+    "juliabridge.bundle.manifest.x__check_consistency__mutmut_113": "range(len(leaf) + 2)",
+    # json.loads cannot recurse past the 64 levels the depth check lets through
+    "juliabridge.bundle.manifest.x_load_manifest__mutmut_49": "raise ManifestError(None) from e",
     # numpy stores bool as one byte 0/1 already: the uint8 view changes no byte hashed
     "juliabridge.bundle.digest.x_canonical_bytes__mutmut_9": 'if mlir_dtype == "i1":',
     # the Python reader's plan already refused every stored type decode would refuse, so
