@@ -447,3 +447,49 @@ def test_a_trusted_bundle_reaches_the_backend_with_its_trust(tmp_path: Path) -> 
             f"{root / 'model.mlir'}: XLA could not compile or run the module ("
         )
         assert "jb_no_such_target" in str(e.value)
+
+
+def test_load_mlir_passes_its_trust_to_the_backend() -> None:
+    # As import_lux does: xla checks the kernels it will call again, so a module trusted at load
+    # must be trusted there too, or the load refuses what trust=True admitted.
+    from juliabridge import ExecutionError, UnsupportedModuleError
+
+    text = """module {
+  func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {
+    %0 = stablehlo.custom_call @jb_no_such_target(%x) : (tensor<2xf32>) -> tensor<2xf32>
+    return %0 : tensor<2xf32>
+  }
+}"""
+    with pytest.raises(UnsupportedModuleError, match="jb_no_such_target"):
+        juliabridge.load_mlir(text, backend="xla")
+    fn = juliabridge.load_mlir(text, backend="xla", trust=True)
+    with pytest.raises(ExecutionError, match="jb_no_such_target"):
+        fn(np.ones(2, np.float32))
+
+
+@pytest.mark.parametrize("backend", ["lax", "xla"])
+def test_eager_jax_arrays_are_checked_once_per_signature(
+    monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    # docs/benchmarks.md, "Call overhead": jax arrays go to the jit whose trace checks them, so
+    # a signature seen before is not checked in Python again; numpy arrays always are.
+    from juliabridge import function
+
+    text = """module {
+  func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {
+    %0 = stablehlo.add %x, %x : tensor<2xf32>
+    return %0 : tensor<2xf32>
+  }
+}"""
+    fn = juliabridge.load_mlir(text, backend=backend)
+    calls = []
+    real = function.check_call_args
+    monkeypatch.setattr(
+        function, "check_call_args", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    x = jnp.arange(2, dtype=jnp.float32)
+    for _ in range(3):
+        np.testing.assert_array_equal(fn(x)[0], [0.0, 2.0])
+    assert len(calls) == 1  # the trace of the first call only
+    fn(np.arange(2, dtype=np.float32))
+    assert len(calls) == 2  # numpy: checked (and converted) in Python every time
