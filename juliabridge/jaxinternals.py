@@ -66,9 +66,49 @@ def make_primitive(name: str) -> Primitive:
     return p
 
 
+#: JAX's dialect registrations (jax._src.interpreters.mlir._create_ir_context), by module
+#: and function name; a jax without one of them simply lacks that dialect.
+_DIALECTS = (
+    ("sdy", "register_dialect"),
+    ("mpmd", "register_dialect"),
+    ("mhlo", "register_mhlo_dialect"),
+    ("chlo", "register_dialect"),
+    ("hlo", "register_dialect"),
+)
+
+
+def _lean_context() -> ir.Context | None:
+    """A new context with JAX's dialects registered but not loaded; None where jax lacks
+    the pieces (then jax's own make_ir_context is used)."""
+    try:
+        from jax._src.interpreters import mlir as impl
+        from jax._src.lib.mlir import dialects
+
+        # JaxIrContext skips ir.Context.__init__, which loads every dialect linked in.
+        ctx: ir.Context = impl.JaxIrContext()
+        ctx.append_dialect_registry(impl.upstream_dialects)
+        ctx.set_thread_pool(impl.global_thread_pool)
+        for module, function in _DIALECTS:
+            register = getattr(getattr(dialects, module, None), function, None)
+            if register is not None:
+                register(ctx, load=False)
+    except (ImportError, AttributeError, TypeError):  # pragma: no cover - jax release
+        return None
+    return ctx
+
+
 def make_context(*, allow_unregistered: bool = False) -> ir.Context:
-    """An MLIR context with JAX's dialects (stablehlo, chlo, func, sdy...) registered."""
-    ctx = jax_mlir.make_ir_context()
+    """A new MLIR context of juliabridge's own, with JAX's dialects (stablehlo, chlo, func,
+    sdy...) registered; each is loaded when a module first uses it.
+
+    Not ``jax_mlir.make_ir_context()``: that loads every dialect up front (about 3 ms, most
+    of what parsing a small module costs), and since jax 0.11 it hands out a per-thread
+    context that JAX's own lowering reuses, which would share this context's flags
+    (``allow_unregistered_dialects``) and the modules parsed in it with JAX.
+    """
+    ctx = _lean_context()
+    if ctx is None:  # pragma: no cover - jax release
+        ctx = jax_mlir.make_ir_context()
     ctx.allow_unregistered_dialects = allow_unregistered
     return ctx
 

@@ -23,6 +23,45 @@ def test_context_registers_stablehlo_and_chlo() -> None:
         assert "stablehlo.multiply" in str(m)
 
 
+#: Generic syntax (as Reactant prints it), CHLO and an sdy attribute: each dialect is loaded
+#: by the parser on first use in juliabridge's contexts (registered, not preloaded).
+GENERIC = """module attributes {mhlo.num_partitions = 1 : i64} {
+  sdy.mesh @mesh = <["x"=1]>
+  func.func @main(%arg0: tensor<3xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}]>}) -> tensor<3xf32> {
+    %0 = "stablehlo.sine"(%arg0) : (tensor<3xf32>) -> tensor<3xf32>
+    %1 = "chlo.erf"(%0) : (tensor<3xf32>) -> tensor<3xf32>
+    %2 = "stablehlo.compare"(%0, %1) {comparison_direction = #stablehlo<comparison_direction LT>} : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xi1>
+    %3 = "stablehlo.select"(%2, %0, %1) : (tensor<3xi1>, tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+    return %3 : tensor<3xf32>
+  }
+}"""
+
+
+def test_context_loads_each_dialect_when_a_module_uses_it() -> None:
+    ctx = ji.make_context()
+    with ctx:
+        m = ji.ir.Module.parse(GENERIC)
+        assert m.operation.verify()
+    text = str(m)
+    for name in ("stablehlo.sine", "chlo.erf", "#sdy.sharding"):
+        assert name in text, name
+    ops = list(m.body.operations[1].regions[0].blocks[0].operations)
+    assert [op.operation.name for op in ops] == ["stablehlo.sine", "chlo.erf",
+        "stablehlo.compare", "stablehlo.select", "func.return"]  # fmt: skip
+    direction = ops[2].operation.attributes["comparison_direction"]
+    assert str(direction) == "#stablehlo<comparison_direction LT>"
+
+
+def test_contexts_are_juliabridges_own() -> None:
+    # jax >= 0.11's make_ir_context hands the same per-thread context out again; a flag set on
+    # one of juliabridge's must never reach the context JAX lowers in, nor the next import's.
+    a, b = ji.make_context(allow_unregistered=True), ji.make_context()
+    assert a is not b and a.allow_unregistered_dialects and not b.allow_unregistered_dialects
+    jax_ctx = ji.jax_mlir.make_ir_context()
+    assert jax_ctx is not a and jax_ctx is not b
+    assert not jax_ctx.allow_unregistered_dialects
+
+
 def test_unregistered_switch() -> None:
     ctx = ji.make_context(allow_unregistered=True)
     assert ctx.allow_unregistered_dialects
