@@ -17,8 +17,10 @@ data, checksums) is read through that one descriptor.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import sys
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -217,6 +219,19 @@ def _changed(a: os.stat_result, b: os.stat_result) -> bool:
     )
 
 
+def _outside_stacklevel() -> int:
+    """The `stacklevel` that points a warning issued by this function's caller at the first
+    frame outside juliabridge (and contextlib, which `open_weights`' `with` passes through)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    skip = (package + os.sep, os.path.abspath(contextlib.__file__))
+    frame = sys._getframe(1)
+    level = 1
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(skip):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
 class _LocalReader:
     """libhdf5 in this process (JULIABRIDGE_HDF5_WORKER=0)."""
 
@@ -312,7 +327,7 @@ class WeightsReader:
                     f"{self.path} in this process instead (set {WORKER_ENV}=0 to do so without "
                     "this warning)",
                     RuntimeWarning,
-                    stacklevel=4,
+                    stacklevel=_outside_stacklevel(),
                 )
         self._lib = _LocalReader(self.path, self.fd)
         self.mode = "in-process"
