@@ -7,6 +7,7 @@ the spec's, not the reader's code.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -511,6 +512,30 @@ def test_files_read_the_same_where_the_platform_lacks_preadv(
     np.testing.assert_allclose(np.asarray(model(x)), expected_output(root, x), rtol=1e-6)
 
 
+@pytest.mark.skipif(not hasattr(os, "preadv"), reason="the platform lacks preadv")
+def test_positioned_reads_leave_the_shared_descriptor_where_it_was(tmp_path: Path) -> None:
+    # The Python reader reads datasets in parallel threads through one descriptor, so a read at
+    # an offset must not go through (or move) the descriptor's own file position.
+    import os
+
+    from juliabridge.bundle import safefile
+
+    path = tmp_path / "bytes"
+    path.write_bytes(bytes(range(256)))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.lseek(fd, 7, os.SEEK_SET)
+        buf = bytearray(4)
+        assert safefile.read_at(fd, memoryview(buf), 100) == 4
+        assert bytes(buf) == bytes([100, 101, 102, 103])
+        assert os.lseek(fd, 0, os.SEEK_CUR) == 7
+        assert safefile.read_at(fd, memoryview(buf), 254) == 2  # the count, short at the end
+        assert bytes(buf[:2]) == bytes([254, 255])
+        assert safefile.read_at(fd, memoryview(buf), 256) == 0
+    finally:
+        os.close(fd)
+
+
 def test_a_module_file_truncated_while_it_is_read_is_an_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -754,6 +779,207 @@ def test_load_params_lists_and_reads_the_same_trees_with_libhdf5(
             want = f[f"/params/layer_1/{name}"][()]
             np.testing.assert_array_equal(np.asarray(params["layer_1"][name]), want)
             np.testing.assert_array_equal(np.asarray(params_lib["layer_1"][name]), want)
+
+
+def _not_numbers(tmp_path: Path) -> Path:
+    """A weights file whose /params/a holds strings (spec §4: datasets hold numbers)."""
+    path = tmp_path / "strings.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("/params/a", data=np.array([b"abc"])).attrs["dtype"] = "f32"
+    return path
+
+
+@pytest.mark.parametrize("isolated", ["1", "0"], ids=["own-process", "this-process"])
+def test_libhdf5_refusals_name_the_file_in_either_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated: str
+) -> None:
+    # JULIABRIDGE_HDF5_FASTPATH=0 sends every file to libhdf5: in a process of its own by
+    # default, in this one with JULIABRIDGE_HDF5_WORKER=0. A refusal names the file either way.
+    from juliabridge import SignatureMismatchError
+    from juliabridge.bundle import _worker
+    from juliabridge.bundle.weights import open_weights
+
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
+    monkeypatch.setenv("JULIABRIDGE_HDF5_WORKER", isolated)
+    try:
+        root = dense(tmp_path)
+        with open_weights(root / "weights.h5") as reader:
+            assert reader.mode == ("process" if isolated == "1" else "in-process")
+            assert reader.isolated is (isolated == "1")
+        strings = _not_numbers(tmp_path)
+        with pytest.raises(SignatureMismatchError) as e:
+            juliabridge.load_params(strings)
+        assert str(e.value) == (
+            f"{strings}: dataset /params/a is stored as |S3, expected numbers. The weights file "
+            "does not belong to this manifest; re-export the bundle"
+        )
+        (root / "weights.h5").write_bytes(b"not an HDF5 file " * 16)
+        reseal(root)
+        with pytest.raises(BundleError) as e2:
+            juliabridge.import_lux(root)
+        assert type(e2.value) is BundleError
+        assert str(e2.value).startswith(
+            f"{root / 'weights.h5'}: not a readable HDF5 file (OSError: Unable to synchronously "
+            "open file (file signature not found)). The file is corrupt or truncated"
+        )
+    finally:
+        _worker.stop_idle()
+
+
+def test_a_listing_refused_by_the_python_reader_names_the_file(tmp_path: Path) -> None:
+    from juliabridge import SignatureMismatchError
+
+    strings = _not_numbers(tmp_path)
+    with pytest.raises(SignatureMismatchError) as e:
+        juliabridge.load_params(strings)
+    assert str(e.value) == (
+        f"{strings}: dataset /params/a is stored as |S3, expected numbers. The weights file "
+        "does not belong to this manifest; re-export the bundle"
+    )
+
+
+def test_no_libhdf5_process_to_start_warns_at_the_caller_and_reads_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Where no process can be started (no interpreter, process limit), libhdf5 runs in this
+    # process instead, with a warning that points at the code that asked for the weights.
+    import contextlib
+    import os
+    import warnings
+
+    from juliabridge.bundle import _worker
+
+    def cannot_start(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("Resource temporarily unavailable")
+
+    root = dense(tmp_path)
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
+    monkeypatch.setenv("JULIABRIDGE_HDF5_WORKER", "1")
+    monkeypatch.setattr(_worker, "WorkerReader", cannot_start)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        params, _ = juliabridge.load_params(root / "weights.h5")
+    assert [w.category for w in caught] == [RuntimeWarning]
+    where = caught[0].filename
+    assert not where.startswith(os.path.dirname(juliabridge.__file__) + os.sep), where
+    assert where != contextlib.__file__, where  # open_weights' `with` is no caller either
+    if "MUTANT_UNDER_TEST" not in os.environ:  # under mutmut, its trampolines are frames too
+        assert where == __file__
+    assert str(caught[0].message) == (
+        "juliabridge could not start its HDF5 reader process (Resource temporarily "
+        f"unavailable); reading {root / 'weights.h5'} in this process instead (set "
+        "JULIABRIDGE_HDF5_WORKER=0 to do so without this warning)"
+    )
+    with h5py.File(root / "weights.h5") as f:
+        want = f["/params/layer_1/weight"][()]
+    np.testing.assert_array_equal(np.asarray(params["layer_1"]["weight"]), want)
+
+
+def test_a_weights_file_changed_under_its_recorded_digest_names_both_digests(
+    tmp_path: Path,
+) -> None:
+    import hashlib
+
+    root = dense(tmp_path)
+    recorded = manifest(root)["weights"]["sha256"]
+    with h5py.File(root / "weights.h5", "a") as f:
+        f["/params/layer_1/bias"][0] += 1  # same structure, another value: only the digest sees it
+    got = hashlib.sha256((root / "weights.h5").read_bytes()).hexdigest()
+    with pytest.raises(ChecksumError) as e:
+        juliabridge.import_lux(root)
+    assert str(e.value) == (
+        f"{root / 'weights.h5'}: sha256 is {got} but manifest.json records {recorded}; the file "
+        "was modified or corrupted. Re-export the bundle, or pass verify_checksums=False if you "
+        "changed it on purpose."
+    )
+
+
+def _on_reads_of(monkeypatch: pytest.MonkeyPatch, path: Path, trouble: Any) -> None:
+    """Make os.preadv of a descriptor of `path` call `trouble(fd)` first (Linux: /proc)."""
+    import os
+
+    real = os.preadv
+
+    def preadv(fd: int, buffers: Any, offset: int, *rest: Any) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}") == str(path):
+            trouble(fd)
+        return real(fd, buffers, offset, *rest)
+
+    monkeypatch.setattr(os, "preadv", preadv)
+
+
+def _eio(fd: int) -> None:
+    import errno
+    import os
+
+    raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
+def test_a_failing_disk_under_the_weights_is_a_bundle_error_on_either_reader(
+    tmp_path: Path, fast: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # EIO while the weights are read: the Python reader reads and hashes in one pass, libhdf5's
+    # route hashes the whole file first (spec §1); either way the file and the cause are named.
+    root = dense(tmp_path)
+    _on_reads_of(monkeypatch, root / "weights.h5", _eio)
+    with pytest.raises(BundleError) as e:
+        juliabridge.import_lux(root)
+    assert type(e.value) is BundleError
+    tail = "; check the disk" if fast == "1" else ""
+    assert str(e.value) == f"{root / 'weights.h5'}: cannot read the file (Input/output error){tail}"
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
+def test_a_weights_file_truncated_while_it_is_hashed_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # libhdf5's route hashes the whole file before it parses any of it; a racing writer that
+    # truncates the file then leaves fewer bytes than were there when it was opened.
+    import os
+
+    root = dense(tmp_path)
+    size = (root / "weights.h5").stat().st_size
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
+    _on_reads_of(monkeypatch, root / "weights.h5", lambda fd: os.truncate(root / "weights.h5", 0))
+    with pytest.raises(BundleError) as e:
+        juliabridge.import_lux(root)
+    assert type(e.value) is BundleError
+    assert str(e.value) == (
+        f"{root / 'weights.h5'}: the file ended while reading {size} bytes at offset 0 (truncated "
+        "or changed while loading?). The file is corrupt or truncated; download or export the "
+        "bundle again"
+    )
+
+
+def test_a_dataset_never_written_is_refused_when_listed_on_either_reader(
+    tmp_path: Path, fast: str
+) -> None:
+    # A contiguous dataset created without data has no storage at all (HDF5 late allocation):
+    # load_params lists it, and refuses it before any read (spec §4: writers write every one).
+    path = tmp_path / "late.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("/params/a", shape=(1000,), dtype=np.float32).attrs["dtype"] = "f32"
+    with pytest.raises(BundleError) as e:
+        juliabridge.load_params(path)
+    assert type(e.value) is BundleError
+    assert str(e.value) == (
+        f"{path}: dataset /params/a has no data stored for some or all of its 4000 bytes, so "
+        "reading it would only produce HDF5 fill values; the file was not written completely "
+        "(or claims an array it does not hold). Re-export the bundle (JuliaBridge.export_lux and "
+        "juliabridge.save_params write complete, inline datasets)"
+    )
+
+
+@pytest.mark.skipif(not Path("/proc/meminfo").is_file(), reason="needs /proc (Linux)")
+def test_the_memory_datasets_are_checked_against_is_the_kernels_total() -> None:
+    # The refusal of a dataset larger than the machine's memory compares with MemTotal.
+    from juliabridge.bundle import weights
+
+    with open("/proc/meminfo") as f:
+        line = next(x for x in f if x.startswith("MemTotal:"))
+    assert line.split()[2] == "kB"
+    assert weights._physical_memory() == int(line.split()[1]) * 1024
 
 
 # --- manifest rules (spec §3), as the refusal names the entry that breaks one -----------------
