@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import ml_dtypes
@@ -219,12 +220,11 @@ def _changed(a: os.stat_result, b: os.stat_result) -> bool:
     )
 
 
-def _outside_stacklevel() -> int:
-    """The `stacklevel` that points a warning issued by this function's caller at the first
-    frame outside juliabridge (and contextlib, which `open_weights`' `with` passes through)."""
+def _outside_stacklevel(frame: FrameType) -> int:
+    """The `stacklevel` that points a warning issued in `frame` at the first frame outside
+    juliabridge (and contextlib, which `open_weights`' `with` passes through)."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     skip = (package + os.sep, os.path.abspath(contextlib.__file__))
-    frame = sys._getframe(1)
     level = 1
     while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(skip):
         frame = frame.f_back
@@ -327,7 +327,7 @@ class WeightsReader:
                     f"{self.path} in this process instead (set {WORKER_ENV}=0 to do so without "
                     "this warning)",
                     RuntimeWarning,
-                    stacklevel=_outside_stacklevel(),
+                    stacklevel=_outside_stacklevel(sys._getframe()),
                 )
         self._lib = _LocalReader(self.path, self.fd)
         self.mode = "in-process"
