@@ -516,8 +516,6 @@ def test_files_read_the_same_where_the_platform_lacks_preadv(
 def test_positioned_reads_leave_the_shared_descriptor_where_it_was(tmp_path: Path) -> None:
     # The Python reader reads datasets in parallel threads through one descriptor, so a read at
     # an offset must not go through (or move) the descriptor's own file position.
-    import os
-
     from juliabridge.bundle import safefile
 
     path = tmp_path / "bytes"
@@ -844,7 +842,6 @@ def test_no_libhdf5_process_to_start_warns_at_the_caller_and_reads_here(
     # Where no process can be started (no interpreter, process limit), libhdf5 runs in this
     # process instead, with a warning that points at the code that asked for the weights.
     import contextlib
-    import os
     import warnings
 
     from juliabridge.bundle import _worker
@@ -896,8 +893,6 @@ def test_a_weights_file_changed_under_its_recorded_digest_names_both_digests(
 
 def _on_reads_of(monkeypatch: pytest.MonkeyPatch, path: Path, trouble: Any) -> None:
     """Make os.preadv of a descriptor of `path` call `trouble(fd)` first (Linux: /proc)."""
-    import os
-
     real = os.preadv
 
     def preadv(fd: int, buffers: Any, offset: int, *rest: Any) -> int:
@@ -910,7 +905,6 @@ def _on_reads_of(monkeypatch: pytest.MonkeyPatch, path: Path, trouble: Any) -> N
 
 def _eio(fd: int) -> None:
     import errno
-    import os
 
     raise OSError(errno.EIO, os.strerror(errno.EIO))
 
@@ -936,8 +930,6 @@ def test_a_weights_file_truncated_while_it_is_hashed_is_named(
 ) -> None:
     # libhdf5's route hashes the whole file before it parses any of it; a racing writer that
     # truncates the file then leaves fewer bytes than were there when it was opened.
-    import os
-
     root = dense(tmp_path)
     size = (root / "weights.h5").stat().st_size
     monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
