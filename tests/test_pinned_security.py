@@ -493,6 +493,15 @@ def test_load_params_refuses_a_symlink_and_a_pipe(tmp_path: Path) -> None:
     assert set(params["layer_1"]) == {"weight", "bias"}
 
 
+@pytest.mark.skipif(not Path("/dev/null").is_char_device(), reason="needs /dev/null")
+def test_a_device_is_refused_as_a_device() -> None:
+    # /dev/null is a character device (POSIX): it reads as an empty file, and is no weights file.
+    with pytest.raises(BundleError) as e:
+        juliabridge.load_params(Path("/dev/null"))
+    assert type(e.value) is BundleError
+    assert str(e.value) == "/dev/null: the weights file must be a regular file, found a device"
+
+
 @pytest.mark.parametrize("missing", [("preadv",), ("preadv", "readv")])
 def test_files_read_the_same_where_the_platform_lacks_preadv(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missing: tuple[str, ...]
@@ -777,6 +786,41 @@ def test_load_params_lists_and_reads_the_same_trees_with_libhdf5(
             want = f[f"/params/layer_1/{name}"][()]
             np.testing.assert_array_equal(np.asarray(params["layer_1"][name]), want)
             np.testing.assert_array_equal(np.asarray(params_lib["layer_1"][name]), want)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
+def test_a_module_file_read_in_short_pieces_loads_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A read may return fewer bytes than asked (POSIX; network filesystems do): one byte at a
+    # time, the module text must still be read whole, so its checksum matches (spec §1).
+    root = dense(tmp_path)
+    module = str(root / "model.mlir")
+    real = os.preadv
+
+    def one_byte(fd: int, buffers: Any, offset: int, *rest: Any) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}") == module:
+            return real(fd, [memoryview(buffers[0])[:1]], offset)
+        return real(fd, buffers, offset, *rest)
+
+    monkeypatch.setattr(os, "preadv", one_byte)
+    model = juliabridge.import_lux(root)
+    x = np.ones((4, 2), np.float32)
+    np.testing.assert_allclose(np.asarray(model(x)), expected_output(root, x), rtol=1e-6)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
+def test_a_failing_disk_under_the_module_file_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = dense(tmp_path)
+    _on_reads_of(monkeypatch, root / "model.mlir", _eio)
+    with pytest.raises(BundleError) as e:
+        juliabridge.import_lux(root)
+    assert type(e.value) is BundleError
+    assert (
+        str(e.value) == f"{root / 'model.mlir'}: cannot read the module file (Input/output error)"
+    )
 
 
 def _not_numbers(tmp_path: Path) -> Path:
