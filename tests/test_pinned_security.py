@@ -502,6 +502,47 @@ def test_a_device_is_refused_as_a_device() -> None:
     assert str(e.value) == "/dev/null: the weights file must be a regular file, found a device"
 
 
+def test_a_symlinked_weights_file_is_named_with_the_hub_hint(tmp_path: Path) -> None:
+    root = dense(tmp_path)
+    link = tmp_path / "w.h5"
+    link.symlink_to(root / "weights.h5")
+    with pytest.raises(UnsafeBundleError) as e:
+        juliabridge.load_params(link)
+    assert str(e.value) == (
+        f"{link}: the weights file is a symlink; a bundle holds regular files only (symlinks "
+        "could point anywhere). If this is a model-hub cache, copy it to a plain directory "
+        "first (`cp -rL SRC DST`, or huggingface_hub's snapshot_download(..., local_dir=DST)), "
+        "so that it holds regular files"
+    )
+
+
+@pytest.mark.parametrize("code", ["EACCES", "EIO"])
+def test_a_weights_file_that_cannot_be_opened_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str
+) -> None:
+    # Permission denied (which root never sees) or an I/O error while opening: a BundleError
+    # naming the file and the cause, not the symlink refusal.
+    import errno
+
+    root = dense(tmp_path)
+    real = os.open
+    number = getattr(errno, code)
+
+    def refusing(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if os.fspath(path).endswith("weights.h5"):
+            raise OSError(number, os.strerror(number), os.fspath(path))
+        return real(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refusing)
+    with pytest.raises(BundleError) as e:
+        juliabridge.load_params(root / "weights.h5")
+    assert type(e.value) is BundleError
+    assert str(e.value) == (
+        f"{root / 'weights.h5'}: cannot open the weights file ({os.strerror(number)}); check its "
+        "permissions"
+    )
+
+
 @pytest.mark.parametrize("missing", [("preadv",), ("preadv", "readv")])
 def test_files_read_the_same_where_the_platform_lacks_preadv(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missing: tuple[str, ...]
