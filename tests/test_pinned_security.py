@@ -543,6 +543,37 @@ def test_a_weights_file_that_cannot_be_opened_says_why(
     )
 
 
+def test_a_bundle_directory_swapped_after_it_was_opened_is_read_from_the_one_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Files are opened relative to the directory's own descriptor: a directory put in place of
+    # the bundle's name once it is open (a race an attacker can win) is never read.
+    import contextlib
+
+    from juliabridge.bundle import safefile
+
+    root = dense(tmp_path)
+    with h5py.File(root / "weights.h5") as f:
+        want = f["/params/layer_1/weight"][()]
+    real = safefile.directory
+
+    @contextlib.contextmanager
+    def then_swapped(path: Path) -> Any:
+        with real(path) as fd:
+            if fd is None:
+                pytest.skip("the platform cannot open files relative to a directory")
+            path.rename(tmp_path / "moved")
+            path.mkdir()
+            with h5py.File(path / "weights.h5", "w") as f:
+                f.create_dataset("/params/layer_1/weight", data=np.zeros_like(want))
+                f["/params/layer_1/weight"].attrs["dtype"] = "f32"
+            yield fd
+
+    monkeypatch.setattr(safefile, "directory", then_swapped)
+    params, _ = juliabridge.load_params(root)
+    np.testing.assert_array_equal(np.asarray(params["layer_1"]["weight"]), want)
+
+
 @pytest.mark.parametrize("missing", [("preadv",), ("preadv", "readv")])
 def test_files_read_the_same_where_the_platform_lacks_preadv(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missing: tuple[str, ...]
