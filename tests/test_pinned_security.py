@@ -516,6 +516,15 @@ def test_a_symlinked_weights_file_is_named_with_the_hub_hint(tmp_path: Path) -> 
     )
 
 
+def test_a_path_through_a_symlink_loop_is_refused_as_a_symlink(tmp_path: Path) -> None:
+    # The kernel reports ELOOP for a looping directory on the way as for a symlinked file.
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    path = tmp_path / "loop" / "w.h5"
+    with pytest.raises(UnsafeBundleError) as e:
+        juliabridge.load_params(path)
+    assert str(e.value).startswith(f"{path}: the weights file is a symlink; a bundle holds ")
+
+
 @pytest.mark.parametrize("code", ["EACCES", "EIO"])
 def test_a_weights_file_that_cannot_be_opened_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str
