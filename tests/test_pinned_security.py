@@ -583,6 +583,30 @@ def test_a_bundle_directory_swapped_after_it_was_opened_is_read_from_the_one_ope
     np.testing.assert_array_equal(np.asarray(params["layer_1"]["weight"]), want)
 
 
+def test_a_weights_file_removed_just_before_it_is_opened_is_named_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # import_lux checks the manifest's files first; one removed in between is missing.
+    import contextlib
+
+    from juliabridge.bundle import safefile
+
+    root = dense(tmp_path)
+    real = safefile.directory
+
+    @contextlib.contextmanager
+    def then_removed(path: Path) -> Any:
+        with real(path) as fd:
+            (path / "weights.h5").unlink(missing_ok=True)
+            yield fd
+
+    monkeypatch.setattr(safefile, "directory", then_removed)
+    with pytest.raises(BundleError) as e:
+        juliabridge.import_lux(root)
+    assert type(e.value) is BundleError
+    assert str(e.value) == f"{root / 'weights.h5'}: the weights file is missing"
+
+
 @pytest.mark.parametrize("missing", [("preadv",), ("preadv", "readv")])
 def test_files_read_the_same_where_the_platform_lacks_preadv(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missing: tuple[str, ...]
