@@ -7,6 +7,7 @@ the spec's, not the reader's code.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -492,6 +493,120 @@ def test_load_params_refuses_a_symlink_and_a_pipe(tmp_path: Path) -> None:
     assert set(params["layer_1"]) == {"weight", "bias"}
 
 
+@pytest.mark.skipif(not Path("/dev/null").is_char_device(), reason="needs /dev/null")
+def test_a_device_is_refused_as_a_device() -> None:
+    # /dev/null is a character device (POSIX): it reads as an empty file, and is no weights file.
+    with pytest.raises(BundleError) as e:
+        juliabridge.load_params(Path("/dev/null"))
+    assert type(e.value) is BundleError
+    assert str(e.value) == "/dev/null: the weights file must be a regular file, found a device"
+
+
+def test_a_symlinked_weights_file_is_named_with_the_hub_hint(tmp_path: Path) -> None:
+    root = dense(tmp_path)
+    link = tmp_path / "w.h5"
+    link.symlink_to(root / "weights.h5")
+    with pytest.raises(UnsafeBundleError) as e:
+        juliabridge.load_params(link)
+    assert str(e.value) == (
+        f"{link}: the weights file is a symlink; a bundle holds regular files only (symlinks "
+        "could point anywhere). If this is a model-hub cache, copy it to a plain directory "
+        "first (`cp -rL SRC DST`, or huggingface_hub's snapshot_download(..., local_dir=DST)), "
+        "so that it holds regular files"
+    )
+
+
+def test_a_path_through_a_symlink_loop_is_refused_as_a_symlink(tmp_path: Path) -> None:
+    # The kernel reports ELOOP for a looping directory on the way as for a symlinked file.
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    path = tmp_path / "loop" / "w.h5"
+    with pytest.raises(UnsafeBundleError) as e:
+        juliabridge.load_params(path)
+    assert str(e.value).startswith(f"{path}: the weights file is a symlink; a bundle holds ")
+
+
+@pytest.mark.parametrize("code", ["EACCES", "EIO"])
+def test_a_weights_file_that_cannot_be_opened_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str
+) -> None:
+    # Permission denied (which root never sees) or an I/O error while opening: a BundleError
+    # naming the file and the cause, not the symlink refusal.
+    import errno
+
+    root = dense(tmp_path)
+    real = os.open
+    number = getattr(errno, code)
+
+    def refusing(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if os.fspath(path).endswith("weights.h5"):
+            raise OSError(number, os.strerror(number), os.fspath(path))
+        return real(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refusing)
+    with pytest.raises(BundleError) as e:
+        juliabridge.load_params(root / "weights.h5")
+    assert type(e.value) is BundleError
+    assert str(e.value) == (
+        f"{root / 'weights.h5'}: cannot open the weights file ({os.strerror(number)}); check its "
+        "permissions"
+    )
+
+
+def test_a_bundle_directory_swapped_after_it_was_opened_is_read_from_the_one_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Files are opened relative to the directory's own descriptor: a directory put in place of
+    # the bundle's name once it is open (a race an attacker can win) is never read.
+    import contextlib
+
+    from juliabridge.bundle import safefile
+
+    root = dense(tmp_path)
+    with h5py.File(root / "weights.h5") as f:
+        want = f["/params/layer_1/weight"][()]
+    real = safefile.directory
+
+    @contextlib.contextmanager
+    def then_swapped(path: Path) -> Any:
+        with real(path) as fd:
+            if fd is None:
+                pytest.skip("the platform cannot open files relative to a directory")
+            path.rename(tmp_path / "moved")
+            path.mkdir()
+            with h5py.File(path / "weights.h5", "w") as f:
+                f.create_dataset("/params/layer_1/weight", data=np.zeros_like(want))
+                f["/params/layer_1/weight"].attrs["dtype"] = "f32"
+            yield fd
+
+    monkeypatch.setattr(safefile, "directory", then_swapped)
+    params, _ = juliabridge.load_params(root)
+    np.testing.assert_array_equal(np.asarray(params["layer_1"]["weight"]), want)
+
+
+def test_a_weights_file_removed_just_before_it_is_opened_is_named_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # import_lux checks the manifest's files first; one removed in between is missing.
+    import contextlib
+
+    from juliabridge.bundle import safefile
+
+    root = dense(tmp_path)
+    real = safefile.directory
+
+    @contextlib.contextmanager
+    def then_removed(path: Path) -> Any:
+        with real(path) as fd:
+            (path / "weights.h5").unlink(missing_ok=True)
+            yield fd
+
+    monkeypatch.setattr(safefile, "directory", then_removed)
+    with pytest.raises(BundleError) as e:
+        juliabridge.import_lux(root)
+    assert type(e.value) is BundleError
+    assert str(e.value) == f"{root / 'weights.h5'}: the weights file is missing"
+
+
 @pytest.mark.parametrize("missing", [("preadv",), ("preadv", "readv")])
 def test_files_read_the_same_where_the_platform_lacks_preadv(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missing: tuple[str, ...]
@@ -509,6 +624,28 @@ def test_files_read_the_same_where_the_platform_lacks_preadv(
     model = juliabridge.import_lux(root)
     x = np.ones((4, 2), np.float32)
     np.testing.assert_allclose(np.asarray(model(x)), expected_output(root, x), rtol=1e-6)
+
+
+@pytest.mark.skipif(not hasattr(os, "preadv"), reason="the platform lacks preadv")
+def test_positioned_reads_leave_the_shared_descriptor_where_it_was(tmp_path: Path) -> None:
+    # The Python reader reads datasets in parallel threads through one descriptor, so a read at
+    # an offset must not go through (or move) the descriptor's own file position.
+    from juliabridge.bundle import safefile
+
+    path = tmp_path / "bytes"
+    path.write_bytes(bytes(range(256)))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.lseek(fd, 7, os.SEEK_SET)
+        buf = bytearray(4)
+        assert safefile.read_at(fd, memoryview(buf), 100) == 4
+        assert bytes(buf) == bytes([100, 101, 102, 103])
+        assert os.lseek(fd, 0, os.SEEK_CUR) == 7
+        assert safefile.read_at(fd, memoryview(buf), 254) == 2  # the count, short at the end
+        assert bytes(buf[:2]) == bytes([254, 255])
+        assert safefile.read_at(fd, memoryview(buf), 256) == 0
+    finally:
+        os.close(fd)
 
 
 def test_a_module_file_truncated_while_it_is_read_is_an_error(
@@ -754,6 +891,246 @@ def test_load_params_lists_and_reads_the_same_trees_with_libhdf5(
             want = f[f"/params/layer_1/{name}"][()]
             np.testing.assert_array_equal(np.asarray(params["layer_1"][name]), want)
             np.testing.assert_array_equal(np.asarray(params_lib["layer_1"][name]), want)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
+def test_a_module_file_read_in_short_pieces_loads_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A read may return fewer bytes than asked (POSIX; network filesystems do): one byte at a
+    # time, the module text must still be read whole, so its checksum matches (spec §1).
+    root = dense(tmp_path)
+    module = str(root / "model.mlir")
+    real = os.preadv
+
+    def one_byte(fd: int, buffers: Any, offset: int, *rest: Any) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}") == module:
+            return real(fd, [memoryview(buffers[0])[:1]], offset)
+        return real(fd, buffers, offset, *rest)
+
+    monkeypatch.setattr(os, "preadv", one_byte)
+    model = juliabridge.import_lux(root)
+    x = np.ones((4, 2), np.float32)
+    np.testing.assert_allclose(np.asarray(model(x)), expected_output(root, x), rtol=1e-6)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
+def test_a_failing_disk_under_the_module_file_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = dense(tmp_path)
+    _on_reads_of(monkeypatch, root / "model.mlir", _eio)
+    with pytest.raises(BundleError) as e:
+        juliabridge.import_lux(root)
+    assert type(e.value) is BundleError
+    assert (
+        str(e.value) == f"{root / 'model.mlir'}: cannot read the module file (Input/output error)"
+    )
+
+
+def _not_numbers(tmp_path: Path) -> Path:
+    """A weights file whose /params/a holds strings (spec §4: datasets hold numbers)."""
+    path = tmp_path / "strings.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("/params/a", data=np.array([b"abc"])).attrs["dtype"] = "f32"
+    return path
+
+
+@pytest.mark.parametrize("isolated", ["1", "0"], ids=["own-process", "this-process"])
+def test_libhdf5_refusals_name_the_file_in_either_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated: str
+) -> None:
+    # JULIABRIDGE_HDF5_FASTPATH=0 sends every file to libhdf5: in a process of its own by
+    # default, in this one with JULIABRIDGE_HDF5_WORKER=0. A refusal names the file either way.
+    from juliabridge import SignatureMismatchError
+    from juliabridge.bundle import _worker
+    from juliabridge.bundle.weights import open_weights
+
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
+    monkeypatch.setenv("JULIABRIDGE_HDF5_WORKER", isolated)
+    try:
+        root = dense(tmp_path)
+        with open_weights(root / "weights.h5") as reader:
+            assert reader.mode == ("process" if isolated == "1" else "in-process")
+            assert reader.isolated is (isolated == "1")
+        strings = _not_numbers(tmp_path)
+        with pytest.raises(SignatureMismatchError) as e:
+            juliabridge.load_params(strings)
+        assert str(e.value) == (
+            f"{strings}: dataset /params/a is stored as |S3, expected numbers. The weights file "
+            "does not belong to this manifest; re-export the bundle"
+        )
+        (root / "weights.h5").write_bytes(b"not an HDF5 file " * 16)
+        reseal(root)
+        with pytest.raises(BundleError) as e2:
+            juliabridge.import_lux(root)
+        assert type(e2.value) is BundleError
+        assert str(e2.value).startswith(
+            f"{root / 'weights.h5'}: not a readable HDF5 file (OSError: Unable to synchronously "
+            "open file (file signature not found)). The file is corrupt or truncated"
+        )
+    finally:
+        _worker.stop_idle()
+
+
+def test_a_listing_refused_by_the_python_reader_names_the_file(tmp_path: Path) -> None:
+    from juliabridge import SignatureMismatchError
+
+    strings = _not_numbers(tmp_path)
+    with pytest.raises(SignatureMismatchError) as e:
+        juliabridge.load_params(strings)
+    assert str(e.value) == (
+        f"{strings}: dataset /params/a is stored as |S3, expected numbers. The weights file "
+        "does not belong to this manifest; re-export the bundle"
+    )
+
+
+def test_no_libhdf5_process_to_start_warns_at_the_caller_and_reads_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Where no process can be started (no interpreter, process limit), libhdf5 runs in this
+    # process instead, with a warning that points at the code that asked for the weights.
+    import contextlib
+    import sys
+    import warnings
+
+    from juliabridge.bundle import _worker
+
+    package = os.path.dirname(os.path.abspath(juliabridge.__file__)) + os.sep
+    callers = []
+
+    def cannot_start(*args: Any, **kwargs: Any) -> Any:
+        # The first frame above the one starting the process that is neither juliabridge's
+        # nor contextlib's: where the warning must point.
+        frame = sys._getframe(1)
+        while os.path.abspath(frame.f_code.co_filename).startswith(package) or (
+            frame.f_code.co_filename == contextlib.__file__
+        ):
+            frame = frame.f_back  # type: ignore[assignment]
+        callers.append((frame.f_code.co_filename, frame.f_lineno))
+        raise OSError("Resource temporarily unavailable")
+
+    root = dense(tmp_path)
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
+    monkeypatch.setenv("JULIABRIDGE_HDF5_WORKER", "1")
+    monkeypatch.setattr(_worker, "WorkerReader", cannot_start)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        params, _ = juliabridge.load_params(root / "weights.h5")
+    assert [w.category for w in caught] == [RuntimeWarning]
+    assert [(w.filename, w.lineno) for w in caught] == callers
+    if "MUTANT_UNDER_TEST" not in os.environ:  # under mutmut, its trampolines are frames too
+        assert caught[0].filename == __file__
+    assert str(caught[0].message) == (
+        "juliabridge could not start its HDF5 reader process (Resource temporarily "
+        f"unavailable); reading {root / 'weights.h5'} in this process instead (set "
+        "JULIABRIDGE_HDF5_WORKER=0 to do so without this warning)"
+    )
+    with h5py.File(root / "weights.h5") as f:
+        want = f["/params/layer_1/weight"][()]
+    np.testing.assert_array_equal(np.asarray(params["layer_1"]["weight"]), want)
+
+
+def test_a_weights_file_changed_under_its_recorded_digest_names_both_digests(
+    tmp_path: Path,
+) -> None:
+    import hashlib
+
+    root = dense(tmp_path)
+    recorded = manifest(root)["weights"]["sha256"]
+    with h5py.File(root / "weights.h5", "a") as f:
+        f["/params/layer_1/bias"][0] += 1  # same structure, another value: only the digest sees it
+    got = hashlib.sha256((root / "weights.h5").read_bytes()).hexdigest()
+    with pytest.raises(ChecksumError) as e:
+        juliabridge.import_lux(root)
+    assert str(e.value) == (
+        f"{root / 'weights.h5'}: sha256 is {got} but manifest.json records {recorded}; the file "
+        "was modified or corrupted. Re-export the bundle, or pass verify_checksums=False if you "
+        "changed it on purpose."
+    )
+
+
+def _on_reads_of(monkeypatch: pytest.MonkeyPatch, path: Path, trouble: Any) -> None:
+    """Make os.preadv of a descriptor of `path` call `trouble(fd)` first (Linux: /proc)."""
+    real = os.preadv
+
+    def preadv(fd: int, buffers: Any, offset: int, *rest: Any) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}") == str(path):
+            trouble(fd)
+        return real(fd, buffers, offset, *rest)
+
+    monkeypatch.setattr(os, "preadv", preadv)
+
+
+def _eio(fd: int) -> None:
+    import errno
+
+    raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
+def test_a_failing_disk_under_the_weights_is_a_bundle_error_on_either_reader(
+    tmp_path: Path, fast: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # EIO while the weights are read: the Python reader reads and hashes in one pass, libhdf5's
+    # route hashes the whole file first (spec §1); either way the file and the cause are named.
+    root = dense(tmp_path)
+    _on_reads_of(monkeypatch, root / "weights.h5", _eio)
+    with pytest.raises(BundleError) as e:
+        juliabridge.import_lux(root)
+    assert type(e.value) is BundleError
+    tail = "; check the disk" if fast == "1" else ""
+    assert str(e.value) == f"{root / 'weights.h5'}: cannot read the file (Input/output error){tail}"
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
+def test_a_weights_file_truncated_while_it_is_hashed_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # libhdf5's route hashes the whole file before it parses any of it; a racing writer that
+    # truncates the file then leaves fewer bytes than were there when it was opened.
+    root = dense(tmp_path)
+    size = (root / "weights.h5").stat().st_size
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
+    _on_reads_of(monkeypatch, root / "weights.h5", lambda fd: os.truncate(root / "weights.h5", 0))
+    with pytest.raises(BundleError) as e:
+        juliabridge.import_lux(root)
+    assert type(e.value) is BundleError
+    assert str(e.value) == (
+        f"{root / 'weights.h5'}: the file ended while reading {size} bytes at offset 0 (truncated "
+        "or changed while loading?). The file is corrupt or truncated; download or export the "
+        "bundle again"
+    )
+
+
+def test_a_dataset_never_written_is_refused_when_listed_on_either_reader(
+    tmp_path: Path, fast: str
+) -> None:
+    # A contiguous dataset created without data has no storage at all (HDF5 late allocation):
+    # load_params lists it, and refuses it before any read (spec §4: writers write every one).
+    path = tmp_path / "late.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("/params/a", shape=(1000,), dtype=np.float32).attrs["dtype"] = "f32"
+    with pytest.raises(BundleError) as e:
+        juliabridge.load_params(path)
+    assert type(e.value) is BundleError
+    assert str(e.value) == (
+        f"{path}: dataset /params/a has no data stored for some or all of its 4000 bytes, so "
+        "reading it would only produce HDF5 fill values; the file was not written completely "
+        "(or claims an array it does not hold). Re-export the bundle (JuliaBridge.export_lux and "
+        "juliabridge.save_params write complete, inline datasets)"
+    )
+
+
+@pytest.mark.skipif(not Path("/proc/meminfo").is_file(), reason="needs /proc (Linux)")
+def test_the_memory_datasets_are_checked_against_is_the_kernels_total() -> None:
+    # The refusal of a dataset larger than the machine's memory compares with MemTotal.
+    from juliabridge.bundle import weights
+
+    with open("/proc/meminfo") as f:
+        line = next(x for x in f if x.startswith("MemTotal:"))
+    assert line.split()[2] == "kB"
+    assert weights._physical_memory() == int(line.split()[1]) * 1024
 
 
 # --- manifest rules (spec §3), as the refusal names the entry that breaks one -----------------

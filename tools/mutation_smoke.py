@@ -72,15 +72,28 @@ EQUIVALENT: dict[str, str] = {
     "juliabridge.lux.batchsize.x_call_with_batch__mutmut_1": "batched_chunks: bool = False,",
     # import_lux, the one maker of LuxModels, always passes layout
     "juliabridge.lux.model.xǁLuxModelǁ__init____mutmut_1": 'layout: str = "XXmlirXX",',
-    # O_NOFOLLOW refuses a symlink before fstat, and fstat of a descriptor never reports one
+    # O_NOFOLLOW refuses a symlink before fstat, and fstat of a descriptor never reports one;
+    # on Linux every other non-regular file is a directory, FIFO, device or socket, named before
+    # (the mutants of the last two branches of kind_of, from the full run of safefile.py)
+    "juliabridge.bundle.safefile.x_kind_of__mutmut_15": "stat.S_ISLNK(None)",
+    "juliabridge.bundle.safefile.x_kind_of__mutmut_16": '"XXa symlinkXX"',
     "juliabridge.bundle.safefile.x_kind_of__mutmut_17": 'return "a symlink"',
-    # reading with lseek + readv instead of preadv: the same bytes (nothing else uses the offset)
-    "juliabridge.bundle.safefile.x_read_all__mutmut_9": 'if hasattr(os, "preadv")',
-    "juliabridge.bundle.safefile.x_read_all__mutmut_17": 'if hasattr(os, "preadv")',
-    # Linux and macOS have readv, and Linux reports ELOOP for every symlink opened with
-    # O_NOFOLLOW: these branches are for other platforms (not observable here)
-    "juliabridge.bundle.safefile.x__read_at__mutmut_17": 'if hasattr(os, "readv")',
+    "juliabridge.bundle.safefile.x_kind_of__mutmut_18": '"XXa special fileXX"',
+    "juliabridge.bundle.safefile.x_kind_of__mutmut_19": '"A SPECIAL FILE"',
+    # only where preadv is missing: os.read and a copy into the view read what readv would
+    "juliabridge.bundle.safefile.x_read_at__mutmut_19": 'hasattr(os, "readv")) and False',
+    "juliabridge.bundle.safefile.x_read_at__mutmut_25": 'hasattr(None, "readv")',
+    "juliabridge.bundle.safefile.x_read_at__mutmut_29": '"XXreadvXX"',
+    "juliabridge.bundle.safefile.x_read_at__mutmut_30": '"READV"',
+    # Linux reports ELOOP for every symlink opened with O_NOFOLLOW: this clause is for other
+    # platforms (not observable here)
     "juliabridge.bundle.safefile.x_open_regular__mutmut_17": "e.errno != errno.EACCES",
+    # O_NONBLOCK changes nothing for a regular file on Linux (its reads never return EAGAIN),
+    # and anything else was refused just before: clearing it, or not, is not observable
+    "juliabridge.bundle.safefile.x_open_regular__mutmut_30": 'hasattr(None, "set_blocking")',
+    "juliabridge.bundle.safefile.x_open_regular__mutmut_34": '"XXset_blockingXX"',
+    "juliabridge.bundle.safefile.x_open_regular__mutmut_35": '"SET_BLOCKING"',
+    "juliabridge.bundle.safefile.x_open_regular__mutmut_40": "os.set_blocking(fd, False)",
     # leaf[:n] for n past len(leaf) is leaf itself, already in the set of prefixes
     "juliabridge.bundle.manifest.x__check_consistency__mutmut_113": "range(len(leaf) + 2)",
     # json.loads cannot recurse past the 64 levels the depth check lets through

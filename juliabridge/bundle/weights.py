@@ -17,13 +17,16 @@ data, checksums) is read through that one descriptor.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import sys
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import ml_dtypes
@@ -217,6 +220,18 @@ def _changed(a: os.stat_result, b: os.stat_result) -> bool:
     )
 
 
+def _outside_stacklevel(frame: FrameType) -> int:
+    """The `stacklevel` that points a warning issued in `frame` at the first frame outside
+    juliabridge (and contextlib, which `open_weights`' `with` passes through)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    skip = (package + os.sep, os.path.abspath(contextlib.__file__))
+    level = 1
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(skip):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
 class _LocalReader:
     """libhdf5 in this process (JULIABRIDGE_HDF5_WORKER=0)."""
 
@@ -312,7 +327,7 @@ class WeightsReader:
                     f"{self.path} in this process instead (set {WORKER_ENV}=0 to do so without "
                     "this warning)",
                     RuntimeWarning,
-                    stacklevel=4,
+                    stacklevel=_outside_stacklevel(sys._getframe()),
                 )
         self._lib = _LocalReader(self.path, self.fd)
         self.mode = "in-process"
