@@ -321,6 +321,42 @@ def test_integer_power(elem: str, dtype: Any) -> None:
     np.testing.assert_array_equal(got.astype(np.int64), want)
 
 
+def _spec_divide(x: int, y: int, bits: int, signed: bool, remainder: bool) -> int:
+    """Truncating integer division as C and the spec define it, with XLA's values where the
+    spec is silent: x / 0 = -1 (all bits set), x % 0 = x, INT_MIN / -1 = INT_MIN, INT_MIN % -1 = 0.
+    """
+    if y == 0:
+        return x if remainder else _wrap(-1, bits, signed)
+    if signed and x == -(1 << (bits - 1)) and y == -1:
+        return 0 if remainder else x
+    q = abs(x) // abs(y) * (1 if (x < 0) == (y < 0) else -1)  # toward zero
+    return x - q * y if remainder else q
+
+
+@pytest.mark.parametrize("op", ["stablehlo.divide", "stablehlo.remainder"])
+@pytest.mark.parametrize(
+    ("elem", "dtype"), [("i32", np.int32), ("i8", np.int8), ("ui8", np.uint8), ("ui32", np.uint32)]
+)
+def test_integer_divide_and_remainder_at_zero_and_overflow(op: str, elem: str, dtype: Any) -> None:
+    info = np.iinfo(dtype)
+    signed = info.min < 0
+    xs = (
+        [0, 1, 7, -7, info.min, info.max, -1]
+        if signed
+        else [0, 1, 7, 200 % (info.max + 1), info.max]
+    )
+    ys = [0, 1, 2, -2, 3, -1, info.min] if signed else [0, 1, 2, 3, info.max]
+    pairs = [(a, b) for a in xs for b in ys]
+    x = np.array([p[0] for p in pairs], dtype)
+    y = np.array([p[1] for p in pairs], dtype)
+    remainder = op == "stablehlo.remainder"
+    want = [_spec_divide(int(a), int(b), info.bits, signed, remainder) for a, b in pairs]
+    for jit in (False, True):
+        (got,) = run(binary_module(op, elem, len(pairs)), x, y, jit=jit)
+        assert got.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(got.astype(np.int64), want, err_msg=f"{op} {elem}")
+
+
 def test_float_power_and_other_binaries_match_numpy() -> None:
     a = np.array([0.5, 2.0, 9.0], F)
     b = np.array([2.0, -1.0, 0.5], F)
@@ -425,6 +461,17 @@ def test_convert() -> None:
     np.testing.assert_array_equal(kb, [False, True, False, True])
     (bf,) = run(_unary("stablehlo.convert", "tensor<5xf32>", "tensor<5xbf16>"), x)
     np.testing.assert_array_equal(bf.view(np.uint16), x.astype(ml_dtypes.bfloat16).view(np.uint16))
+
+
+def test_convert_from_complex_to_i1_tests_the_real_part() -> None:
+    # spec.md#convert: complex -> real types take the real part, i1 included (x != 0)
+    for elem, dtype in [("complex<f32>", np.complex64), ("complex<f64>", np.complex128)]:
+        z = np.array([0 + 1j, 2 + 0j, 0j, -0.5 - 3j, complex(-0.0, 7)], dtype)
+        with jax.enable_x64(dtype == np.complex128):
+            (got,) = run(_unary("stablehlo.convert", f"tensor<5x{elem}>", "tensor<5xi1>"), z)
+            np.testing.assert_array_equal(got, [False, True, False, True, False], err_msg=elem)
+            (got,) = run(_unary("stablehlo.convert", f"tensor<5x{elem}>", "tensor<5xi32>"), z)
+            np.testing.assert_array_equal(got, [0, 2, 0, 0, 0], err_msg=elem)
 
 
 def test_narrow_float_types_inside_a_module() -> None:
@@ -1096,3 +1143,71 @@ def test_large_narrow_constants_printed_as_hex(narrow: str) -> None:
     assert '"0x' in fn.module.text  # the parsed module keeps the hex form
     (got,) = [np.asarray(o) for o in fn()]
     np.testing.assert_array_equal(got, want.astype(F))
+
+
+def test_the_element_type_table_holds_the_narrow_types_ml_dtypes_defines() -> None:
+    # ELEMENT_TYPES is built at import (attributed by mutmut to no test of its own), so the
+    # builder is called again here; the names are MLIR's, the dtypes ml_dtypes'
+    from juliabridge.backends.lax import valtypes
+
+    table = valtypes._element_table()
+    assert table == valtypes.ELEMENT_TYPES
+    assert table["f8E4M3FN"] == np.dtype(ml_dtypes.float8_e4m3fn)
+    assert table["f8E5M2"] == np.dtype(ml_dtypes.float8_e5m2)
+    assert table["i4"] == np.dtype(ml_dtypes.int4) and table["ui4"] == np.dtype(ml_dtypes.uint4)
+    assert table["bf16"] == np.dtype(ml_dtypes.bfloat16) and table["f32"] == np.dtype(F)
+    assert table["i1"] == np.dtype(bool) and table["complex<f64>"] == np.dtype(np.complex128)
+    assert np.dtype(np.float64) not in [table[k] for k in ("f8E4M3FN", "i4", "i2", "f4E2M1FN")]
+
+
+def test_hex_bit_patterns_in_literals_of_types_without_a_buffer_view() -> None:
+    # complex parts are bit patterns of the component type (f32 here), 1-byte floats' of a
+    # byte: MLIR prints NaN and infinities so
+    (got,) = run(
+        const_module("dense<[(0x7F800000, 2.0), (1.0, 0xBF800000)]>", "tensor<2xcomplex<f32>>")
+    )
+    np.testing.assert_array_equal(got, np.array([complex(np.inf, 2.0), 1 - 1j], np.complex64))
+    (got,) = run(_narrow_const("dense<[0x7F, 1.0, 0xB8]>", "f8E4M3FN", 3))  # NaN, 1, -1
+    assert np.isnan(got[0]) and got[1:].tolist() == [1.0, -1.0]
+    (got,) = run(_narrow_const("dense<[0x7C, 0xFC, 0x3C]>", "f8E5M2", 3))  # inf, -inf, 1
+    assert got.tolist() == [np.inf, -np.inf, 1.0]
+
+
+def test_dense_decodes_the_printed_form_too() -> None:
+    # attrs.dense accepts the attribute's printed form (get_dense falls back to it where the
+    # bindings cannot wrap the attribute)
+    from juliabridge.backends.lax import attrs
+
+    def tt(shape: tuple[int, ...], dtype: Any, mlir: str) -> TensorType:
+        return TensorType(shape, np.dtype(dtype), mlir)
+
+    got = attrs.dense("dense<[true, false, true]> : tensor<3xi1>", tt((3,), bool, "tensor<3xi1>"))
+    assert got.dtype == np.bool_ and got.tolist() == [True, False, True]
+    got = attrs.dense("dense<false> : tensor<2xi1>", tt((2,), bool, "tensor<2xi1>"))
+    assert got.tolist() == [False, False]
+    got = attrs.dense("dense<[-3, 0x10]> : tensor<2xi32>", tt((2,), np.int32, "tensor<2xi32>"))
+    assert got.dtype == np.int32 and got.tolist() == [-3, 16]
+    c128 = tt((1,), np.complex128, "tensor<1xcomplex<f64>>")
+    got = attrs.dense("dense<(1.5, 0x4000000000000000)> : tensor<1xcomplex<f64>>", c128)
+    assert got.tolist() == [1.5 + 2j]
+
+
+def test_integer_and_boolean_arrays_decode_without_the_bindings_downcast() -> None:
+    # an attribute the bindings hand over as a plain ir.Attribute decodes as its concrete kind
+    from juliabridge.backends.lax import attrs
+    from juliabridge.jaxinternals import ir, make_context
+
+    with make_context():
+        for text, want in [
+            ("array<i64: 3, -1, 0>", (3, -1, 0)),
+            ("array<i32: 7>", (7,)),
+            ("dense<[[1, 2], [3, 4]]> : tensor<2x2xi64>", (1, 2, 3, 4)),
+            ("[5 : i64, -6 : i32]", (5, -6)),
+        ]:
+            plain = ir.Attribute(ir.Attribute.parse(text))
+            assert type(plain) is ir.Attribute
+            assert attrs.integers(plain) == want, text
+        plain = ir.Attribute(ir.Attribute.parse("array<i1: true, false>"))
+        assert attrs.bools(plain) == (True, False)
+        with pytest.raises(attrs.AttributeError_, match='expected integers, got "x"'):
+            attrs.integers(ir.Attribute(ir.Attribute.parse('"x"')))

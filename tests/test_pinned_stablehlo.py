@@ -1152,3 +1152,22 @@ def test_host_io_is_refused_naming_the_op() -> None:
         "which never comes when juliabridge runs the module (the call would hang); export the "
         "model without host I/O"
     )
+
+
+def test_the_contract_table_builders_give_each_precision_a_cpu_contract() -> None:
+    # CONTRACTS is built at import, which mutmut attributes to no test of its own: the builders
+    # are called here again, as the table calls them
+    from juliabridge.stablehlo import contracts
+
+    def rule(call: object, outs: object) -> None:
+        return None
+
+    four = contracts._lapack("getrf", 1, {}, rule)
+    assert sorted(four) == [f"lapack_{p}getrf_ffi" for p in "cdsz"]
+    assert {c.platforms for c in four.values()} == {frozenset({"cpu"})}
+    assert {(c.n_operands, c.rule, c.typed_ffi) for c in four.values()} == {(1, rule, True)}
+    named = contracts._lapack_named({"s": "syevd", "z": "heevd"}, 2, {"uplo": int}, rule)
+    assert sorted(named) == ["lapack_ssyevd_ffi", "lapack_zheevd_ffi"]
+    assert {c.platforms for c in named.values()} == {frozenset({"cpu"})}
+    assert {(c.n_operands, c.rule) for c in named.values()} == {(2, rule)}
+    assert contracts._char("L", "U") == {("ui8", 76), ("ui8", 85)}
