@@ -1211,3 +1211,117 @@ def test_integer_and_boolean_arrays_decode_without_the_bindings_downcast() -> No
         assert attrs.bools(plain) == (True, False)
         with pytest.raises(attrs.AttributeError_, match='expected integers, got "x"'):
             attrs.integers(ir.Attribute(ir.Attribute.parse('"x"')))
+
+
+def test_explicit_and_notype_compare_types_are_the_element_types_default() -> None:
+    # spec.md#compare: NOTYPE (and no compare_type) mean the element type's own comparison
+    a = np.array([-3, 5, 0, -1], np.int32)
+    b = np.array([2, 5, -7, 3], np.int32)
+    for kind in ("", "NOTYPE", "SIGNED"):
+        (got,) = run(compare_module("LT", "i32", 4, kind), a, b)
+        np.testing.assert_array_equal(got, a < b, err_msg=kind)
+    u = np.array([250, 1, 128, 0], np.uint8)
+    v = np.array([3, 200, 127, 0], np.uint8)
+    for kind in ("NOTYPE", "UNSIGNED"):
+        (got,) = run(compare_module("GT", "ui8", 4, kind), u, v)
+        np.testing.assert_array_equal(got, u > v, err_msg=kind)
+    x = np.array([-0.0, np.nan, 1.0, 2.0], F)
+    y = np.array([0.0, np.nan, 2.0, 1.0], F)
+    for kind in ("NOTYPE", "FLOAT"):
+        (got,) = run(compare_module("EQ", "f32", 4, kind), x, y)
+        np.testing.assert_array_equal(got, [True, False, False, False], err_msg=kind)
+
+
+@pytest.mark.parametrize(
+    ("elem", "kind", "expected"),
+    [
+        (
+            "f32",
+            "SIGNED",
+            "compare_type SIGNED does not apply to float32 operands (expected FLOAT or TOTALORDER)",
+        ),
+        ("i32", "FLOAT", "compare_type FLOAT does not apply to int32 operands (expected SIGNED)"),
+        (
+            "ui8",
+            "SIGNED",
+            "compare_type SIGNED does not apply to uint8 operands (expected UNSIGNED)",
+        ),
+    ],
+)
+def test_a_compare_type_the_element_type_does_not_admit_is_refused(
+    elem: str, kind: str, expected: str
+) -> None:
+    text = compare_module("LT", elem, 2, kind)
+    try:
+        juliabridge.load_mlir(text, backend="lax")
+    except UnsupportedOpError as e:
+        assert "stablehlo.compare" in str(e) and "line 3" in str(e)
+        assert expected in str(e)
+        assert "The module is not valid StableHLO (spec.md#compare C3); export it again" in str(e)
+    except juliabridge.MLIRParseError:
+        pytest.skip("MLIR's verifier refuses it first")
+    else:
+        pytest.fail("accepted")
+
+
+def test_a_hex_blob_constant_of_rank_two_keeps_its_shape() -> None:
+    want = ((np.arange(60) % 13) - 6).astype(ml_dtypes.bfloat16).reshape(3, 20)
+    text = f"""module {{
+  func.func @main() -> tensor<3x20xf32> {{
+    %0 = stablehlo.constant dense<{_hex(want)}> : tensor<3x20xbf16>
+    %1 = stablehlo.convert %0 : (tensor<3x20xbf16>) -> tensor<3x20xf32>
+    return %1 : tensor<3x20xf32>
+  }}
+}}"""
+    (got,) = run(text)
+    np.testing.assert_array_equal(got, want.astype(F))
+
+
+def test_a_quoted_dense_resource_name_reads_its_blob() -> None:
+    values = np.array([3.0, -0.5], F)
+    blob = "0x04000000" + values.tobytes().hex().upper()
+    text = (
+        const_module('dense_resource<"X.0-X">', "tensor<2xf32>")
+        + f'\n{{-#\n  dialect_resources: {{\n    builtin: {{\n      "X.0-X": "{blob}"\n    }}\n  }}\n#-}}\n'
+    )
+    (got,) = run(text)
+    np.testing.assert_array_equal(got, values)
+
+
+def test_a_lift_producing_a_non_array_names_its_python_type(rules: dict[str, Rule]) -> None:
+    add_rule(rules, "jbtest.python_float", lambda view: lambda x: [1.5])
+    fn = juliabridge.load_mlir(generic("jbtest.python_float"), backend="lax", trust=True)
+    with pytest.raises(UnsupportedOpError) as e:
+        fn(np.ones(2, F))
+    assert str(e.value).startswith(
+        "jbtest.python_float at line 3 of <mlir text>: the lifted op produced float[], not the "
+        "declared tensor<2xf32>"
+    )
+
+
+def test_opview_tensor_refuses_a_token_naming_the_value(rules: dict[str, Rule]) -> None:
+    messages: list[str] = []
+
+    def lift(view: OpView) -> Any:
+        for args in [(view.operand_types[1],), (view.operand_types[1], "the flag")]:
+            with pytest.raises(UnsupportedOpError) as e:
+                view.tensor(*args)
+            messages.append(str(e.value))
+        assert view.tensor(view.operand_types[0]) is view.operand_types[0]
+        return lambda x, tok: [x]
+
+    add_rule(rules, "jbtest.token", lambda view: lambda: [TOKEN])
+    add_rule(rules, "jbtest.takes_token", lift)
+    text = """module {
+  func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {
+    %t = "jbtest.token"() : () -> !stablehlo.token
+    %0 = "jbtest.takes_token"(%a, %t) : (tensor<2xf32>, !stablehlo.token) -> tensor<2xf32>
+    return %0 : tensor<2xf32>
+  }
+}"""
+    x = np.array([1.0, 4.0], F)
+    np.testing.assert_array_equal(run(text, x, trust=True)[0], x)
+    assert [m.split(". ")[0] for m in messages] == [
+        "<mlir text>: jbtest.takes_token at line 4: value is !stablehlo.token, expected a tensor",
+        "<mlir text>: jbtest.takes_token at line 4: the flag is !stablehlo.token, expected a tensor",
+    ]
