@@ -1325,3 +1325,61 @@ def test_opview_tensor_refuses_a_token_naming_the_value(rules: dict[str, Rule]) 
         "<mlir text>: jbtest.takes_token at line 4: value is !stablehlo.token, expected a tensor",
         "<mlir text>: jbtest.takes_token at line 4: the flag is !stablehlo.token, expected a tensor",
     ]
+
+
+def test_a_jax_error_in_a_lift_is_named_with_its_first_line_cut_at_300(
+    rules: dict[str, Rule],
+) -> None:
+    def lift(view: OpView) -> Any:
+        def impl(x: Any) -> list[Any]:
+            raise ValueError("y" * 400 + "\nsecond line")
+
+        return impl
+
+    add_rule(rules, "jbtest.long_error", lift)
+    fn = juliabridge.load_mlir(generic("jbtest.long_error"), backend="lax", trust=True)
+    with pytest.raises(UnsupportedOpError) as e:
+        fn(np.ones(2, F))
+    assert str(e.value) == (
+        "jbtest.long_error at line 3 of <mlir text> could not be evaluated with JAX "
+        f"(ValueError: {'y' * 300})"
+    )
+
+
+def test_an_op_from_another_file_is_named_by_file_and_line() -> None:
+    text = generic("jbtest.not_lifted").replace(
+        ": (tensor<2xf32>) -> tensor<2xf32>\n",
+        ': (tensor<2xf32>) -> tensor<2xf32> loc("model.mlir":7:3)\n',
+    )
+    with pytest.raises(UnsupportedOpError) as e:
+        juliabridge.load_mlir(text, backend="lax", trust=True)
+    assert str(e.value).startswith(
+        "<mlir text>: jbtest.not_lifted at model.mlir:7 is not an op the lax backend lifts."
+    )
+    assert e.value.where == "model.mlir:7"
+
+
+def test_a_call_graph_past_the_inlining_bound_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from juliabridge.backends.lax import program
+
+    # the bound on inlined ops (2,000,000; lowered here so a small call graph crosses it)
+    monkeypatch.setattr(program, "MAX_INLINED_OPS", 5)
+    fan = """module {
+  func.func @main(%a: tensor<f32>) -> tensor<f32> {
+    %0 = func.call @f(%a) : (tensor<f32>) -> tensor<f32>
+    %1 = func.call @f(%0) : (tensor<f32>) -> tensor<f32>
+    return %1 : tensor<f32>
+  }
+  func.func private @f(%a: tensor<f32>) -> tensor<f32> {
+    %0 = stablehlo.sine %a : tensor<f32>
+    %1 = stablehlo.sine %0 : tensor<f32>
+    %2 = stablehlo.sine %1 : tensor<f32>
+    return %2 : tensor<f32>
+  }
+}"""
+    with pytest.raises(UnsupportedModuleError) as e:
+        juliabridge.load_mlir(fan, backend="lax")
+    assert str(e.value) == (
+        "<mlir text>: @main expands to 6 ops once its func.call ops are inlined, more than the "
+        "5 the lax backend traces; the call graph fans out far beyond any model Reactant emits"
+    )
