@@ -1383,3 +1383,29 @@ def test_a_call_graph_past_the_inlining_bound_is_refused(monkeypatch: pytest.Mon
         "<mlir text>: @main expands to 6 ops once its func.call ops are inlined, more than the "
         "5 the lax backend traces; the call graph fans out far beyond any model Reactant emits"
     )
+
+
+def test_a_region_argument_type_is_refused_naming_the_op_that_owns_the_region(
+    rules: dict[str, Rule],
+) -> None:
+    add_rule(rules, "jbtest.with_region", lambda view: lambda regions, x: [x], regions=True)
+    body = {
+        "a block argument of a type the lax backend cannot represent": (
+            "^bb0(%b: tensor<?xf32>):\n      stablehlo.return %b : tensor<?xf32>",
+            "block argument 0 of jbtest.with_region at line 3 has type dynamically shaped "
+            "tensor<?xf32>, which the lax backend cannot represent",
+        ),
+    }
+    for what, (region, expected) in body.items():
+        text = f"""module {{
+  func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {{
+    %0 = "jbtest.with_region"(%a) ({{
+    {region}
+    }}) : (tensor<2xf32>) -> tensor<2xf32>
+    return %0 : tensor<2xf32>
+  }}
+}}"""
+        with pytest.raises(UnsupportedOpError) as e:
+            juliabridge.load_mlir(text, backend="lax", trust=True)
+        assert str(e.value).startswith(f"<mlir text>: {expected}"), what
+        assert e.value.op == "jbtest.with_region" and e.value.where == "line 3", what
