@@ -301,6 +301,27 @@ VALID_CALLS = {
         "",
     ),
     "geqrf": ("lapack_cgeqrf_ffi", [ty("4x3", C)], [ty("4x3", C), ty("3", C)], "{}", ""),
+    "getrf-one-row": (
+        "lapack_sgetrf_ffi",
+        [ty("1x3", F)],
+        [ty("1x3", F), ty("1", "i32"), I32],
+        "{}",
+        "",
+    ),
+    "orgqr-no-reflectors": (
+        "lapack_sorgqr_ffi",
+        [ty("4x3", F), ty("0", F)],
+        [ty("4x3", F)],
+        "{}",
+        "",
+    ),
+    "gehrd-low-is-high": (
+        "lapack_sgehrd_ffi",
+        [ty("3x3", F)],
+        [ty("3x3", F), ty("2", F), I32],
+        "{high = 2 : i32, low = 2 : i32}",
+        "",
+    ),
     "orgqr": ("lapack_sorgqr_ffi", [ty("4x3", F), ty("2", F)], [ty("4x3", F)], "{}", ""),
     "ungqr": ("lapack_zungqr_ffi", [ty("3x3", Z), ty("3", Z)], [ty("3x3", Z)], "{}", ""),
     "potrf": ("lapack_zpotrf_ffi", [ty("3x3", Z)], [ty("3x3", Z), I32], _ui8(uplo="U"), ""),
@@ -1171,3 +1192,18 @@ def test_the_contract_table_builders_give_each_precision_a_cpu_contract() -> Non
     assert {c.platforms for c in named.values()} == {frozenset({"cpu"})}
     assert {(c.n_operands, c.rule) for c in named.values()} == {(2, rule)}
     assert contracts._char("L", "U") == {("ui8", 76), ("ui8", 85)}
+
+    # exact(): the rule admits exactly the one list of result types its function gives
+    def _writes(call: contracts.Call) -> list[tuple[tuple[int, ...], str]]:
+        return [(call.operands[0][0], "f32"), ((), "i32")]
+
+    exact = contracts.exact(_writes)
+    assert exact.__name__ == "_writes"
+    call = contracts.Call((((2, 3), "f32"),), {}, None)
+    exact(call, [((2, 3), "f32"), ((), "i32")])
+    with pytest.raises(contracts.Broken) as e:
+        exact(call, [((2, 2), "f32"), ((), "i32")])
+    assert str(e.value) == (
+        "declares results (tensor<2x2xf32>, tensor<i32>); for these operands the kernel writes "
+        "(tensor<2x3xf32>, tensor<i32>)"
+    )
