@@ -1412,3 +1412,35 @@ def test_a_region_argument_type_is_refused_naming_the_op_that_owns_the_region(
             juliabridge.load_mlir(text, backend="lax", trust=True)
         assert str(e.value).startswith(f"<mlir text>: {expected}"), what
         assert e.value.op == "jbtest.with_region" and e.value.where == "line 3", what
+
+
+def test_integer_division_of_constants_by_zero_does_not_kill_the_process() -> None:
+    # XLA's compiler dies of SIGFPE when it constant-folds an integer division or remainder by
+    # zero; the lifted module's constants are constants to XLA, so the child process must
+    # survive compiling them (it imports the same juliabridge tree as this process)
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = """
+import jax, numpy as np, juliabridge
+for op, want in (("stablehlo.remainder", [5, -7, 0]), ("stablehlo.divide", [-1, -1, -2147483648])):
+    text = '''module {
+  func.func @main() -> tensor<3xi32> {
+    %a = stablehlo.constant dense<[5, -7, -2147483648]> : tensor<3xi32>
+    %b = stablehlo.constant dense<[0, 0, -1]> : tensor<3xi32>
+    %0 = OP %a, %b : tensor<3xi32>
+    return %0 : tensor<3xi32>
+  }
+}'''.replace("OP", op)
+    fn = juliabridge.load_mlir(text, backend="lax")
+    assert np.asarray(jax.jit(fn)()[0]).tolist() == want, op
+print("ok")
+"""
+    root = str(Path(juliabridge.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
