@@ -67,33 +67,59 @@ def make_primitive(name: str) -> Primitive:
 
 
 #: JAX's dialect registrations (jax._src.interpreters.mlir._create_ir_context), by module
-#: and function name; a jax without one of them simply lacks that dialect.
+#: and function name, and whether a context without it is of no use to juliabridge.
 _DIALECTS = (
-    ("sdy", "register_dialect"),
-    ("mpmd", "register_dialect"),
-    ("mhlo", "register_mhlo_dialect"),
-    ("chlo", "register_dialect"),
-    ("hlo", "register_dialect"),
+    ("sdy", "register_dialect", False),
+    ("mpmd", "register_dialect", False),
+    ("mhlo", "register_mhlo_dialect", False),
+    ("chlo", "register_dialect", True),
+    ("hlo", "register_dialect", True),
 )
+
+
+def _register_dialects(ctx: ir.Context, *, load: bool) -> bool:
+    """Register JAX's dialects in `ctx`; False when a required one is missing."""
+    from jax._src.lib.mlir import dialects
+
+    for module, function, required in _DIALECTS:
+        register = getattr(getattr(dialects, module, None), function, None)
+        if register is None:
+            if required:
+                return False
+            continue
+        register(ctx, load=load)
+    return True
 
 
 def _lean_context() -> ir.Context | None:
     """A new context with JAX's dialects registered but not loaded; None where jax lacks
-    the pieces (then jax's own make_ir_context is used)."""
+    the pieces."""
     try:
         from jax._src.interpreters import mlir as impl
-        from jax._src.lib.mlir import dialects
 
         # JaxIrContext skips ir.Context.__init__, which loads every dialect linked in.
         ctx: ir.Context = impl.JaxIrContext()
         ctx.append_dialect_registry(impl.upstream_dialects)
         ctx.set_thread_pool(impl.global_thread_pool)
-        for module, function in _DIALECTS:
-            register = getattr(getattr(dialects, module, None), function, None)
-            if register is not None:
-                register(ctx, load=False)
-    except (ImportError, AttributeError, TypeError):  # pragma: no cover - jax release
+    except (ImportError, AttributeError):  # pragma: no cover - jax release
         return None
+    return ctx if _register_dialects(ctx, load=False) else None
+
+
+def _eager_context() -> ir.Context:
+    """The fallback: a plain new context with every dialect loaded up front (slower).
+
+    Never ``jax_mlir.make_ir_context()``: since jax 0.11 that is JAX's own per-thread context.
+    """
+    ctx = ir.Context()
+    try:
+        from jax._src.interpreters import mlir as impl
+
+        ctx.append_dialect_registry(impl.upstream_dialects)  # func and the other upstream ones
+        ctx.load_all_available_dialects()
+        _register_dialects(ctx, load=True)
+    except (ImportError, AttributeError):  # pragma: no cover - jax release
+        pass  # what ir.Context() itself loaded (the dialects jaxlib links in) is all there is
     return ctx
 
 
@@ -101,14 +127,12 @@ def make_context(*, allow_unregistered: bool = False) -> ir.Context:
     """A new MLIR context of juliabridge's own, with JAX's dialects (stablehlo, chlo, func,
     sdy...) registered; each is loaded when a module first uses it.
 
-    Not ``jax_mlir.make_ir_context()``: that loads every dialect up front (about 3 ms, most
-    of what parsing a small module costs), and since jax 0.11 it hands out a per-thread
-    context that JAX's own lowering reuses, which would share this context's flags
-    (``allow_unregistered_dialects``) and the modules parsed in it with JAX.
+    Not ``jax_mlir.make_ir_context()``: that loads every dialect up front, and since jax
+    0.11 it hands out a per-thread context that JAX's own lowering reuses, which would share
+    this context's flags (``allow_unregistered_dialects``) and the modules parsed in it with
+    JAX.
     """
-    ctx = _lean_context()
-    if ctx is None:  # pragma: no cover - jax release
-        ctx = jax_mlir.make_ir_context()
+    ctx = _lean_context() or _eager_context()
     ctx.allow_unregistered_dialects = allow_unregistered
     return ctx
 

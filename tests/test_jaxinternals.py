@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import jax
 import numpy as np
+import pytest
 
 from juliabridge import jaxinternals as ji
 
@@ -60,6 +65,47 @@ def test_contexts_are_juliabridges_own() -> None:
     jax_ctx = ji.jax_mlir.make_ir_context()
     assert jax_ctx is not a and jax_ctx is not b
     assert not jax_ctx.allow_unregistered_dialects
+
+
+def test_dialects_load_when_a_module_first_uses_them() -> None:
+    # What makes a context cheap: nothing is loaded before the parse needs it.
+    ctx = ji.make_context()
+    assert not ctx.is_registered_operation("stablehlo.add")
+    with ctx:
+        ji.ir.Module.parse(TEXT)
+    assert ctx.is_registered_operation("stablehlo.add")
+
+
+def test_without_the_lean_pieces_the_fallback_is_still_a_context_of_our_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ji, "_lean_context", lambda: None)
+    ctx = ji.make_context(allow_unregistered=True)
+    assert ctx is not ji.jax_mlir.make_ir_context()
+    assert ctx.is_registered_operation("stablehlo.add")  # loaded up front there
+    with ctx:
+        m = ji.ir.Module.parse(GENERIC)
+        assert m.operation.verify()
+    assert not ji.jax_mlir.make_ir_context().allow_unregistered_dialects
+
+
+def test_a_module_of_lazily_loaded_dialects_serializes(tmp_path: Path) -> None:
+    # serialize_portable runs passes that build ops of other dialects; were one of them never
+    # loaded, MLIR would abort the process, so this runs in a child.
+    script = tmp_path / "serialize.py"
+    script.write_text(
+        "import sys\n"
+        "from juliabridge import jaxinternals as ji\n"
+        f"text = {GENERIC!r}\n"
+        "with ji.make_context():\n"
+        "    data = ji.serialize_portable(ji.ir.Module.parse(text))\n"
+        "sys.stdout.write(str(len(data)))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert int(proc.stdout) > 0
 
 
 def test_unregistered_switch() -> None:
