@@ -3,9 +3,10 @@
     python benchmarks/bench_loading.py [--mb 512] [--repeats 5] [--workdir DIR]
 
 It writes a bundle of a wide MLP (Lux ``Chain(Dense(4096 => 4096, relu), ...)``, float32)
-whose weights total about `--mb` MiB (bundle format 2, as the writer makes it: every dataset's
-sha256 in the manifest), a format-1 twin of it whose manifest has the whole file's sha256
-instead (same weights file, hard-linked), the same weights as a compressed NPZ
+whose weights total about `--mb` MiB (bundle format 3, as the writers make it: every dataset's
+BLAKE3 in the manifest), a format-2 twin whose manifest has every dataset's sha256 instead and a
+format-1 twin whose manifest has the whole file's sha256 (same weights file, hard-linked), the
+same weights as a compressed NPZ
 (what Reactant's ``export_to_enzymejax`` writes: ``np.savez_compressed`` with keys
 ``arr_1..N``), and then times, each in a fresh Python process (so peak memory is that
 variant's own):
@@ -13,8 +14,9 @@ variant's own):
 - ``import_lux, format 1``: ``juliabridge.import_lux(bundle)`` until every parameter is a ready
   JAX array, verifying the whole file's sha256 (one pass in file order: bytes read straight
   into aligned buffers while a second thread hashes them);
-- ``import_lux, format 2``: the same with per-dataset digests, hashed while read, in parallel
-  over datasets;
+- ``import_lux, format 3``: the same with per-dataset BLAKE3 digests, hashed while read, in
+  parallel over datasets (what both writers write);
+- ``import_lux, format 2``: the same with per-dataset sha256 digests;
 - ``import_lux, no sha256``: ``verify_checksums=False``;
 - ``import_lux, libhdf5 reader process``: ``JULIABRIDGE_HDF5_FASTPATH=0``, i.e. the route every
   file took before the pure-Python metadata reader (HDF5 read by libhdf5 in a sandboxed
@@ -22,7 +24,8 @@ variant's own):
 - ``npz``: ``np.load`` + ``jnp.asarray`` of every array;
 - ``raw read + memcpy``: the weights file read into one buffer and copied once, the
   physical limit of a loader that reads the file and hands over a copy;
-- ``sha256 of weights.h5``: hashlib over the file on one core, the floor of format 1.
+- ``sha256 of weights.h5``: hashlib over the file on one core, the floor of format 1;
+- ``blake3 of weights.h5``: BLAKE3 over the file on one core (one hasher, no threads).
 
 Throughput is weight bytes / wall time (GB = 1e9 bytes). Peak RSS is the rise of the
 process's resident-set high-water mark during the load (VmHWM, reset through
@@ -32,7 +35,7 @@ while the clock runs), over the weight bytes. Libraries (jax, juliabridge,
 enzyme-ad) are imported and the JAX backend started before the clock starts; that one-time
 cost is not loading. Files are read from the page cache (a warm-up round runs first), and each
 process touches (then frees) 3x the weights' size of memory before the clock starts
-(``--no-prefault`` turns this off; see ``child``). Targets (issue 13): format 2 within 1.25x of
+(``--no-prefault`` turns this off; see ``child``). Targets (issue 13): format 3 within 1.25x of
 the raw read + memcpy of the same run, peak RSS of all processes <= 1.1x the weights. The big
 files are deleted at the end (``--keep`` keeps them).
 """
@@ -55,12 +58,14 @@ from typing import Any
 
 F1 = "import_lux, format 1 (whole-file sha256)"
 F2 = "import_lux, format 2 (per-dataset sha256)"
+F3 = "import_lux, format 3 (per-dataset BLAKE3)"
 NOSHA = "import_lux, no sha256"
 LIBHDF5 = "import_lux, libhdf5 reader process (FASTPATH=0: the route before)"
 NPZ = "npz"
 RAW = "raw read + memcpy"
 SHA = "sha256 of weights.h5 (one core)"
-VARIANTS = (F1, F2, NOSHA, LIBHDF5, NPZ, RAW, SHA)
+B3 = "blake3 of weights.h5 (one core)"
+VARIANTS = (F1, F2, F3, NOSHA, LIBHDF5, NPZ, RAW, SHA, B3)
 TARGET_VS_RAW = 1.25
 TARGET_RSS = 1.1
 WIDTH = 4096
@@ -187,7 +192,7 @@ def _profile_import(bundle: Path) -> dict[str, Any]:
         phases["open weights.h5 + its HDF5 metadata, parsed in Python"] = time.perf_counter() - t
         t = time.perf_counter()
         arrays = list(f.read(requests))
-        phases["read every dataset + verify its sha256 (format 1: whole file)"] = (
+        phases["read every dataset + verify its digest (format 1: the whole file's)"] = (
             time.perf_counter() - t
         )
         mode = f.mode
@@ -230,7 +235,7 @@ def child(variant: str, bundle: Path, npz: Path, prefault: bool, poll: bool) -> 
     # The libhdf5 route starts processes (more than one: getrusage keeps only the largest).
     sampler = _ChildPeak(poll or variant == LIBHDF5)
     t = time.perf_counter()
-    if variant in (F1, F2, LIBHDF5):  # run_child picks the bundle / sets the environment
+    if variant in (F1, F2, F3, LIBHDF5):  # run_child picks the bundle / sets the environment
         model = juliabridge.import_lux(bundle)
         jax.block_until_ready(model.params)
         extra["checksums_verified"] = model.metadata["checksums_verified"]
@@ -253,8 +258,10 @@ def child(variant: str, bundle: Path, npz: Path, prefault: bool, poll: bool) -> 
                 got += n
         dst = np.empty_like(buf)
         np.copyto(dst, buf)
-    elif variant == SHA:
-        h = hashlib.sha256()
+    elif variant in (SHA, B3):
+        import blake3
+
+        h = hashlib.sha256() if variant == SHA else blake3.blake3()
         with open(weights, "rb", buffering=0) as f:
             while block := f.read(1 << 20):
                 h.update(block)
@@ -291,7 +298,7 @@ def run_child(
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     if variant == LIBHDF5 or not fast:
         env[FAST_ENV] = "0"
-    bundle = bundles["v2" if variant == F2 else "v1"]
+    bundle = bundles[{F2: "v2", F3: "v3"}.get(variant, "v1")]
     flag = "prefault" if prefault else "cold"
     proc = subprocess.run(
         [sys.executable, __file__, "--child", variant, str(bundle), str(npz), flag, POLL[0]],
@@ -305,26 +312,46 @@ def run_child(
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _twin(bundle: Path, target: Path, names: tuple[str, ...]) -> dict[str, Any]:
+    """`target` with `names` of `bundle` hard-linked (copied where links fail); its manifest."""
+    target.mkdir()
+    for name in names:
+        try:
+            os.link(bundle / name, target / name)
+        except OSError:
+            shutil.copyfile(bundle / name, target / name)
+    manifest: dict[str, Any] = json.loads((bundle / "manifest.json").read_text())
+    return manifest
+
+
 def as_format_1(bundle: Path, target: Path) -> Path:
-    """A format-1 twin of format-2 `bundle` (weights hard-linked): whole-file sha256 only.
+    """A format-1 twin of format-3 `bundle` (weights hard-linked): whole-file sha256 only.
 
     The inverse of `juliabridge upgrade` (spec §8): no artifact, no per-dataset digests.
     """
     from juliabridge.bundle.checksum import sha256_file
 
-    target.mkdir()
-    for name in ("weights.h5", "model.mlir"):
-        try:
-            os.link(bundle / name, target / name)
-        except OSError:
-            shutil.copyfile(bundle / name, target / name)
-    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest = _twin(bundle, target, ("weights.h5", "model.mlir"))
     manifest["format_version"] = 1
     manifest["module"].pop("artifact", None)
     for a in manifest["arguments"]:
-        a.pop("sha256", None)
+        a.pop("blake3", None)
     manifest.pop("static_state", None)
     manifest["weights"]["sha256"] = sha256_file(target / "weights.h5")
+    (target / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return target
+
+
+def as_format_2(bundle: Path, target: Path, params: dict[str, Any]) -> Path:
+    """A format-2 twin of format-3 `bundle` (files hard-linked): per-dataset sha256 of
+    `params` (the arrays written, float32 little-endian here) instead of their BLAKE3."""
+    manifest = _twin(bundle, target, ("weights.h5", "model.mlir", "model.mlirbc"))
+    manifest["format_version"] = 2
+    for a in manifest["arguments"]:
+        if "dataset" in a:
+            value = params[a["path"][0]][a["path"][1]]
+            a.pop("blake3")
+            a["sha256"] = hashlib.sha256(value.astype("<f4").tobytes()).hexdigest()
     (target / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return target
 
@@ -343,6 +370,9 @@ def build(
     t = time.perf_counter()
     v1 = as_format_1(case.bundle, work / "big_mlp_v1.bundle")
     timings["format-1 twin (whole-file sha256)"] = time.perf_counter() - t
+    t = time.perf_counter()
+    v2 = as_format_2(case.bundle, work / "big_mlp_v2.bundle", case.params)
+    timings["format-2 twin (per-dataset sha256)"] = time.perf_counter() - t
     npz = work / "big_mlp_inputs.npz"
     leaves = [
         case.params[f"layer_{i}"][key] for i in range(1, layers + 1) for key in ("weight", "bias")
@@ -351,7 +381,7 @@ def build(
         t = time.perf_counter()
         np.savez_compressed(npz, **{f"arr_{i}": a for i, a in enumerate(leaves, start=1)})
         timings["write compressed NPZ"] = time.perf_counter() - t
-    return {"v1": v1, "v2": case.bundle}, npz, case.weight_bytes, timings
+    return {"v1": v1, "v2": v2, "v3": case.bundle}, npz, case.weight_bytes, timings
 
 
 def main() -> None:
@@ -405,12 +435,11 @@ def main() -> None:
             for v in order:
                 samples[v].append(run_child(v, bundles, npz, args.prefault))
         prof = {
-            mode: [
-                run_child("profile", {"v1": b, "v2": b}, npz, args.prefault, fast) for _ in range(3)
-            ]
+            mode: [run_child("profile", {"v1": b}, npz, args.prefault, fast) for _ in range(3)]
             for mode, b, fast in (
                 ("format 1", bundles["v1"], True),
                 ("format 2", bundles["v2"], True),
+                ("format 3", bundles["v3"], True),
                 ("libhdf5 reader process", bundles["v1"], False),
             )
         }
@@ -464,7 +493,7 @@ def main() -> None:
         )
     )
     checks = {}
-    for v in (F2, F1):
+    for v in (F3, F2, F1):
         checks[f"{v} <= {TARGET_VS_RAW}x raw read + memcpy"] = verdict(
             res[v]["seconds"] / raw_s, TARGET_VS_RAW, at_most=True
         )

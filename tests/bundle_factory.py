@@ -92,16 +92,45 @@ def edit_manifest(bundle: Path, change: Any) -> None:
     p.write_text(json.dumps(m))
 
 
+def to_format2(bundle: Path) -> Path:
+    """Rewrite a bundle the Python writer made (format 3) as format 2: each dataset's sha256
+    (spec §4.1, format 2) under the key `sha256` instead of its BLAKE3 (spec §8).
+
+    The sha256 is computed from the spec alone (hashlib over the canonical bytes of the values
+    h5py reads), not with juliabridge's digest code.
+    """
+    import h5py
+
+    m = json.loads((bundle / "manifest.json").read_text())
+    m["format_version"] = 2
+    entries = [a for a in m["arguments"] if "dataset" in a]
+    dtypes = {a["dataset"]: a["dtype"] for a in entries}
+    for key, ref in (("inputs", "argument"), ("outputs", "result")):
+        for e in (m.get("examples") or {}).get(key, []):
+            owner = m["arguments"] if ref == "argument" else m["results"]
+            dtypes[e["dataset"]] = owner[e[ref]]["dtype"]
+            entries.append(e)
+    with h5py.File(bundle / "weights.h5", "r") as f:
+        for e in entries:
+            if dtypes[e["dataset"]] != "f32":
+                raise ValueError("to_format2 hashes f32 datasets only")
+            stored = np.asarray(f[e["dataset"]][()], dtype="<f4").tobytes()
+            e.pop("blake3")
+            e["sha256"] = hashlib.sha256(stored).hexdigest()
+    (bundle / "manifest.json").write_text(json.dumps(m, indent=1))
+    return bundle
+
+
 def to_format1(bundle: Path) -> Path:
-    """Rewrite a bundle the Python writer made (format 2) as format 1: a whole-file weights
+    """Rewrite a bundle the Python writer made (format 3) as format 1: a whole-file weights
     sha256 instead of per-dataset digests, no portable artifacts (spec §8)."""
     m = json.loads((bundle / "manifest.json").read_text())
     m["format_version"] = 1
     for a in m["arguments"]:
-        a.pop("sha256", None)
+        a.pop("blake3", None)
     for key in ("inputs", "outputs"):
         for e in (m.get("examples") or {}).get(key, []):
-            e.pop("sha256", None)
+            e.pop("blake3", None)
     for key in ("module", "vjp"):
         art = (m.get(key) or {}).pop("artifact", None)
         if art is not None:

@@ -73,7 +73,7 @@ def _scenarios(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
         f.write(b"\x00\x00\x80\x7f")  # the first weight becomes +inf
     out["checksum"] = _raised(lambda: juliabridge.import_lux(changed))
     newer = _copy(tmp, "newer.bundle")
-    edit_manifest(newer, lambda m: m.update(format_version=3))
+    edit_manifest(newer, lambda m: m.update(format_version=4))
     out["newer format"] = _raised(lambda: juliabridge.import_lux(newer))
     sym = _copy(tmp, "sym.bundle")
     (sym / "model.mlir").rename(sym / "real.mlir")

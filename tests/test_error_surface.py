@@ -159,7 +159,7 @@ def test_julia_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def test_checksum_mismatch_says_both_ways_out(bundle: Path) -> None:
-    # Format 2 checks each dataset's digest (spec §4.1): a changed value is named.
+    # Format 3 checks each dataset's BLAKE3 (spec §4.1): a changed value is named.
     with h5py.File(bundle / "weights.h5", "r+") as f:
         f["/params/layer_1/bias"][0] += 1
     with pytest.raises(juliabridge.ChecksumError) as info:
@@ -168,7 +168,7 @@ def test_checksum_mismatch_says_both_ways_out(bundle: Path) -> None:
         str(info.value),
         "weights.h5",
         "/params/layer_1/bias",
-        "sha256",
+        "the blake3 of its stored bytes",
         "Re-export",
         "verify_checksums=False",
     )

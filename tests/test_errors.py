@@ -61,7 +61,7 @@ def test_checksum_mismatch(bundle: Path) -> None:
 
 
 def test_newer_format_version(bundle: Path) -> None:
-    edit_manifest(bundle, lambda m: m.update(format_version=3))
+    edit_manifest(bundle, lambda m: m.update(format_version=4))
     with pytest.raises(juliabridge.BundleVersionError, match="upgrade juliabridge"):
         juliabridge.import_lux(bundle)
 

@@ -1,4 +1,6 @@
-"""Bundle format 2 (docs/bundle-format.md): each rule the spec adds, and the reader keeping it.
+"""Bundle formats 2 and 3 (docs/bundle-format.md): each rule the spec adds, and the reader
+keeping it. Format 3 is format 2 with BLAKE3 per-dataset digests (key `blake3`) in place of
+sha256 ones (key `sha256`); both are read.
 
 Manifest rules are checked on the spec's own worked example (§7) with one change each, so a
 rule that is removed makes its case pass silently and the test fail. Loading is checked on a
@@ -23,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import blake3
 import h5py
 import jax
 import ml_dtypes
@@ -35,7 +38,13 @@ from juliabridge.bundle.checksum import sha256_file
 from juliabridge.bundle.digest import canonical_bytes, dataset_digest
 from juliabridge.bundle.writer import ArgumentSpec, write_bundle
 from juliabridge.stablehlo import artifact
-from tests.bundle_factory import dense_bn_arrays, dense_bn_reference, edit_manifest, make_dense_bn
+from tests.bundle_factory import (
+    dense_bn_arrays,
+    dense_bn_reference,
+    edit_manifest,
+    make_dense_bn,
+    to_format2,
+)
 from tests.reference.fixture_refs import FIXTURES
 from tests.test_manifest import spec_example
 
@@ -57,14 +66,24 @@ def as_format1(m: dict[str, Any]) -> dict[str, Any]:
     m["module"].pop("artifact", None)
     m.pop("static_state", None)
     for a in m["arguments"]:
-        a.pop("sha256", None)
+        a.pop("blake3", None)
+    return m
+
+
+def as_format2(m: dict[str, Any]) -> dict[str, Any]:
+    """The spec example as format 2 would write it: per-dataset sha256 under `sha256`."""
+    m = copy.deepcopy(m)
+    m["format_version"] = 2
+    for a in m["arguments"]:
+        if "blake3" in a:
+            a["sha256"] = a.pop("blake3")
     return m
 
 
 def _examples(m: dict[str, Any]) -> dict[str, Any]:
     m["examples"] = {
-        "inputs": [{"argument": 0, "dataset": "/examples/inputs/0", "sha256": HEX}],
-        "outputs": [{"result": 0, "dataset": "/examples/outputs/0", "sha256": HEX}],
+        "inputs": [{"argument": 0, "dataset": "/examples/inputs/0", "blake3": HEX}],
+        "outputs": [{"result": 0, "dataset": "/examples/outputs/0", "blake3": HEX}],
     }
     return m["examples"]
 
@@ -76,12 +95,12 @@ def _set(obj: dict[str, Any], **kv: Any) -> None:
 # --- the manifest ------------------------------------------------------------------------
 
 
-def test_spec_example_is_format_2_with_its_new_fields() -> None:
+def test_spec_example_is_format_3_with_its_new_fields() -> None:
     m = parse_manifest(spec_example())
-    assert m.format_version == 2
+    assert m.format_version == 3 and m.dataset_digest == "blake3"
     assert m.module.artifact is not None and m.module.artifact.target == "1.17.0"
     assert m.weights.sha256 is None
-    assert all(a.sha256 == "0" * 64 for a in m.arguments if a.dataset)
+    assert [a.digest for a in m.arguments] == [None] + ["0" * 64] * 6
     assert [(leaf.path, leaf.value, leaf.julia_type) for leaf in m.static_state] == [
         (("layer_2", "training"), False, "Val{false}")
     ]
@@ -93,16 +112,46 @@ def test_format_1_is_still_read_and_ignores_format_2_keys() -> None:
     m1 = as_format1(spec_example())
     m1["module"]["artifact"] = {"file": "x.mlirbc"}  # not even valid in format 2
     m1["arguments"][1]["sha256"] = "not hex"
+    m1["arguments"][2]["blake3"] = "not hex"
     m1["static_state"] = "not a list"
     m = parse_manifest(m1)
-    assert m.format_version == 1
+    assert m.format_version == 1 and m.dataset_digest is None
     assert m.module.artifact is None and m.weights.sha256 == HEX
-    assert m.arguments[1].sha256 is None and m.static_state == ()
+    assert m.arguments[1].digest is None and m.arguments[2].digest is None
+    assert m.static_state == ()
+
+
+def test_format_2_is_still_read_with_sha256_digests() -> None:
+    m2 = as_format2(spec_example())
+    m2["arguments"][1]["sha256"] = HEX
+    m2["arguments"][2]["blake3"] = "not hex"  # not part of format 2: ignored
+    m = parse_manifest(m2)
+    assert m.format_version == 2 and m.dataset_digest == "sha256"
+    assert [a.digest for a in m.arguments] == [None, HEX] + ["0" * 64] * 5
+
+
+def test_format_2_needs_its_sha256_and_format_3_its_blake3() -> None:
+    m2 = as_format2(spec_example())
+    m2["arguments"][3].pop("sha256")
+    m2["arguments"][3]["blake3"] = HEX
+    with pytest.raises(
+        juliabridge.ManifestError, match=r"arguments\[3\]: missing required key 'sha256'"
+    ):
+        parse_manifest(m2)
+    m3 = spec_example()
+    m3["arguments"][3]["sha256"] = m3["arguments"][3].pop("blake3")  # format 2's key
+    with pytest.raises(
+        juliabridge.ManifestError, match=r"arguments\[3\]: missing required key 'blake3'"
+    ):
+        parse_manifest(m3)
+    m3 = spec_example()
+    m3["arguments"][3]["sha256"] = "not hex"  # not part of format 3: ignored
+    assert parse_manifest(m3).arguments[3].digest == "0" * 64
 
 
 INVALID: list[tuple[str, Callable[[dict[str, Any]], Any], str]] = [
     # format_version
-    ("version 0", lambda m: m.update(format_version=0), r"format_version: expected 1 or 2"),
+    ("version 0", lambda m: m.update(format_version=0), r"format_version: expected 1, 2 or 3"),
     # module.artifact (§2.1)
     (
         "artifact without target",
@@ -146,23 +195,28 @@ INVALID: list[tuple[str, Callable[[dict[str, Any]], Any], str]] = [
     ),
     # per-dataset digests (§4.1)
     (
-        "dataset without sha256",
-        lambda m: m["arguments"][3].pop("sha256"),
-        r"arguments\[3\]: missing required key 'sha256'",
+        "dataset without blake3",
+        lambda m: m["arguments"][3].pop("blake3"),
+        r"arguments\[3\]: missing required key 'blake3'",
     ),
     (
-        "dataset sha256 not hex",
-        lambda m: _set(m["arguments"][3], sha256="0" * 63),
-        r"arguments\[3\]\.sha256: expected 64 lowercase hex digits",
+        "dataset blake3 not hex",
+        lambda m: _set(m["arguments"][3], blake3="0" * 63),
+        r"arguments\[3\]\.blake3: expected 64 lowercase hex digits",
     ),
     (
-        "example without sha256",
-        lambda m: _examples(m)["outputs"][0].pop("sha256"),
-        r"examples\.outputs\[0\]: missing required key 'sha256'",
+        "dataset blake3 upper case",
+        lambda m: _set(m["arguments"][3], blake3="AB" * 32),
+        r"arguments\[3\]\.blake3: expected 64 lowercase hex digits",
+    ),
+    (
+        "example without blake3",
+        lambda m: _examples(m)["outputs"][0].pop("blake3"),
+        r"examples\.outputs\[0\]: missing required key 'blake3'",
     ),
     (
         "input with a dataset",
-        lambda m: _set(m["arguments"][0], dataset="/x", sha256=HEX),
+        lambda m: _set(m["arguments"][0], dataset="/x", blake3=HEX),
         r"arguments\[0\]\.dataset: an input has no dataset",
     ),
     # paths (§3.8)
@@ -266,7 +320,7 @@ INVALID: list[tuple[str, Callable[[dict[str, Any]], Any], str]] = [
     (
         "example input is a parameter",
         lambda m: _examples(m)["inputs"].append(
-            {"argument": 1, "dataset": "/examples/inputs/1", "sha256": HEX}
+            {"argument": 1, "dataset": "/examples/inputs/1", "blake3": HEX}
         ),
         r"examples\.inputs\[1\]\.argument: argument 1 is a parameter, expected an input",
     ),
@@ -278,7 +332,7 @@ INVALID: list[tuple[str, Callable[[dict[str, Any]], Any], str]] = [
     (
         "example output twice",
         lambda m: _examples(m)["outputs"].append(
-            {"result": 0, "dataset": "/examples/outputs/again", "sha256": HEX}
+            {"result": 0, "dataset": "/examples/outputs/again", "blake3": HEX}
         ),
         r"examples\.outputs\[1\]\.result: result 0 is also given by examples\.outputs\[0\]",
     ),
@@ -354,7 +408,7 @@ INVALID: list[tuple[str, Callable[[dict[str, Any]], Any], str]] = [
 @pytest.mark.parametrize(
     ("change", "needle"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID]
 )
-def test_format_2_rules(change: Callable[[dict[str, Any]], Any], needle: str) -> None:
+def test_format_3_rules(change: Callable[[dict[str, Any]], Any], needle: str) -> None:
     with pytest.raises(juliabridge.ManifestError, match=needle):
         parse_manifest(_mutated(change))
 
@@ -365,8 +419,8 @@ def test_unsafe_artifact_name() -> None:
 
 
 def test_newer_format_is_refused_with_the_versions_read() -> None:
-    with pytest.raises(juliabridge.BundleVersionError, match=r"newer than .* reads \(1, 2\)"):
-        parse_manifest(_mutated(lambda m: m.update(format_version=3)))
+    with pytest.raises(juliabridge.BundleVersionError, match=r"newer than .* reads \(1, 2, 3\)"):
+        parse_manifest(_mutated(lambda m: m.update(format_version=4)))
 
 
 def test_format_1_keeps_its_own_requirements() -> None:
@@ -406,9 +460,9 @@ def test_default_tolerances_follow_the_least_precise_output(
             for k, d in enumerate(dtypes_)
         ]
         m["examples"] = {
-            "inputs": [{"argument": 0, "dataset": "/examples/inputs/0", "sha256": HEX}],
+            "inputs": [{"argument": 0, "dataset": "/examples/inputs/0", "blake3": HEX}],
             "outputs": [
-                {"result": k, "dataset": f"/examples/outputs/{k}", "sha256": HEX}
+                {"result": k, "dataset": f"/examples/outputs/{k}", "blake3": HEX}
                 for k in range(len(dtypes_))
             ],
         }
@@ -457,7 +511,18 @@ def test_canonical_bytes_are_the_spec_encoding() -> None:
     c = np.array([1 + 2j], dtype=np.complex128)
     assert bytes(canonical_bytes(c, "complex<f64>")) == struct.pack("<2d", 1, 2)
     assert bytes(canonical_bytes(np.int64(-2), "i64")) == struct.pack("<q", -2)
-    assert dataset_digest(np.zeros((0, 3), np.float32), "f32") == hashlib.sha256(b"").hexdigest()
+    empty = np.zeros((0, 3), np.float32)
+    assert dataset_digest(empty, "f32") == blake3.blake3(b"").hexdigest()
+    assert dataset_digest(empty, "f32", "sha256") == hashlib.sha256(b"").hexdigest()
+    # BLAKE3's published digest of the empty input (BLAKE3-team/BLAKE3 test_vectors.json).
+    assert dataset_digest(empty, "f32") == (
+        "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"
+    )
+    a_bytes = struct.pack("<6f", 1, 2, 3, 4, 5, 6)
+    assert dataset_digest(a, "f32") == blake3.blake3(a_bytes).hexdigest()
+    assert dataset_digest(a.T.copy().T, "f32", "sha256") == hashlib.sha256(a_bytes).hexdigest()
+    with pytest.raises(juliabridge.BundleError, match=r"unknown dataset digest algorithm 'md5'"):
+        dataset_digest(a, "f32", "md5")
 
 
 def test_digest_does_not_depend_on_hdf5_storage(tmp_path: Path) -> None:
@@ -471,11 +536,14 @@ def test_digest_does_not_depend_on_hdf5_storage(tmp_path: Path) -> None:
         ).attrs["dtype"] = "f16"
         f.create_dataset("/native", data=value).attrs["dtype"] = "f16"  # IEEE half, §4
     with open_weights(tmp_path / "w.h5") as f:
-        digests = {
-            name: dataset_digest(f.read_array(name, (8, 8), "f16", name), "f16")
-            for name in ("/plain", "/chunked", "/native")
-        }
-    assert set(digests.values()) == {hashlib.sha256(value.view("<u2").tobytes()).hexdigest()}
+        values = [
+            f.read_array(name, (8, 8), "f16", name) for name in ("/plain", "/chunked", "/native")
+        ]
+    stored = value.view("<u2").tobytes()
+    assert {dataset_digest(v, "f16") for v in values} == {blake3.blake3(stored).hexdigest()}
+    assert {dataset_digest(v, "f16", "sha256") for v in values} == {
+        hashlib.sha256(stored).hexdigest()
+    }
 
 
 # --- writing and loading -------------------------------------------------------------------
@@ -518,9 +586,9 @@ def _output(path: Path, **kw: Any) -> np.ndarray:
     return np.asarray(model(x))
 
 
-def test_writer_writes_format_2(bundle: Path) -> None:
+def test_writer_writes_format_3(bundle: Path) -> None:
     raw = json.loads((bundle / "manifest.json").read_text())
-    assert raw["format_version"] == 2
+    assert raw["format_version"] == 3
     assert "sha256" not in raw["weights"]
     art = raw["module"]["artifact"]
     assert art["file"] == "model.mlirbc" and art["target"] == artifact.ARTIFACT_TARGET
@@ -531,10 +599,12 @@ def test_writer_writes_format_2(bundle: Path) -> None:
         for a in raw["arguments"]:
             if "dataset" in a:
                 stored = np.asarray(f[a["dataset"]][()], dtype="<f4").tobytes()
-                assert a["sha256"] == hashlib.sha256(stored).hexdigest(), a["dataset"]
+                assert a["blake3"] == blake3.blake3(stored).hexdigest(), a["dataset"]
+                assert "sha256" not in a
         for e in raw["examples"]["inputs"] + raw["examples"]["outputs"]:
             stored = np.asarray(f[e["dataset"]][()], dtype="<f4").tobytes()
-            assert e["sha256"] == hashlib.sha256(stored).hexdigest(), e["dataset"]
+            assert e["blake3"] == blake3.blake3(stored).hexdigest(), e["dataset"]
+            assert "sha256" not in e
 
 
 def test_artifact_first_when_the_writer_is_newer(bundle: Path) -> None:
@@ -739,12 +809,20 @@ def test_unused_artifact_is_checksummed_too(bundle: Path, unreadable_target: boo
         open_bundle(bundle)
 
 
-def test_dataset_digests_are_verified_on_load(bundle: Path) -> None:
+@pytest.mark.parametrize("fmt", [3, 2])
+def test_dataset_digests_are_verified_on_load(bundle: Path, fmt: int) -> None:
+    algorithm = {3: "blake3", 2: "sha256"}[fmt]
+    if fmt == 2:
+        to_format2(bundle)
+    np.testing.assert_allclose(
+        _output(bundle), dense_bn_reference(dense_bn_arrays()), rtol=1e-5, atol=1e-6
+    )
+    assert juliabridge.verify(bundle, backend="xla").ok
     with h5py.File(bundle / "weights.h5", "r+") as f:
         f["/state/layer_2/running_var"][1] *= 2
     with pytest.raises(
         juliabridge.ChecksumError,
-        match=r"weights\.h5: state\.layer_2\.running_var .*sha256 of its stored bytes is",
+        match=rf"weights\.h5: state\.layer_2\.running_var .*the {algorithm} of its stored bytes is",
     ):
         juliabridge.import_lux(bundle, backend="xla")
     model = juliabridge.import_lux(bundle, backend="xla", verify_checksums=False)

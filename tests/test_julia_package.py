@@ -74,9 +74,13 @@ def test_julia_results_tests_read_only_keys_the_writer_writes() -> None:
         assert key in written, key
 
 
-def test_format_2_constants() -> None:
+def test_format_constants() -> None:
     main = (JULIA / "src" / "JuliaBridge.jl").read_text()
-    assert "const FORMAT_VERSION = 2" in main
+    assert "const FORMAT_VERSION = 3" in main
+    assert 'const DIGEST_KEY = "blake3"' in main
+    # The writer's fallback when its BLAKE3 fails the self-test: format 2, sha256 digests.
+    assert "const FALLBACK_FORMAT_VERSION = 2" in main
+    assert 'const FALLBACK_DIGEST_KEY = "sha256"' in main
     assert 'const ARTIFACT_FILE = "model.mlirbc"' in main
     assert 'const VJP_ARTIFACT_FILE = "vjp.mlirbc"' in main
     artifact = (JULIA / "src" / "artifact.jl").read_text()

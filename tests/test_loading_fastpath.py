@@ -11,6 +11,7 @@ import json
 import threading
 from pathlib import Path
 
+import blake3
 import h5py
 import jax
 import ml_dtypes
@@ -24,24 +25,24 @@ from tests.bundle_factory import dense_bn_arrays, dense_bn_reference, make_dense
 
 
 def stored_digest(arr: np.ndarray) -> str:
-    """sha256 of an array's stored bytes, little-endian, row-major (bundle format 2)."""
+    """BLAKE3 of an array's stored bytes, little-endian, row-major (bundle format 3)."""
     a = np.ascontiguousarray(arr)
-    return hashlib.sha256(a.astype(a.dtype.newbyteorder("<")).tobytes()).hexdigest()
+    return blake3.blake3(a.astype(a.dtype.newbyteorder("<")).tobytes()).hexdigest()
 
 
 def add_dataset_digests(bundle: Path, *, wrong: str | None = None) -> None:
-    """Make the (format-1) bundle format 2: every dataset gets its `sha256` (the one named
+    """Make the (format-1) bundle format 3: every dataset gets its `blake3` (the one named
     `wrong` a bad one) and the whole-file digest goes, so only the per-dataset ones count."""
     m = json.loads((bundle / "manifest.json").read_text())
-    m["format_version"] = 2
+    m["format_version"] = 3
     del m["weights"]["sha256"]
     with h5py.File(bundle / "weights.h5", "r") as f:
         entries = [a for a in m["arguments"] if a.get("dataset")]
         entries += m["examples"]["inputs"] + m["examples"]["outputs"]
         for a in entries:
-            a["sha256"] = stored_digest(f[a["dataset"]][()])
+            a["blake3"] = stored_digest(f[a["dataset"]][()])
             if a["dataset"] == wrong:
-                a["sha256"] = "0" * 64
+                a["blake3"] = "0" * 64
     (bundle / "manifest.json").write_text(json.dumps(m))
 
 

@@ -21,7 +21,7 @@ import pytest
 import juliabridge
 from juliabridge.bundle import schema
 from juliabridge.bundle.manifest import parse_manifest
-from tests.bundle_factory import make_dense_bn, to_format1
+from tests.bundle_factory import make_dense_bn, to_format1, to_format2
 from tests.test_julia_spec_alignment import JULIA_MANIFESTS
 from tests.test_manifest import spec_example
 
@@ -91,13 +91,15 @@ def test_the_julia_writers_manifests_are_valid(validator: Any, name: str) -> Non
     assert _errors(validator, JULIA_MANIFESTS[name]()) == []
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_what_the_python_writer_writes_is_valid(
     validator: Any, tmp_path: Path, version: int
 ) -> None:
-    bundle = make_dense_bn(tmp_path / "b.bundle", portable_artifact=version == 2)
+    bundle = make_dense_bn(tmp_path / "b.bundle", portable_artifact=version > 1)
     if version == 1:
         to_format1(bundle)
+    if version == 2:
+        to_format2(bundle)
     m = json.loads((bundle / "manifest.json").read_text())
     assert m["format_version"] == version
     assert _errors(validator, m) == []
@@ -109,14 +111,19 @@ def _mutated(change: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
     return m
 
 
-def _drop_sha(m: dict[str, Any]) -> None:
-    del m["arguments"][1]["sha256"]
+def _drop_digest(m: dict[str, Any]) -> None:
+    del m["arguments"][1]["blake3"]
+
+
+def _v2_digest_as_blake3(m: dict[str, Any]) -> None:
+    """A format-2 manifest whose datasets carry format 3's key instead of their sha256."""
+    m["format_version"] = 2
 
 
 def _examples(**change: Any) -> Callable[[dict[str, Any]], None]:
     def apply(m: dict[str, Any]) -> None:
-        entry = {"dataset": "/examples/x", "sha256": "0" * 64}
-        out = {"dataset": "/examples/y", "sha256": "1" * 64}
+        entry = {"dataset": "/examples/x", "blake3": "0" * 64}
+        out = {"dataset": "/examples/y", "blake3": "1" * 64}
         m["examples"] = {
             "inputs": [{"argument": 0, **entry}],
             "outputs": [{"result": 0, **out}],
@@ -145,7 +152,9 @@ STRUCTURAL: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
     ("rank 65", lambda m: m["arguments"][1].update(shape=[1] * 65)),
     ("parameter without dataset", lambda m: m["arguments"][1].pop("dataset")),
     ("input with dataset", lambda m: m["arguments"][0].update(dataset="/x")),
-    ("parameter without sha256", _drop_sha),
+    ("parameter without blake3", _drop_digest),
+    ("format 2 parameter with blake3 instead of sha256", _v2_digest_as_blake3),
+    ("parameter blake3 upper case", lambda m: m["arguments"][1].update(blake3="A" * 64)),
     ("empty parameter path", lambda m: m["arguments"][1].update(path=[])),
     ("path step 0", lambda m: m["arguments"][1].update(path=["layer_1", 0])),
     ("path step '..'", lambda m: m["arguments"][1].update(path=["layer_1", ".."])),
@@ -168,7 +177,8 @@ STRUCTURAL: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
     ("format 1 weights without sha256", _v1_without_weights_sha),
     ("no reference output", _examples(outputs=[])),
     ("negative rtol", _examples(rtol=-1)),
-    ("example dataset", _examples(inputs=[{"argument": 0, "dataset": "x", "sha256": "0" * 64}])),
+    ("example dataset", _examples(inputs=[{"argument": 0, "dataset": "x", "blake3": "0" * 64}])),
+    ("example without blake3", _examples(inputs=[{"argument": 0, "dataset": "/examples/x"}])),
     ("empty julia_type", lambda m: m["static_state"][0].update(julia_type="")),
     ("empty static path", lambda m: m["static_state"][0].update(path=[])),
     ("empty container at the root", lambda m: m.update(empty={"params": [[]]})),

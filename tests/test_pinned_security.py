@@ -335,14 +335,13 @@ def test_a_private_main_in_a_bundle_is_refused(tmp_path: Path) -> None:
         juliabridge.import_lux(root)
 
 
-# --- format 2: per-dataset digests (spec §4.1) --------------------------------------------------
+# --- formats 2 and 3: per-dataset digests (spec §4.1) -------------------------------------------
 
 
-def _canonical_sha(value: np.ndarray) -> str:
-    """sha256 of the spec's canonical bytes, written from §4.1: row-major, little-endian,
-    bf16/f16 as their uint16 bit patterns, Bool as one byte 0/1."""
-    import hashlib
-
+def _canonical_digest(value: np.ndarray) -> str:
+    """BLAKE3 (format 3) of the spec's canonical bytes, written from §4.1: row-major,
+    little-endian, bf16/f16 as their uint16 bit patterns, Bool as one byte 0/1."""
+    import blake3
     import ml_dtypes
 
     a = np.asarray(value)
@@ -352,7 +351,7 @@ def _canonical_sha(value: np.ndarray) -> str:
         data = b"".join(int(v).to_bytes(2, "little") for v in a.view(np.uint16).reshape(-1))
     else:
         data = a.astype(a.dtype.newbyteorder("<")).tobytes(order="C")
-    return hashlib.sha256(data).hexdigest()
+    return blake3.blake3(data).hexdigest()
 
 
 def _mixed_spec() -> Spec:
@@ -387,13 +386,13 @@ def test_upgrade_writes_the_canonical_digest_of_every_dataset(tmp_path: Path) ->
     root = write(tmp_path / "x.bundle", spec)
     upgrade_bundle(root)
     m = manifest(root)
-    assert m["format_version"] == 2
-    got = {tuple(a["path"]): a.get("sha256") for a in m["arguments"]}
+    assert m["format_version"] == 3
+    got = {tuple(a["path"]): a.get("blake3") for a in m["arguments"]}
     for a in spec.args:
         if a.role != "input":
-            assert got[tuple(a.path)] == _canonical_sha(a.value), a.path
-    assert m["examples"]["inputs"][0]["sha256"] == _canonical_sha(spec.args[0].value)
-    assert m["examples"]["outputs"][0]["sha256"] == _canonical_sha(spec.example_outputs[0])
+            assert got[tuple(a.path)] == _canonical_digest(a.value), a.path
+    assert m["examples"]["inputs"][0]["blake3"] == _canonical_digest(spec.args[0].value)
+    assert m["examples"]["outputs"][0]["blake3"] == _canonical_digest(spec.example_outputs[0])
     assert juliabridge.verify(root).ok
 
 
@@ -406,7 +405,7 @@ def test_a_changed_value_under_an_unchanged_digest_is_refused(tmp_path: Path) ->
         f["/params/k"][1] = 1  # one Bool flipped
 
     def drop_file_sha(m: dict[str, Any]) -> None:
-        m["weights"].pop("sha256", None)  # optional in format 2: the datasets' digests remain
+        m["weights"].pop("sha256", None)  # optional in format 3: the datasets' digests remain
 
     edit(root, drop_file_sha, seal=False)
     with pytest.raises(ChecksumError, match=r"params\.k"):
@@ -749,7 +748,7 @@ def _scalar_and_mask_spec() -> Spec:
 
 
 def test_dataset_digests_without_a_file_digest_on_either_reader(tmp_path: Path, fast: str) -> None:
-    import hashlib
+    import blake3
 
     from juliabridge.bundle.upgrade import upgrade_bundle
 
@@ -759,15 +758,15 @@ def test_dataset_digests_without_a_file_digest_on_either_reader(tmp_path: Path, 
     model = juliabridge.import_lux(root)  # no file digest: nothing to compare the file with
     assert float(model.params["s"]) == 2.5 and np.asarray(model.params["s"]).shape == ()
     np.testing.assert_array_equal(np.asarray(model.params["k"]), [True, False, True])
-    recorded = {a["dataset"]: a["sha256"] for a in manifest(root)["arguments"] if "dataset" in a}
+    recorded = {a["dataset"]: a["blake3"] for a in manifest(root)["arguments"] if "dataset" in a}
     with h5py.File(root / "weights.h5", "a") as f:
         f["/params/k"][1] = 1
         stored = f["/params/k"][()]
-    got = hashlib.sha256(stored.astype(np.uint8).tobytes()).hexdigest()
+    got = blake3.blake3(stored.astype(np.uint8).tobytes()).hexdigest()
     with pytest.raises(ChecksumError) as e:
         juliabridge.import_lux(root)
     assert str(e.value) == (
-        f"{root / 'weights.h5'}: params.k (/params/k): the sha256 of its stored bytes is {got} "
+        f"{root / 'weights.h5'}: params.k (/params/k): the blake3 of its stored bytes is {got} "
         f"but manifest.json records {recorded['/params/k']}; the file was modified or corrupted. "
         "Re-export the bundle, or pass verify_checksums=False if you changed it on purpose."
     )
@@ -794,9 +793,9 @@ def test_upgrading_a_bundle_read_by_libhdf5_digests_every_dataset(tmp_path: Path
     h = np.asarray(spec.args[1].value).view(np.uint16)
     _rewrite(root, "/params/h", lambda f, n: f.create_dataset(n, data=h, chunks=(1, 3)))
     upgrade_bundle(root)
-    got = {tuple(a["path"]): a.get("sha256") for a in manifest(root)["arguments"]}
+    got = {tuple(a["path"]): a.get("blake3") for a in manifest(root)["arguments"]}
     for a in spec.args[1:]:
-        assert got[tuple(a.path)] == _canonical_sha(a.value), a.path
+        assert got[tuple(a.path)] == _canonical_digest(a.value), a.path
     assert juliabridge.verify(root).ok
 
 
@@ -1163,7 +1162,7 @@ def _examples_without_inputs(m: dict[str, Any]) -> None:
         ),
         (
             lambda m: m.__setitem__("format_version", 0),
-            "format_version: expected 1 or 2, found 0",
+            "format_version: expected 1, 2 or 3, found 0",
         ),
         (
             lambda m: m["arguments"][1].__setitem__("index", 5),
@@ -1214,7 +1213,7 @@ def test_a_newer_format_version_names_the_readable_ones(tmp_path: Path) -> None:
         juliabridge.import_lux(root)
     assert str(e.value) == (
         f"{root / 'manifest.json'}: format_version 9 is newer than this juliabridge reads "
-        "(1, 2); upgrade juliabridge (pip install -U juliabridge)"
+        "(1, 2, 3); upgrade juliabridge (pip install -U juliabridge)"
     )
 
 

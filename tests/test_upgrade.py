@@ -1,7 +1,9 @@
-"""Format-1 bundles keep loading, and `juliabridge upgrade` turns them into format 2 in place.
+"""Format-1 and format-2 bundles keep loading, and `juliabridge upgrade` turns them into format 3
+in place.
 
-The format-1 copy of the shipped LeNet is made at test time by `to_format1`, the inverse of the
-upgrade written from the spec's §8 (drop what format 2 added, restore the whole-file hash).
+The format-1 and format-2 copies of the shipped LeNet are made at test time by `to_format1` and
+`to_format2`, the inverses of the upgrade written from the spec's §8 (drop what later formats
+added, restore the whole-file hash; sha256 digests under `sha256` instead of BLAKE3 ones).
 Outputs are checked against tests/reference/lux_numpy.py, not only against each other.
 """
 
@@ -14,6 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import blake3
 import h5py
 import jax
 import numpy as np
@@ -31,8 +34,31 @@ from tests.reference import lux_numpy
 LENET = example_bundle_path("lenet")
 
 
+def _stored(f: h5py.File, dataset: str) -> bytes:
+    """The canonical bytes (spec §4.1) of an f32 dataset, read with plain h5py."""
+    return np.asarray(f[dataset][()], dtype="<f4").tobytes()
+
+
+def _dataset_entries(m: dict[str, Any]) -> list[dict[str, Any]]:
+    entries = [a for a in m["arguments"] if "dataset" in a]
+    return entries + m["examples"]["inputs"] + m["examples"]["outputs"]
+
+
+def to_format2(src: Path, dst: Path) -> Path:
+    """A format-2 copy of format-3 bundle `src` at `dst`: sha256 digests, hashed here."""
+    shutil.copytree(src, dst)
+    m = json.loads((dst / "manifest.json").read_text())
+    m["format_version"] = 2
+    with h5py.File(dst / "weights.h5") as f:
+        for e in _dataset_entries(m):
+            e.pop("blake3")
+            e["sha256"] = hashlib.sha256(_stored(f, e["dataset"])).hexdigest()
+    (dst / "manifest.json").write_text(json.dumps(m, indent=2) + "\n")
+    return dst
+
+
 def to_format1(src: Path, dst: Path) -> Path:
-    """A format-1 copy of format-2 bundle `src` at `dst` (spec §8, the upgrade's inverse)."""
+    """A format-1 copy of format-3 bundle `src` at `dst` (spec §8, the upgrade's inverse)."""
     shutil.copytree(src, dst)
     m = json.loads((dst / "manifest.json").read_text())
     m["format_version"] = 1
@@ -41,10 +67,10 @@ def to_format1(src: Path, dst: Path) -> Path:
         if art is not None:
             (dst / art["file"]).unlink()
     for a in m["arguments"]:
-        a.pop("sha256", None)
+        a.pop("blake3", None)
     for group in ("inputs", "outputs"):
         for e in m.get("examples", {}).get(group, []):
-            e.pop("sha256", None)
+            e.pop("blake3", None)
     m.pop("static_state", None)
     m["weights"]["sha256"] = sha256_file(dst / m["weights"]["file"])
     (dst / "manifest.json").write_text(json.dumps(m, indent=2) + "\n")
@@ -54,6 +80,11 @@ def to_format1(src: Path, dst: Path) -> Path:
 @pytest.fixture
 def v1(tmp_path: Path) -> Path:
     return to_format1(LENET, tmp_path / "lenet_v1.bundle")
+
+
+@pytest.fixture
+def v2(tmp_path: Path) -> Path:
+    return to_format2(LENET, tmp_path / "lenet_v2.bundle")
 
 
 def _artifacts_first(path: Path) -> None:
@@ -82,15 +113,15 @@ def _files(path: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(path.iterdir())}
 
 
-def test_shipped_example_is_format_2_with_artifacts(tmp_path: Path) -> None:
+def test_shipped_example_is_format_3_with_artifacts(tmp_path: Path) -> None:
     model = juliabridge.import_lux(LENET, backend="xla")
     m = model.manifest
-    assert m.format_version == 2 and m.weights.sha256 is None
+    assert m.format_version == 3 and m.weights.sha256 is None and m.dataset_digest == "blake3"
     assert m.module.artifact is not None and m.vjp is not None and m.vjp.artifact is not None
-    assert all(a.sha256 for a in m.arguments if a.dataset)
+    assert all(a.digest for a in m.arguments if a.dataset)
     # Written at jaxlib 0.10.2's StableHLO, which every supported jaxlib reads: the text.
     assert model.bundle.module_source == "text" and model.bundle.vjp_source == "text"
-    _check_against_numpy(model, "shipped format 2")
+    _check_against_numpy(model, "shipped format 3")
     # Its artifacts are readable too: forced first, they give the same answer and gradient.
     copy = tmp_path / "lenet.bundle"
     shutil.copytree(LENET, copy)
@@ -134,7 +165,7 @@ def test_upgrade_format_1(v1: Path) -> None:
     before = _files(v1)
     y_before = np.asarray(juliabridge.import_lux(v1, backend="xla")(_x()))
     report = upgrade_bundle(v1)
-    assert report.changed and (report.from_version, report.to_version) == (1, 2)
+    assert report.changed and (report.from_version, report.to_version) == (1, 3)
     after = _files(v1)
     # Only the manifest changed; the artifacts are new; weights and text modules are untouched.
     assert set(after) - set(before) == {"model.mlirbc", "vjp.mlirbc"}
@@ -142,18 +173,16 @@ def test_upgrade_format_1(v1: Path) -> None:
         if name != "manifest.json":
             assert after[name] == before[name], name
     m = json.loads(after["manifest.json"])
-    assert m["format_version"] == 2 and "sha256" not in m["weights"]
+    assert m["format_version"] == 3 and "sha256" not in m["weights"]
     for key, file in (("module", "model.mlirbc"), ("vjp", "vjp.mlirbc")):
         art = m[key]["artifact"]
         assert art["file"] == file and art["target"] == "1.17.0"
         assert art["sha256"] == hashlib.sha256(after[file]).hexdigest()
     # Digests over the stored f32 data, read with plain h5py and hashed here.
     with h5py.File(v1 / "weights.h5") as f:
-        entries = [a for a in m["arguments"] if "dataset" in a]
-        entries += m["examples"]["inputs"] + m["examples"]["outputs"]
-        for e in entries:
-            stored = np.asarray(f[e["dataset"]][()], dtype="<f4").tobytes()
-            assert e["sha256"] == hashlib.sha256(stored).hexdigest(), e["dataset"]
+        for e in _dataset_entries(m):
+            assert e["blake3"] == blake3.blake3(_stored(f, e["dataset"])).hexdigest(), e["dataset"]
+            assert "sha256" not in e
     model = juliabridge.import_lux(v1, backend="xla")
     assert model.bundle.module_source == "text" and model.bundle.vjp_source == "text"
     np.testing.assert_array_equal(_check_against_numpy(model, "upgraded"), y_before)
@@ -168,8 +197,46 @@ def test_upgrade_is_idempotent(v1: Path) -> None:
     upgrade_bundle(v1)
     before = _files(v1)
     report = upgrade_bundle(v1)
-    assert not report.changed and report.from_version == report.to_version == 2
+    assert not report.changed and report.from_version == report.to_version == 3
     assert _files(v1) == before
+
+
+def test_format_2_bundle_still_loads_and_verifies_its_sha256(v2: Path) -> None:
+    model = juliabridge.import_lux(v2, backend="xla")
+    assert model.manifest.format_version == 2 and model.manifest.dataset_digest == "sha256"
+    _check_against_numpy(model, "format 2")
+    assert juliabridge.verify(v2, backend="xla").ok
+    with h5py.File(v2 / "weights.h5", "r+") as f:
+        f["/params/layer_1/bias"][0] += 1
+    with pytest.raises(juliabridge.ChecksumError, match=r"layer_1\.bias .*the sha256 of its"):
+        open_bundle(v2)
+
+
+def test_upgrade_format_2(v2: Path) -> None:
+    before = _files(v2)
+    y_before = np.asarray(juliabridge.import_lux(v2, backend="xla")(_x()))
+    report = upgrade_bundle(v2)
+    assert (report.from_version, report.to_version) == (2, 3)
+    assert report.changes == (
+        "format_version 2 -> 3",
+        "blake3 of 10 datasets (sha256 digests are dropped)",
+    )
+    after = _files(v2)
+    assert set(after) == set(before)
+    assert all(after[n] == before[n] for n in before if n != "manifest.json")
+    # The manifest is the shipped format-3 one again, key for key.
+    assert json.loads(after["manifest.json"]) == json.loads((LENET / "manifest.json").read_text())
+    model = juliabridge.import_lux(v2, backend="xla")
+    np.testing.assert_array_equal(_check_against_numpy(model, "upgraded from 2"), y_before)
+
+
+def test_upgrade_refuses_a_corrupted_format_2_bundle(v2: Path) -> None:
+    with h5py.File(v2 / "weights.h5", "r+") as f:
+        f["/examples/outputs/0"][0, 0] += 1
+    before = _files(v2)
+    with pytest.raises(juliabridge.ChecksumError, match=r"example output .*the sha256 of its"):
+        upgrade_bundle(v2)
+    assert _files(v2) == before
 
 
 def test_upgrade_of_the_shipped_example_changes_nothing(tmp_path: Path) -> None:
@@ -180,7 +247,7 @@ def test_upgrade_of_the_shipped_example_changes_nothing(tmp_path: Path) -> None:
 
 
 def test_upgrade_adds_a_missing_vjp_artifact(tmp_path: Path) -> None:
-    # What `juliabridge vjp` leaves behind on a format-2 bundle: a VJP text without artifact.
+    # What `juliabridge vjp` leaves behind on a format-3 bundle: a VJP text without artifact.
     copy = tmp_path / "lenet.bundle"
     shutil.copytree(LENET, copy)
     m = json.loads((copy / "manifest.json").read_text())
@@ -254,7 +321,7 @@ def test_concurrent_change_is_not_overwritten(v1: Path, monkeypatch: pytest.Monk
 def test_upgrade_command(v1: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["upgrade", str(v1)]) == 0
     out = capsys.readouterr().out
-    assert "upgraded from format 1 to 2" in out and "artifact model.mlirbc" in out
+    assert "upgraded from format 1 to 3" in out and "artifact model.mlirbc" in out
     assert main(["upgrade", str(v1)]) == 0
     assert "nothing to do" in capsys.readouterr().out
     assert main(["inspect", str(v1)]) == 0

@@ -1,9 +1,10 @@
 """
     JuliaBridge
 
-Export a Lux.jl model to a juliabridge bundle (format 2: StableHLO text and portable artifact,
-HDF5 weights, JSON manifest; `docs/bundle-format.md`) that the Python package `juliabridge`
-loads as a JAX function, and read parameters saved from Python back into Lux's NamedTuples.
+Export a Lux.jl model to a juliabridge bundle (format 3: StableHLO text and portable artifact,
+HDF5 weights with a BLAKE3 digest per dataset, JSON manifest; `docs/bundle-format.md`) that the
+Python package `juliabridge` loads as a JAX function, and read parameters saved from Python back
+into Lux's NamedTuples.
 
     export_lux(dir, model, ps, st, inputs...; name, mode=:test, overwrite=false,
                reference=true, vjp=false, metadata=Dict())
@@ -24,7 +25,12 @@ using SHA: SHA
 export export_lux, load_params
 
 const FORMAT = "juliabridge.bundle"
-const FORMAT_VERSION = 2
+const FORMAT_VERSION = 3
+# Written instead of FORMAT_VERSION only when BLAKE3 failed its self-test (digests.jl).
+const FALLBACK_FORMAT_VERSION = 2
+# The key of a dataset's digest in the manifest (spec §4.1): BLAKE3 in format 3, sha256 in 2.
+const DIGEST_KEY = "blake3"
+const FALLBACK_DIGEST_KEY = "sha256"
 const WEIGHTS_FORMAT = "juliabridge.weights"
 const WEIGHTS_FORMAT_VERSION = 1
 const MODULE_FILE = "model.mlir"
@@ -35,6 +41,8 @@ const VJP_ARTIFACT_FILE = "vjp.mlirbc"
 const MANIFEST_FILE = "manifest.json"
 
 include("errors.jl")
+include("blake3.jl")
+include("digests.jl")
 include("dtypes.jl")
 include("paths.jl")
 include("conformance.jl")

@@ -1,4 +1,5 @@
-# The rules of docs/bundle-format.md (format 2) a manifest must follow, checked on every
+# The rules of docs/bundle-format.md a manifest must follow (format 3, or format 2 for the
+# bundle JuliaBridge writes when BLAKE3 failed its self-test), checked on every
 # manifest JuliaBridge builds before it is written, so that it never writes a bundle the Python
 # reader (juliabridge.bundle.manifest.parse_manifest, the reference) refuses. Most rules cannot
 # fail for what tracing produces; the ones a user's trees can break (a NamedTuple key with a
@@ -110,6 +111,19 @@ function check_hex(obj, key, at)
     return nothing
 end
 
+"""
+A dataset entry's digest (spec §4.1): 64 lowercase hex digits under `scheme.key` (`blake3` in
+format 3, `sha256` in format 2). The other format's key is not part of this format; readers
+ignore it, and JuliaBridge never writes it.
+"""
+function check_digest(obj, scheme::DigestScheme, at)
+    check_hex(obj, scheme.key, at)
+    other = scheme.key == DIGEST_KEY ? FALLBACK_DIGEST_KEY : DIGEST_KEY
+    haskey(obj, other) &&
+        rule_fail("$at.$other", "format $(scheme.format_version) records a dataset's digest as $(scheme.key) only; JuliaBridge does not write $other there")
+    return nothing
+end
+
 function check_shape(shape, dtype, at)
     (shape isa AbstractVector && all(d -> is_int(d) && 0 <= d <= MAX_DIM, shape)) ||
         rule_fail(at, "expected dimensions in [0, 2^40], found $(repr(shape))")
@@ -181,14 +195,18 @@ end
 
 """
 Throw `ExportError` unless manifest `m` (as built by `build_manifest`, or as read back with
-`JSON.parsefile`) follows docs/bundle-format.md format 2 as JuliaBridge writes it.
+`JSON.parsefile`) follows docs/bundle-format.md as JuliaBridge writes it: format 3 (every
+dataset's digest under `blake3`), or format 2 (under `sha256`), the fallback when BLAKE3 failed
+its self-test.
 """
 function check_manifest(m)
     try
         check_manifest_rules(m)
     catch err
         err isa ManifestRuleError || rethrow()
-        throw(ExportError("the manifest would break docs/bundle-format.md (format 2) at $(err.at): $(err.msg)"))
+        v = m isa AbstractDict ? get(m, "format_version", nothing) : nothing
+        format = v in (FORMAT_VERSION, FALLBACK_FORMAT_VERSION) ? " (format $v)" : ""
+        throw(ExportError("the manifest would break docs/bundle-format.md$format at $(err.at): $(err.msg)"))
     end
     return nothing
 end
@@ -197,13 +215,16 @@ function check_manifest_rules(m)
     top = "top level"
     m isa AbstractDict || rule_fail(top, "not a JSON object")
     get_typed(m, "format", AbstractString, top) == FORMAT || rule_fail("format", "expected $(repr(FORMAT))")
-    get_typed(m, "format_version", Integer, top) == FORMAT_VERSION || rule_fail("format_version", "expected $FORMAT_VERSION")
+    version = get_typed(m, "format_version", Integer, top)
+    scheme = version in (FORMAT_VERSION, FALLBACK_FORMAT_VERSION) ? digest_scheme_of(version) : nothing
+    scheme === nothing &&
+        rule_fail("format_version", "expected $FORMAT_VERSION (or $FALLBACK_FORMAT_VERSION, written when BLAKE3 failed its self-test), found $version")
     occursin(NAME_RE, get_typed(m, "name", AbstractString, top)) || rule_fail("name", "expected 1-128 characters of [A-Za-z0-9_.-]")
     mode = get_typed(m, "mode", AbstractString, top)
     mode in ("test", "train") || rule_fail("mode", "expected \"test\" or \"train\"")
     check_producer(get_typed(m, "producer", AbstractDict, top))
     check_files(m)
-    args = check_arguments(get_typed(m, "arguments", AbstractVector, top))
+    args = check_arguments(get_typed(m, "arguments", AbstractVector, top), scheme)
     results = check_results(get_typed(m, "results", AbstractVector, top), args)
     aliases = Tuple{Vector{Any},Int}[]
     for (j, al) in enumerate(get_typed(m, "aliases", AbstractVector, top))
@@ -222,7 +243,7 @@ function check_manifest_rules(m)
         independent = get_typed(batch, "samples_independent", Bool, "batch")
         (mode == "train" && independent) && rule_fail("batch.samples_independent", "must be false in train mode")
     end
-    haskey(m, "examples") && check_examples(m["examples"], args, results)
+    haskey(m, "examples") && check_examples(m["examples"], args, results, scheme)
     metadata = get(m, "metadata", nothing)
     (metadata === nothing || metadata isa AbstractDict) || rule_fail("metadata", "expected a JSON object")
     text = JSON.json(m; pretty=2)                                   # as write_manifest writes it
@@ -270,7 +291,7 @@ function check_files(m)
         obj = get_typed(m, key, AbstractDict, "top level")
         claim(obj, key)
         if key == "weights"
-            haskey(obj, "sha256") && rule_fail("weights.sha256", "format 2 writers omit the whole-file hash; datasets carry their own digests")
+            haskey(obj, "sha256") && rule_fail("weights.sha256", "JuliaBridge omits the whole-file hash (optional in formats 2 and 3); datasets carry their own digests")
         else
             check_hex(obj, "sha256", key)
             if haskey(obj, "artifact")
@@ -283,7 +304,7 @@ function check_files(m)
     return nothing
 end
 
-function check_arguments(entries)
+function check_arguments(entries, scheme::DigestScheme)
     args = Any[]
     seen = Dict{Tuple{String,Vector{Any}},Int}()
     datasets = Set{String}()
@@ -308,7 +329,7 @@ function check_arguments(entries)
             occursin(DATASET_RE, ds) || rule_fail("$w.dataset", "expected an absolute HDF5 path")
             ds in datasets && rule_fail("$w.dataset", "$ds is used twice")
             push!(datasets, ds)
-            check_hex(a, "sha256", w)
+            check_digest(a, scheme, w)
         end
         axis = check_batch_axis(a, shape, w)
         push!(args, (; role, path, tied, dtype, shape, axis, dataset=get(a, "dataset", nothing)))
@@ -404,7 +425,7 @@ function check_trees(m, args, static)
     return nothing
 end
 
-function check_examples(ex, args, results)
+function check_examples(ex, args, results, scheme::DigestScheme)
     w = "examples"
     ex isa AbstractDict || rule_fail(w, "expected a JSON object")
     datasets = Set(a.dataset for a in args if a.dataset !== nothing)
@@ -422,7 +443,7 @@ function check_examples(ex, args, results)
             occursin(DATASET_RE, ds) || rule_fail("$ew.dataset", "expected an absolute HDF5 path")
             ds in datasets && rule_fail("$ew.dataset", "$ds is used twice")
             push!(datasets, ds)
-            check_hex(e, "sha256", ew)
+            check_digest(e, scheme, ew)
         end
         group == "inputs" && seen != inputs && rule_fail("$w.inputs", "must give every input argument exactly once")
         group == "outputs" && isempty(seen) && rule_fail("$w.outputs", "must list at least one result")

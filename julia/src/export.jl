@@ -33,7 +33,7 @@ end
                reference=true, vjp=false, metadata=Dict{String,Any}(),
                allow_custom_calls=false, samples_independent=nothing, progress=nothing) -> String
 
-Write a juliabridge bundle (format 2) for `model(x, ps, st)` to directory `dir` and return its
+Write a juliabridge bundle (format 3) for `model(x, ps, st)` to directory `dir` and return its
 path. `x` is the single example input, or the tuple `inputs` when several are given. Arrays may
 be plain CPU arrays or Reactant arrays; `mode` (`:test`/`:train`) is applied with
 `Lux.testmode`/`Lux.trainmode`. With `reference`, the example inputs and the outputs of the
@@ -41,6 +41,10 @@ compiled function are stored for `juliabridge.verify`; with `vjp`, the pullback 
 `samples_independent=true` may not be combined with `mode=:train` (Lux's training mode mixes
 the samples of a batch, e.g. BatchNorm's batch statistics). `progress(step, nsteps, message)` is
 called before each stage.
+
+Every dataset's digest is BLAKE3 (format 3). Before the first bundle of a session, JuliaBridge's
+own BLAKE3 is checked against known answers (`blake3_selftest`); should that fail, the bundle is
+written in format 2 (sha256 digests, which every juliabridge reads) with a warning.
 
 Throws `ArgumentError` for bad keywords, `NonReactantLeafError` for a leaf tracing would freeze,
 `UnsupportedOpsError` for ops stock XLA cannot run, `BundleExistsError` for an existing target and
@@ -150,6 +154,7 @@ function export_model(
     end
 
     report("writing $target")
+    scheme = writer_digest_scheme(target)      # format 3, or 2 if BLAKE3 failed its self-test
     examples = nothing
     kept = reference ? reference_results(traced, outputs) : nothing
     if kept !== nothing
@@ -177,23 +182,25 @@ function export_model(
         forward_artifact === nothing || write(joinpath(tmp, ARTIFACT_FILE), forward_artifact)
         vjp_text === nothing || write(joinpath(tmp, VJP_FILE), vjp_text)
         vjp_artifact === nothing || write(joinpath(tmp, VJP_ARTIFACT_FILE), vjp_artifact)
-        shas = write_weights(
+        digests = write_weights(
             joinpath(tmp, WEIGHTS_FILE),
             ("params" => psr, "state" => str),
             traced.arguments,
             datasets,
             values,
-            examples === nothing ? nothing : examples.arrays,
+            examples === nothing ? nothing : examples.arrays;
+            algorithm=scheme.algorithm,
         )
         artifacts = (;
             forward=forward_artifact === nothing ? nothing : artifact_object(tmp, ARTIFACT_FILE, current, target_version),
             vjp=vjp_artifact === nothing ? nothing : artifact_object(tmp, VJP_ARTIFACT_FILE, current, target_version),
         )
         manifest = build_manifest(
-            tmp, bname, mode, traced, datasets, shas, examples === nothing ? nothing : examples.datasets, batch, vjp, meta;
+            tmp, bname, mode, traced, datasets, digests, examples === nothing ? nothing : examples.datasets, batch, vjp, meta;
             empty=(; params=empty_containers(ps), state=empty_containers(st_mode)),
             static,
             artifacts,
+            scheme,
         )
         check_manifest(manifest)     # never write what the reference reader would refuse
         write_manifest(joinpath(tmp, MANIFEST_FILE), manifest)

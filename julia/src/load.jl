@@ -20,9 +20,11 @@ element types: every array leaf is read from the file and checked for shape, eve
 is kept from the template.
 
 Every dataset must carry its `dtype` attribute (spec §4); for a bundle it must equal the
-manifest's, with the manifest's shape. Format 2 bundles record a digest of every dataset
-(spec §4.1), checked as the data is read; a `weights.sha256` (required in format 1) is checked
-over the whole file. Throws `BundleReadError` for a missing, malformed or modified file.
+manifest's, with the manifest's shape. Format 3 and 2 bundles record a digest of every dataset
+(spec §4.1: its `blake3` in format 3, its `sha256` in format 2), checked as the data is read; a
+`weights.sha256` (required in format 1) is checked over the whole file. Throws
+`BundleReadError` for a missing, malformed or modified file, and for a format-3 bundle when
+JuliaBridge's BLAKE3 failed its self-test in this session (its digests cannot be checked then).
 """
 function load_params(path::AbstractString)
     file, plan = weights_location(path)
@@ -56,7 +58,8 @@ struct DatasetEntry
     path::Vector{Any}
     tied_paths::Vector{Vector{Any}}
     dataset::String
-    sha256::Union{Nothing,String}   # nothing in format 1 (spec §8: not part of it, ignored)
+    digest::Union{Nothing,String}   # nothing in format 1 (spec §8: not part of it, ignored)
+    algorithm::Symbol               # of `digest`: :blake3 (format 3), :sha256 (format 2), :none
     dtype::String
     julia_shape::Vector{Int}
 end
@@ -97,8 +100,8 @@ end
 
 # The weights file of `path` and, for a bundle, what its manifest says about it: one
 # DatasetEntry per parameter and state argument in manifest order (Lux's depth-first order),
-# the empty containers and (format 2) the static state. The whole-file `weights.sha256` is
-# checked here when the manifest has one (required in format 1, optional in format 2).
+# the empty containers and (formats 2 and 3) the static state. The whole-file `weights.sha256`
+# is checked here when the manifest has one (required in format 1, optional in formats 2 and 3).
 function weights_location(path::AbstractString)
     if isdir(path)
         mpath = joinpath(path, MANIFEST_FILE)
@@ -109,6 +112,7 @@ function weights_location(path::AbstractString)
         v = get(m, "format_version", 0)
         (v isa Integer && !(v isa Bool) && 1 <= v <= FORMAT_VERSION) ||
             throw(BundleReadError("$path has format_version $(repr(v)); this JuliaBridge reads 1 to $FORMAT_VERSION, upgrade it"))
+        scheme = digest_scheme_of(v)                                  # nothing in format 1
         weights = manifest_value(m, "weights", AbstractDict, mpath, "top level")
         name = manifest_value(weights, "file", AbstractString, mpath, "weights")
         why = unsafe_file_name(name)
@@ -128,24 +132,32 @@ function weights_location(path::AbstractString)
             at = "arguments[$(i - 1)]"
             role = manifest_value(a, "role", AbstractString, mpath, at)
             role in ("parameter", "state") || continue
-            sha = nothing
-            if v >= 2
-                sha = manifest_value(a, "sha256", AbstractString, mpath, at)
-                occursin(HEX64_RE, sha) || throw(BundleReadError("$mpath: $at.sha256 is not 64 lowercase hex digits"))
+            # Format 3: `blake3`; format 2: `sha256`; the other key, if present, is not part of
+            # that format and is ignored (spec §4.1, §8).
+            digest = nothing
+            if scheme !== nothing
+                digest = manifest_value(a, scheme.key, AbstractString, mpath, at)
+                occursin(HEX64_RE, digest) || throw(BundleReadError("$mpath: $at.$(scheme.key) is not 64 lowercase hex digits"))
             end
             entry = DatasetEntry(
                 json_path(manifest_value(a, "path", AbstractVector, mpath, at), mpath, "$at.path"),
                 [json_path(p, mpath, "$at.tied_paths") for p in manifest_value(a, "tied_paths", AbstractVector, mpath, at; default=Any[])],
                 String(manifest_value(a, "dataset", AbstractString, mpath, at)),
-                sha === nothing ? nothing : String(sha),
+                digest === nothing ? nothing : String(digest),
+                scheme === nothing ? :none : scheme.algorithm,
                 String(manifest_value(a, "dtype", AbstractString, mpath, at)),
                 manifest_dims(manifest_value(a, "julia_shape", AbstractVector, mpath, at), mpath, "$at.julia_shape"),
             )
             push!(role == "parameter" ? params : state, entry)
         end
+        # Refused before any dataset is read: BLAKE3 digests that cannot be checked here.
+        if scheme !== nothing && scheme.algorithm === :blake3 && !(isempty(params) && isempty(state))
+            problem = blake3_selftest_problem()
+            problem === nothing || throw(BundleReadError("$path is a format-$v bundle: $(blake3_unusable(problem))"))
+        end
         empty = get(m, "empty", nothing)
         empties(k) = empty isa AbstractDict ? [json_path(p, mpath, "empty.$k") for p in get(empty, k, Any[])] : Vector{Any}[]
-        # static_state is format 2 (spec §8: a format-1 reader ignores it).
+        # static_state is format 2 and 3 (spec §8: a format-1 reader ignores it).
         static = StaticLeaf[]
         if v >= 2
             for (j, s) in enumerate(manifest_value(m, "static_state", AbstractVector, mpath, "top level"; default=Any[]))
@@ -266,7 +278,7 @@ function order_like_file!(node::Node, f, gpath::AbstractString)
 end
 
 # A tree from the manifest: the arrays (each checked against the manifest's dtype, shape and,
-# in format 2, digest; a tied array at every one of its paths), the empty containers and the
+# in formats 2 and 3, digest; a tied array at every one of its paths), the empty containers and the
 # static values, ordered like the file's groups.
 function tree_from_entries(f, group::AbstractString, entries::Vector{DatasetEntry}, empties, static::Vector{StaticLeaf})
     root = Node()
@@ -287,7 +299,7 @@ function tree_from_entries(f, group::AbstractString, entries::Vector{DatasetEntr
 end
 
 function read_entry(f, e::DatasetEntry)
-    A = read_array(f, e.dataset; sha256=e.sha256, dtype=e.dtype, julia_shape=e.julia_shape)
+    A = read_array(f, e.dataset; digest=e.digest, algorithm=e.algorithm, dtype=e.dtype, julia_shape=e.julia_shape)
     A === nothing && throw(BundleReadError("the manifest names dataset $(e.dataset), which the weights file lacks"))
     return A
 end

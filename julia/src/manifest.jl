@@ -21,7 +21,9 @@ function producer_object()
     )
 end
 
-function argument_object(a::ArgumentInfo, dataset::Union{Nothing,String}, sha::Union{Nothing,String}, batch_axis)
+# A parameter or state argument's entry names its dataset and the dataset's digest, under
+# `scheme.key` (spec §4.1: "blake3" in format 3, "sha256" in format 2).
+function argument_object(a::ArgumentInfo, dataset::Union{Nothing,String}, digest::Union{Nothing,String}, batch_axis, scheme::DigestScheme)
     o = jobject(
         "index" => a.index,
         "role" => a.role,
@@ -32,7 +34,7 @@ function argument_object(a::ArgumentInfo, dataset::Union{Nothing,String}, sha::U
     )
     if dataset !== nothing
         o["dataset"] = dataset
-        o["sha256"] = sha
+        o[scheme.key] = digest
     end
     a.role == "input" && (o["batch_axis"] = batch_axis)
     isempty(a.tied_paths) || (o["tied_paths"] = a.tied_paths)
@@ -62,33 +64,35 @@ function module_object(dir, file::AbstractString, artifact)
 end
 
 """
-The manifest (format 2) of a bundle whose files are already in `dir`.
-- `shas`: what `write_weights` returned (per-dataset sha256);
+The manifest of a bundle whose files are already in `dir`, in the format of `scheme` (format 3,
+`DIGEST_SCHEME`, unless BLAKE3 failed its self-test: then format 2, `FALLBACK_DIGEST_SCHEME`).
+- `digests`: what `write_weights` returned (per-dataset digests of `scheme.algorithm`);
 - `examples`: `nothing` or `(; inputs, outputs, rtol, atol)` with dataset paths;
 - `batch`: `nothing` or `(; size, samples_independent)`;
 - `empty`: the paths of empty containers in ps and st (spec §3.10);
 - `static`: the static leaves of st (spec `static_state`);
 - `artifacts`: `(; forward, vjp)` artifact objects or `nothing`.
-The whole-file `weights.sha256` of format 1 is optional in format 2 and not written: readers
-verify each dataset's digest instead.
+The whole-file `weights.sha256` of format 1 is optional in formats 2 and 3 and not written:
+readers verify each dataset's digest instead.
 """
 function build_manifest(
-    dir, name, mode, traced::TracedForward, datasets, shas, examples, batch, has_vjp::Bool, metadata;
+    dir, name, mode, traced::TracedForward, datasets, digests, examples, batch, has_vjp::Bool, metadata;
     empty=(; params=Vector{Any}[], state=Vector{Any}[]),
     static::Vector{StaticLeaf}=StaticLeaf[],
     artifacts=(; forward=nothing, vjp=nothing),
+    scheme::DigestScheme=DIGEST_SCHEME,
 )
     B = batch === nothing ? nothing : batch.size
     m = jobject(
         "format" => FORMAT,
-        "format_version" => FORMAT_VERSION,
+        "format_version" => scheme.format_version,
         "name" => name,
         "producer" => producer_object(),
         "module" => module_object(dir, MODULE_FILE, artifacts.forward),
         "weights" => jobject("file" => WEIGHTS_FILE),
         "mode" => String(mode),
         "arguments" => Any[
-            argument_object(a, get(datasets, a.index, nothing), get(shas.args, a.index, nothing), input_batch_axis(a, B)) for
+            argument_object(a, get(datasets, a.index, nothing), get(digests.args, a.index, nothing), input_batch_axis(a, B), scheme) for
             a in traced.arguments
         ],
         "results" => Any[result_object(r, result_batch_axis(r, B, traced)) for r in traced.results],
@@ -103,8 +107,8 @@ function build_manifest(
     batch === nothing || (m["batch"] = jobject("size" => batch.size, "samples_independent" => batch.samples_independent))
     if examples !== nothing
         m["examples"] = jobject(
-            "inputs" => Any[jobject("argument" => i, "dataset" => d, "sha256" => shas.inputs[i]) for (i, d) in examples.inputs],
-            "outputs" => Any[jobject("result" => k, "dataset" => d, "sha256" => shas.outputs[k]) for (k, d) in examples.outputs],
+            "inputs" => Any[jobject("argument" => i, "dataset" => d, scheme.key => digests.inputs[i]) for (i, d) in examples.inputs],
+            "outputs" => Any[jobject("result" => k, "dataset" => d, scheme.key => digests.outputs[k]) for (k, d) in examples.outputs],
             "rtol" => examples.rtol,
             "atol" => examples.atol,
         )

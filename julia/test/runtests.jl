@@ -42,15 +42,63 @@ function read_dataset(dir, dspath)
     end
 end
 
-# The stored bytes of a dataset as h5py sees them (row-major, little-endian), hashed the way
-# spec format 2 says, computed here independently of JuliaBridge.stored_sha256.
-function dataset_sha256(dir, dspath)
+# The stored bytes of a dataset as h5py sees them (row-major, little-endian): what the
+# per-dataset digest of spec §4.1 hashes, read here independently of JuliaBridge's
+# canonical_encoding/stored_digest.
+function dataset_bytes(dir, dspath)::Vector{UInt8}
     return HDF5.h5open(joinpath(dir, "weights.h5"), "r") do f
         raw = read(f[dspath])
         raw isa AbstractArray || (raw = fill(raw))
         # Julia's memory order of the reversed-dims array is the file's row-major order.
-        bytes2hex(SHA.sha256(collect(reinterpret(UInt8, vec(collect(raw))))))
+        collect(reinterpret(UInt8, vec(collect(raw))))
     end
+end
+
+# The digests of a dataset's stored bytes: format 3 (BLAKE3, JuliaBridge's own, which the known
+# answers below pin) and format 2 (SHA.jl's sha256).
+dataset_blake3(dir, dspath) = JuliaBridge.blake3_hex(dataset_bytes(dir, dspath))
+dataset_sha256(dir, dspath) = bytes2hex(SHA.sha256(dataset_bytes(dir, dspath)))
+
+# BLAKE3 of the official test vectors' input (byte i is i % 251) at these lengths, computed
+# with the Python blake3 package (1.0.11); the same table as JuliaBridge.BLAKE3_KNOWN_ANSWERS,
+# which tests/test_julia_spec_alignment.py checks against blake3 and against this one.
+const KNOWN_ANSWERS = (
+    0 => "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262",
+    1 => "2d3adedff11b61f14c886e35afa036736dcd87a74d27b5c1510225d0f592e213",
+    63 => "e9bc37a594daad83be9470df7f7b3798297c3d834ce80ba85d6e207627b7db7b",
+    64 => "4eed7141ea4a5cd4b788606bd23f46e212af9cacebacdc7d1f4c6dc7f2511b98",
+    65 => "de1e5fa0be70df6d2be8fffd0e99ceaa8eb6e8c93a63f2d8d1c30ecb6b263dee",
+    127 => "d81293fda863f008c09e92fc382a81f5a0b4a1251cba1634016a0f86a6bd640d",
+    128 => "f17e570564b26578c33bb7f44643f539624b05df1a76c81f30acd548c44b45ef",
+    129 => "683aaae9f3c5ba37eaaf072aed0f9e30bac0865137bae68b1fde4ca2aebdcb12",
+    1023 => "10108970eeda3eb932baac1428c7a2163b0e924c9a9e25b35bba72b28f70bd11",
+    1024 => "42214739f095a406f3fc83deb889744ac00df831c10daa55189b5d121c855af7",
+    1025 => "d00278ae47eb27b34faecf67b4fe263f82d5412916c1ffd97c8cb7fb814b8444",
+    2048 => "e776b6028c7cd22a4d0ba182a8bf62205d2ef576467e838ed6f2529b85fba24a",
+    2049 => "5f4d72f40d7a5f82b15ca2b2e44b1de3c2ef86c426c95c1af0b6879522563030",
+    3072 => "b98cb0ff3623be03326b373de6b9095218513e64f1ee2edd2525c7ad1e5cffd2",
+    3073 => "7124b49501012f81cc7f11ca069ec9226cecb8a2c850cfe644e327d22d3e1cd3",
+    4096 => "015094013f57a5277b59d8475c0501042c0b642e531b0a1c8f58d2163229e969",
+    4097 => "9b4052b38f1c5fc8b1f9ff7ac7b27cd242487b3d890d15c96a1c25b8aa0fb995",
+    5120 => "9cadc15fed8b5d854562b26a9536d9707cadeda9b143978f319ab34230535833",
+    5121 => "628bd2cb2004694adaab7bbd778a25df25c47b9d4155a55f8fbd79f2fe154cff",
+    6144 => "3e2e5b74e048f3add6d21faab3f83aa44d3b2278afb83b80b3c35164ebeca205",
+    6145 => "f1323a8631446cc50536a9f705ee5cb619424d46887f3c376c695b70e0f0507f",
+    7168 => "61da957ec2499a95d6b8023e2b0e604ec7f6b50e80a9678b89d2628e99ada77a",
+    7169 => "a003fc7a51754a9b3c7fae0367ab3d782dccf28855a03d435f8cfe74605e7817",
+    8192 => "aae792484c8efe4f19e2ca7d371d8c467ffb10748d8a5a1ae579948f718a2a63",
+    8193 => "bab6c09cb8ce8cf459261398d2e7aef35700bf488116ceb94a36d0f5f1b7bc3b",
+    16384 => "f875d6646de28985646f34ee13be9a576fd515f76b5b0a26bb324735041ddde4",
+    31744 => "62b6960e1a44bcc1eb1a611a8d6235b6b4b78f32e7abc4fb4c6cdcce94895c47",
+    102400 => "bc3e3d41a1146b069abffad3c0d44860cf664390afce4d9661f7902e7943e085",
+)
+
+# The bytes `@allocated` counts for hashing `data` with a fresh hasher, after a warm-up call
+# (inside a function, so that nothing is boxed at top level).
+function hashing_allocations(data::Vector{UInt8})
+    JuliaBridge.update!(JuliaBridge.Blake3Hasher(), data)
+    h = JuliaBridge.Blake3Hasher()
+    return @allocated JuliaBridge.update!(h, data)
 end
 
 function input_value(x, path)
@@ -138,11 +186,11 @@ function golden_digest_cases()
         else
             T[T(v) for v in vals]
         end
-        (; dtype=c["dtype"], A=reshape(flat, Tuple(Int.(c["julia_shape"]))), sha256=c["sha256"])
+        (; dtype=c["dtype"], A=reshape(flat, Tuple(Int.(c["julia_shape"]))), blake3=c["blake3"], sha256=c["sha256"])
     end
 end
 
-"""Export `model` and check everything format 2 promises; returns the bundle path."""
+"""Export `model` and check everything format 3 promises; returns the bundle path."""
 function export_and_check(tag, model, ps, st, x; mode=:test, vjp=false)
     dir = joinpath(TMP, "$tag.bundle")
     path = export_lux(dir, model, ps, st, x; mode, vjp, overwrite=true)
@@ -155,7 +203,7 @@ function export_and_check(tag, model, ps, st, x; mode=:test, vjp=false)
 
     @testset "$tag: manifest agrees with the MLIR signature" begin
         @test m["format"] == "juliabridge.bundle"
-        @test m["format_version"] == 2
+        @test m["format_version"] == 3
         @test m["mode"] == string(mode)
         @test m["producer"]["made_with_julia"] == true
         @test m["producer"]["tool"] == "JuliaBridge.jl"
@@ -180,7 +228,7 @@ function export_and_check(tag, model, ps, st, x; mode=:test, vjp=false)
         end
         @test isempty(unsupported_ops(text))
         @test JuliaBridge.file_sha256(joinpath(dir, "model.mlir")) == m["module"]["sha256"]
-        @test !haskey(m["weights"], "sha256")     # optional in format 2; per-dataset digests instead
+        @test !haskey(m["weights"], "sha256")     # optional in format 3; per-dataset digests instead
         roles = [a["role"] for a in m["arguments"]]
         @test issorted(roles; by=r -> findfirst(==(r), ["input", "parameter", "state"]))
         # The static state is what Lux's test/train mode put there.
@@ -229,11 +277,15 @@ function export_and_check(tag, model, ps, st, x; mode=:test, vjp=false)
                 close(d)
             end
         end
+        # Format 3: each dataset's digest is BLAKE3 of its stored bytes, under "blake3" only.
         for a in m["arguments"]
-            haskey(a, "dataset") && @test dataset_sha256(dir, a["dataset"]) == a["sha256"]
+            haskey(a, "dataset") || continue
+            @test dataset_blake3(dir, a["dataset"]) == a["blake3"]
+            @test !haskey(a, "sha256")
         end
         for e in vcat(m["examples"]["inputs"], m["examples"]["outputs"])
-            @test dataset_sha256(dir, e["dataset"]) == e["sha256"]
+            @test dataset_blake3(dir, e["dataset"]) == e["blake3"]
+            @test !haskey(e, "sha256")
         end
     end
 
@@ -316,6 +368,30 @@ end
 # A copy of manifest `m` changed by `change!`.
 changed(change!, m) = (m2 = deepcopy(m); change!(m2); m2)
 
+# Format-3 manifest `m` as the writer's format-2 fallback writes it: `format_version` 2 and
+# every per-dataset `blake3` replaced by `sha256` = `digest(dataset path)`.
+function as_format_2(m, digest)
+    m2 = deepcopy(m)
+    m2["format_version"] = 2
+    entries = Any[a for a in m2["arguments"] if haskey(a, "dataset")]
+    haskey(m2, "examples") && append!(entries, m2["examples"]["inputs"], m2["examples"]["outputs"])
+    for e in entries
+        delete!(e, "blake3")
+        e["sha256"] = digest(e["dataset"])
+    end
+    return m2
+end
+
+# The exception `f()` throws, or `nothing`.
+function thrown(f)
+    try
+        f()
+    catch err
+        return err
+    end
+    return nothing
+end
+
 @testset "JuliaBridge" begin
     rng = Random.Xoshiro(0)
 
@@ -342,18 +418,64 @@ changed(change!, m) = (m2 = deepcopy(m); change!(m2); m2)
         @test main_signature("func.func public @main() -> tensor<2xbf16> {").results[1].dtype == "bf16"
     end
 
+    @testset "BLAKE3: known answers, pieces, no allocation per block" begin
+        for (len, want) in KNOWN_ANSWERS
+            @test JuliaBridge.blake3_hex(JuliaBridge.blake3_test_input(len)) == want
+        end
+        @test Dict(KNOWN_ANSWERS) == Dict(JuliaBridge.BLAKE3_KNOWN_ANSWERS)
+        @test JuliaBridge.blake3_test_input(253)[251:253] == UInt8[250, 0, 1]
+        @test JuliaBridge.blake3_hex(codeunits("abc")) == "6437b3ac38465133ffb63b75273a8db548c558465d79db03fd359c6cd5bd9d85"
+        @test JuliaBridge.blake3_selftest_failure() === nothing
+        @test JuliaBridge.blake3_selftest()
+        @test JuliaBridge.blake3_selftest_problem() === nothing
+        @test JuliaBridge.BLAKE3_SELFTEST_RESULT[] == ""            # run once, then cached
+        # In pieces (vectors and views, split inside and at block and chunk boundaries, empty
+        # pieces too) as at once.
+        known = Dict(KNOWN_ANSWERS)
+        input = JuliaBridge.blake3_test_input(8193)
+        for len in (0, 1, 63, 64, 65, 1023, 1024, 1025, 2048, 3073, 5121, 8193),
+            sizes in ((1,), (63, 1, 64), (1023, 2), (1024,), (1025, 0, 7), (0, 100, 4096))
+
+            data = input[1:len]
+            h = JuliaBridge.Blake3Hasher()
+            i, k = 1, 0
+            while i <= len
+                n = min(sizes[k % length(sizes) + 1], len - i + 1)
+                JuliaBridge.update!(h, isodd(k) ? view(data, i:(i + n - 1)) : data[i:(i + n - 1)])
+                i += n
+                k += 1
+            end
+            @test JuliaBridge.blake3_hexdigest(h) == known[len]
+        end
+        # The digest leaves the hasher as it was: more bytes may follow.
+        h = JuliaBridge.Blake3Hasher()
+        JuliaBridge.update!(h, input[1:1024])
+        @test JuliaBridge.blake3_hexdigest(h) == known[1024]
+        @test JuliaBridge.blake3_digest(h) == hex2bytes(known[1024])
+        JuliaBridge.update!(h, view(input, 1025:2049))
+        @test JuliaBridge.blake3_hexdigest(h) == known[2049]
+        # No heap allocation per block or chunk: 1 MiB (16384 blocks) allocates next to nothing.
+        @test hashing_allocations(rand(rng, UInt8, 2^20)) < 4096
+    end
+
     @testset "HDF5 encodings and digests" begin
         @test decode_from_hdf5(reinterpret(UInt16, Float16[1, 2]) |> collect, "f16") == Float16[1, 2]
         @test decode_from_hdf5(UInt8[0, 1, 2], "i1") == [false, true, true]
         @test julia_eltype("ui64") === UInt64
         @test_throws JuliaBridge.BundleReadError decode_from_hdf5(Float32[1], "f64")
-        # sha256 of the row-major little-endian bytes: numpy's
+        # The digests of the row-major little-endian bytes: numpy's
         # hashlib.sha256(np.array([[1, 2, 3], [4, 5, 6]], dtype="<f4").tobytes()).hexdigest()
-        @test JuliaBridge.canonical_sha256(Float32[1 4; 2 5; 3 6], "f32") == bytes2hex(SHA.sha256(collect(reinterpret(UInt8, Float32[1, 2, 3, 4, 5, 6]))))
-        @test JuliaBridge.canonical_sha256(fill(true), "i1") == bytes2hex(SHA.sha256(UInt8[1]))
-        @test JuliaBridge.canonical_sha256(ComplexF32[1 + 2im], "complex<f32>") == bytes2hex(SHA.sha256(collect(reinterpret(UInt8, Float32[1, 2]))))
-        @test JuliaBridge.canonical_sha256(Float32[], "f32") == bytes2hex(SHA.sha256(UInt8[]))
-        @test_throws ArgumentError JuliaBridge.canonical_sha256(Float32[1], "f64")
+        # (format 2) and blake3.blake3(...) of the same bytes (format 3, the default).
+        for (alg, hashf) in ((:sha256, b -> bytes2hex(SHA.sha256(b))), (:blake3, JuliaBridge.blake3_hex))
+            @test JuliaBridge.canonical_digest(Float32[1 4; 2 5; 3 6], "f32", alg) == hashf(collect(reinterpret(UInt8, Float32[1, 2, 3, 4, 5, 6])))
+            @test JuliaBridge.canonical_digest(fill(true), "i1", alg) == hashf(UInt8[1])
+            @test JuliaBridge.canonical_digest(ComplexF32[1 + 2im], "complex<f32>", alg) == hashf(collect(reinterpret(UInt8, Float32[1, 2])))
+            @test JuliaBridge.canonical_digest(Float32[], "f32", alg) == hashf(UInt8[])
+            @test_throws ArgumentError JuliaBridge.canonical_digest(Float32[1], "f64", alg)
+        end
+        @test JuliaBridge.canonical_digest(Float32[1, 2], "f32") == JuliaBridge.canonical_digest(Float32[1, 2], "f32", :blake3)
+        @test JuliaBridge.canonical_digest(Float32[], "f32") == "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"
+        @test_throws ArgumentError JuliaBridge.canonical_digest(Float32[1], "f32", :md5)
         # Empty and 0-dimensional arrays keep their stored element type through both directions.
         @test eltype(JuliaBridge.encode_for_hdf5(Reactant.BFloat16[], "bf16")) === UInt16
         @test eltype(decode_from_hdf5(UInt16[], "bf16")) === Reactant.BFloat16
@@ -365,8 +487,11 @@ changed(change!, m) = (m2 = deepcopy(m); change!(m2); m2)
         cases = golden_digest_cases()
         HDF5.h5open(file, "w") do f
             for (i, c) in enumerate(cases)
-                @test JuliaBridge.canonical_sha256(c.A, c.dtype) == c.sha256
-                @test JuliaBridge.write_array!(f, "/golden/$i", c.A, c.dtype) == c.sha256
+                @test JuliaBridge.canonical_digest(c.A, c.dtype) == c.blake3
+                @test JuliaBridge.canonical_digest(c.A, c.dtype, :blake3) == c.blake3
+                @test JuliaBridge.canonical_digest(c.A, c.dtype, :sha256) == c.sha256
+                @test JuliaBridge.write_array!(f, "/golden/$i", c.A, c.dtype) == c.blake3
+                @test JuliaBridge.write_array!(f, "/golden_sha256/$i", c.A, c.dtype; algorithm=:sha256) == c.sha256
             end
             # Storage the spec lets readers accept: an HDF5.jl Bool (bitfield) dataset for i1.
             f["/native/bool"] = [true false; false true]
@@ -374,12 +499,19 @@ changed(change!, m) = (m2 = deepcopy(m); change!(m2); m2)
         end
         HDF5.h5open(file, "r") do f
             for (i, c) in enumerate(cases)
-                A = JuliaBridge.read_array(f, "/golden/$i"; sha256=c.sha256, dtype=c.dtype, julia_shape=collect(size(c.A)))
+                A = JuliaBridge.read_array(f, "/golden/$i"; digest=c.blake3, dtype=c.dtype, julia_shape=collect(size(c.A)))
                 @test A == c.A && eltype(A) === eltype(c.A) && size(A) == size(c.A)
+                A2 = JuliaBridge.read_array(f, "/golden/$i"; digest=c.sha256, algorithm=:sha256, dtype=c.dtype)
+                @test A2 == c.A && eltype(A2) === eltype(c.A)
             end
             i1 = findfirst(c -> c.dtype == "i1" && size(c.A) == (2, 2), cases)
-            @test JuliaBridge.read_array(f, "/native/bool"; sha256=cases[i1].sha256) == cases[i1].A
-            @test_throws JuliaBridge.BundleReadError JuliaBridge.read_array(f, "/golden/1"; sha256=cases[2].sha256)
+            @test JuliaBridge.read_array(f, "/native/bool"; digest=cases[i1].blake3) == cases[i1].A
+            @test JuliaBridge.read_array(f, "/native/bool"; digest=cases[i1].sha256, algorithm=:sha256) == cases[i1].A
+            @test_throws JuliaBridge.BundleReadError JuliaBridge.read_array(f, "/golden/1"; digest=cases[2].blake3)
+            @test_throws JuliaBridge.BundleReadError JuliaBridge.read_array(f, "/golden/1"; digest=cases[2].sha256, algorithm=:sha256)
+            # a digest of the other algorithm is a mismatch, and the error names the algorithm and the dataset
+            err = thrown(() -> JuliaBridge.read_array(f, "/golden/1"; digest=cases[1].sha256))
+            @test err isa JuliaBridge.BundleReadError && occursin("blake3", err.msg) && occursin("/golden/1", err.msg)
             @test_throws JuliaBridge.BundleReadError JuliaBridge.read_array(f, "/golden/1"; dtype="f64")
             @test_throws JuliaBridge.BundleReadError JuliaBridge.read_array(f, "/golden/1"; julia_shape=[2, 3])
         end
@@ -397,7 +529,8 @@ changed(change!, m) = (m2 = deepcopy(m); change!(m2); m2)
         end
         if native
             HDF5.h5open(joinpath(TMP, "half.h5"), "r") do f
-                @test JuliaBridge.read_array(f, "h"; sha256=cases[f16].sha256) == cases[f16].A
+                @test JuliaBridge.read_array(f, "h"; digest=cases[f16].blake3) == cases[f16].A
+                @test JuliaBridge.read_array(f, "h"; digest=cases[f16].sha256, algorithm=:sha256) == cases[f16].A
             end
         else
             @test_skip "this HDF5.jl cannot write a native Float16 dataset"
@@ -446,6 +579,48 @@ changed(change!, m) = (m2 = deepcopy(m); change!(m2); m2)
         @test m["batch"]["size"] == 5
         @test m["batch"]["samples_independent"] == true
         @test_throws JuliaBridge.BundleExistsError export_lux(dir, model, ps, st, x)
+    end
+
+    @testset "BLAKE3 failing its self-test: the writer falls back to format 2" begin
+        model = Chain(Dense(2 => 3, tanh), Dense(3 => 1))
+        ps, st = Lux.setup(rng, model)
+        x = randn(rng, Float32, 2, 4)
+        dir = joinpath(TMP, "fallback.bundle")
+        JuliaBridge.BLAKE3_SELFTEST_RESULT[] = "simulated by the tests"
+        try
+            @test JuliaBridge.blake3_selftest_problem() == "simulated by the tests"
+            @test_logs (:warn, r"self-test.*format 2"s) match_mode=:any export_lux(dir, model, ps, st, x)
+            m = read_manifest(dir)
+            # Exactly the format-2 writer's output: sha256 of each dataset under "sha256".
+            @test m["format_version"] == 2
+            entries = vcat([a for a in m["arguments"] if haskey(a, "dataset")], m["examples"]["inputs"], m["examples"]["outputs"])
+            @test !isempty(entries)
+            for e in entries
+                @test dataset_sha256(dir, e["dataset"]) == e["sha256"]
+                @test !haskey(e, "blake3")
+            end
+            @test !haskey(m["weights"], "sha256")
+            @test JuliaBridge.check_manifest(m) === nothing
+            @test schema_issue(m) === nothing
+            PYTHON === nothing || @test python_accepts(dir)
+            # Format 2 is read without BLAKE3.
+            ps2, _ = load_params(dir)
+            @test ps2.layer_1.weight == ps.layer_1.weight
+            # A format-3 bundle cannot be verified: a clear error, before any dataset is read.
+            err = thrown(() -> load_params(joinpath(TMP, "dense.bundle")))
+            @test err isa JuliaBridge.BundleReadError
+            @test err isa JuliaBridge.BundleReadError && occursin("self-test", err.msg) && occursin("simulated by the tests", err.msg)
+            HDF5.h5open(joinpath(dir, "weights.h5"), "r") do f
+                e = entries[1]
+                @test_throws JuliaBridge.BundleReadError JuliaBridge.read_array(f, e["dataset"]; digest="0"^64)
+                @test JuliaBridge.read_array(f, e["dataset"]; digest=e["sha256"], algorithm=:sha256) isa Array
+            end
+        finally
+            JuliaBridge.BLAKE3_SELFTEST_RESULT[] = nothing
+        end
+        @test JuliaBridge.blake3_selftest_problem() === nothing      # the real self-test again
+        dir3 = export_lux(joinpath(TMP, "after_fallback.bundle"), model, ps, st, x)
+        @test read_manifest(dir3)["format_version"] == 3
     end
 
     @testset "LeNet" begin
@@ -672,9 +847,22 @@ changed(change!, m) = (m2 = deepcopy(m); change!(m2); m2)
             m -> (m["producer"]["made_with_julia"] = false),
             m -> (m["mode"] = "train"),   # with samples_independent true
             m -> (m["metadata"] = foldl((inner, _) -> Dict("a" => inner), 1:70; init=1)),   # nests past 64 levels
+            m -> delete!(m["arguments"][2], "blake3"),              # format 3 requires each dataset's blake3
+            m -> delete!(m["examples"]["inputs"][1], "blake3"),
+            m -> (m["arguments"][2]["blake3"] = "AB"^32),
+            m -> (m["arguments"][2]["sha256"] = "0"^64),            # not part of format 3: never written
+            m -> (m["format_version"] = 2),                          # format 2's digests are sha256
+            m -> (m["format_version"] = 4),
         )
             @test_throws JuliaBridge.ExportError JuliaBridge.check_manifest(changed(change!, m))
         end
+        # The writer's format-2 fallback: sha256 digests under "sha256", and only those.
+        m2 = as_format_2(m, _ -> "0"^64)
+        @test JuliaBridge.check_manifest(m2) === nothing
+        @test_throws JuliaBridge.ExportError JuliaBridge.check_manifest(changed(m -> (m["arguments"][2]["blake3"] = "0"^64), m2))
+        @test_throws JuliaBridge.ExportError JuliaBridge.check_manifest(changed(m -> delete!(m["examples"]["outputs"][1], "sha256"), m2))
+        err = thrown(() -> JuliaBridge.check_manifest(changed(m -> delete!(m["arguments"][2], "blake3"), m)))
+        @test err isa JuliaBridge.ExportError && occursin("arguments[1]", err.msg) && occursin("blake3", err.msg)
     end
 
     @testset "the published schema refuses structural faults" begin
@@ -689,7 +877,7 @@ changed(change!, m) = (m2 = deepcopy(m); change!(m2); m2)
             m -> (m["arguments"][2]["path"] = ["layer_1", "a/b"]),
             m -> (m["arguments"][2]["path"] = Any[]),
             m -> (m["arguments"][2]["dtype"] = "f128"),
-            m -> delete!(m["arguments"][2], "sha256"),
+            m -> delete!(m["arguments"][2], "blake3"),
             m -> (m["results"][1]["paths"] = Any[]),
             m -> (m["static_state"] = [Dict("path" => ["n"], "value" => 1, "julia_type" => "x"^257)]),
             m -> (m["producer"]["made_with_julia"] = false),
@@ -709,7 +897,7 @@ changed(change!, m) = (m2 = deepcopy(m); change!(m2); m2)
         m["weights"]["sha256"] = JuliaBridge.file_sha256(joinpath(dir, "weights.h5"))
         # Per-dataset digests are not part of format 1: a wrong one is ignored.
         for a in m["arguments"]
-            haskey(a, "sha256") && (a["sha256"] = "0"^64)
+            haskey(a, "blake3") && (a["blake3"] = "0"^64)
         end
         JuliaBridge.write_manifest(joinpath(dir, "manifest.json"), m)
         ps, _ = load_params(dir)
@@ -720,6 +908,33 @@ changed(change!, m) = (m2 = deepcopy(m); change!(m2); m2)
         delete!(m["weights"], "sha256")
         JuliaBridge.write_manifest(joinpath(dir, "manifest.json"), m)
         @test_throws JuliaBridge.BundleReadError load_params(dir)
+    end
+
+    @testset "load_params reads format 2 and checks each dataset's digest" begin
+        src = joinpath(TMP, "dense.bundle")
+        dir = joinpath(TMP, "dense_v2.bundle")
+        cp(src, dir; force=true)
+        m3 = read_manifest(src)
+        m2 = as_format_2(m3, d -> dataset_sha256(src, d))
+        @test JuliaBridge.check_manifest(m2) === nothing
+        @test schema_issue(m2) === nothing
+        JuliaBridge.write_manifest(joinpath(dir, "manifest.json"), m2)
+        @test first(load_params(dir)).layer_1.weight == first(load_params(src)).layer_1.weight
+        PYTHON === nothing || @test python_accepts(dir)
+        # A wrong digest is refused, naming the algorithm and the dataset; in format 2 a blake3
+        # key is not part of the format and is ignored, and the other way round in format 3.
+        ds = m3["arguments"][2]["dataset"]
+        for (manifest, key, other) in ((m2, "sha256", "blake3"), (m3, "blake3", "sha256"))
+            JuliaBridge.write_manifest(joinpath(dir, "manifest.json"), changed(m -> (m["arguments"][2][other] = "0"^64), manifest))
+            @test first(load_params(dir)).layer_1.weight == first(load_params(src)).layer_1.weight
+            JuliaBridge.write_manifest(joinpath(dir, "manifest.json"), changed(m -> (m["arguments"][2][key] = "0"^64), manifest))
+            err = thrown(() -> load_params(dir))
+            @test err isa JuliaBridge.BundleReadError && occursin(key, err.msg) && occursin(ds, err.msg)
+            @test_throws JuliaBridge.BundleReadError load_params(dir, first(load_params(src)), NamedTuple())
+            JuliaBridge.write_manifest(joinpath(dir, "manifest.json"), changed(m -> delete!(m["arguments"][2], key), manifest))
+            err = thrown(() -> load_params(dir))
+            @test err isa JuliaBridge.BundleReadError && occursin(key, err.msg)
+        end
     end
 
     @testset "the export driver: scripts can include files and eval" begin

@@ -50,7 +50,7 @@ class Bundle:
 
     `checksums_verified`: the module files were verified when opened, and the weights are
     verified whenever they are read through `read_weights`/`read_examples` (format 1: the
-    whole file's sha256; format 2: each dataset's).
+    whole file's sha256; formats 2 and 3: each dataset's digest).
     """
 
     root: Path
@@ -114,33 +114,34 @@ class Bundle:
 
     def _file_digest(self, requests: Sequence[ReadRequest]) -> str | None:
         """The whole-file sha256 to verify: the manifest's when it records one (always in
-        format 1; spec §8: verified when present in format 2), else None when the per-dataset
-        digests cover every dataset read."""
+        format 1; spec §8: verified when present in later formats), else None when the
+        per-dataset digests cover every dataset read."""
         if not self.checksums_verified:
             return None
         expected: str | None = self.manifest.weights.sha256
-        if expected is not None or all(r.sha256 is not None for r in requests):
+        if expected is not None or all(r.digest is not None for r in requests):
             return expected
-        missing = next(r for r in requests if r.sha256 is None)
+        missing = next(r for r in requests if r.digest is None)
         raise ChecksumError(
             f"{self.file(self.manifest.weights)}: {missing.where} ({missing.dataset}) has "
-            f"no sha256 in {MANIFEST_NAME} and the weights file has none either, so it "
+            f"no digest in {MANIFEST_NAME} and the weights file has no sha256 either, so it "
             "cannot be verified; re-export the bundle, or pass verify_checksums=False"
         )
 
-    def _request(self, dataset: str, spec: Any, where: str, sha256: str | None) -> ReadRequest:
+    def _request(self, dataset: str, spec: Any, where: str, digest: str | None) -> ReadRequest:
         return ReadRequest(
             dataset,
             tuple(spec.shape),
             spec.dtype,
             where,
-            sha256 if self.checksums_verified else None,
+            digest if self.checksums_verified else None,
+            self.manifest.dataset_digest or "blake3",
         )
 
     def weight_requests(self) -> list[ReadRequest]:
         """A request for every parameter and state dataset, in @main order."""
         return [
-            self._request(a.dataset, a, a.label, getattr(a, "sha256", None))
+            self._request(a.dataset, a, a.label, a.digest)
             for a in self.manifest.arguments
             if a.role != "input" and a.dataset is not None
         ]
@@ -184,8 +185,8 @@ class Bundle:
         """Check the weights' checksums now, without keeping what was read.
 
         Format 1: the whole file's sha256 through one descriptor, after the size checks (no
-        array is allocated). Format 2: every dataset read and hashed, streamed (at most a
-        window of datasets in memory at once).
+        array is allocated). Formats 2 and 3: every dataset read and hashed, streamed (at most
+        a window of datasets in memory at once).
         """
         if not self.checksums_verified:
             return
@@ -215,8 +216,8 @@ class Bundle:
 
 
 def _example_entries(entries: Any) -> list[tuple[int, str, str | None]]:
-    """(index, dataset, sha256 or None) of `Examples.inputs`/`.outputs` entries."""
-    return [(int(e.index), str(e.dataset), e.sha256) for e in entries]
+    """(index, dataset, digest or None) of `Examples.inputs`/`.outputs` entries."""
+    return [(int(e.index), str(e.dataset), e.digest) for e in entries]
 
 
 _HF_HINT = safefile.HF_HINT

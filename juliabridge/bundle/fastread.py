@@ -2,12 +2,13 @@
 
 Given the dataset positions `h5parse` found, this module reads their bytes with plain
 ``os.preadv`` calls (no libhdf5) straight into 64-byte-aligned numpy buffers, which XLA's CPU
-client adopts without a copy (``jax.device_put`` is zero-copy for them), and computes sha256
-digests over exactly the bytes placed in those buffers:
+client adopts without a copy (``jax.device_put`` is zero-copy for them), and computes digests
+over exactly the bytes placed in those buffers:
 
-- **per dataset** (bundle format 2: each dataset's `sha256`): datasets are read and hashed in
-  parallel, one thread per core (``os.preadv`` and ``hashlib`` release the GIL), each slab hashed
-  right after it is read, while it is still in cache;
+- **per dataset** (bundle format 3: each dataset's `blake3`; format 2: its `sha256`): datasets
+  are read and hashed in parallel, one thread per core (``os.preadv``, ``blake3`` and
+  ``hashlib`` release the GIL), each slab hashed right after it is read, while it is still in
+  cache;
 - **the whole file** (bundle format 1: ``weights.sha256``): one pass over the file in order,
   dataset bytes read straight into their buffers and the bytes between them (metadata, datasets
   not asked for) into scratch; a second thread reads ahead while the first hashes. The metadata
@@ -34,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from . import safefile
+from .digest import Hasher, new_hasher
 from .h5parse import Plan, Problem
 
 #: Bytes per read: large enough that syscalls do not matter, small enough to stay in cache
@@ -53,7 +55,7 @@ AVAILABLE = hasattr(os, "preadv") and hasattr(os, "pread")
 
 
 class DigestMismatch(Exception):
-    """A dataset's (or the file's) sha256 differs from the expected one."""
+    """A dataset's digest (or the file's sha256) differs from the expected one."""
 
     def __init__(self, key: Any, got: str) -> None:
         super().__init__(got)
@@ -71,11 +73,13 @@ class FileChanged(Exception):
 
 @dataclass(frozen=True)
 class Item:
-    """One dataset to read: the caller's key, its plan and the digest it must have."""
+    """One dataset to read: the caller's key, its plan and the digest it must have (hex, by
+    `algorithm`; None reads it unchecked)."""
 
     key: Any
     plan: Plan
-    sha256: str | None = None
+    digest: str | None = None
+    algorithm: str = "blake3"
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: np.dtype, align: int = ALIGN) -> np.ndarray:
@@ -139,7 +143,7 @@ def check_overlaps(items: Sequence[Item]) -> None:
             )
 
 
-def _finish(item: Item, arr: np.ndarray, digest: Any) -> np.ndarray:
+def _finish(item: Item, arr: np.ndarray, digest: Hasher | None) -> np.ndarray:
     """Byte order to native, digest (over little-endian bytes) and the never-written check."""
     plan = item.plan
     if plan.stored != plan.native:
@@ -181,7 +185,7 @@ def _one(fd: int, item: Item) -> np.ndarray:
 def _read_one(fd: int, item: Item) -> np.ndarray:
     plan = item.plan
     arr = aligned_empty(plan.shape, plan.stored)
-    digest = hashlib.sha256() if item.sha256 is not None else None
+    digest = new_hasher(item.algorithm) if item.digest is not None else None
     if plan.nbytes:
         view = memoryview(arr.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
         raw = _little(plan.stored) and digest is not None
@@ -197,7 +201,7 @@ def _read_one(fd: int, item: Item) -> np.ndarray:
                 if raw and digest is not None:
                     digest.update(piece)
     arr = _finish(item, arr, digest)
-    if digest is not None and digest.hexdigest() != item.sha256:
+    if digest is not None and digest.hexdigest() != item.digest:
         raise DigestMismatch(item.key, digest.hexdigest())
     return arr
 

@@ -1,6 +1,6 @@
-"""manifest.json: parsing and validation against docs/bundle-format.md (format versions 1 and 2).
+"""manifest.json: parsing and validation against docs/bundle-format.md (format versions 1 to 3).
 
-Format 2 is what writers write; format 1 is still read (spec §8 lists the differences). The
+Format 3 is what writers write; formats 1 and 2 are still read (spec §8 lists the differences). The
 structure of each object and field is declared once, in schema.py (which also writes the
 published JSON Schema); this module reads a manifest through it and adds the rules that relate
 one part of a manifest to another.
@@ -17,6 +17,7 @@ from .. import dtypes
 from ..errors import BundleVersionError, ManifestError, UnsafeBundleError
 from ..stablehlo.nesting import JSON_SKIP, max_depth
 from .schema import (
+    DATASET_DIGEST,
     FORMAT,
     FORMAT_FIELD,
     FORMAT_VERSION,
@@ -99,7 +100,8 @@ class ArtifactRef:
 class FileRef:
     """A file inside the bundle and the sha256 its bytes must have.
 
-    `sha256` is None only for a format-2 weights file, whose datasets carry their own digests.
+    `sha256` is None only for a weights file of format 2 or later, whose datasets carry their
+    own digests.
     """
 
     file: str
@@ -134,8 +136,9 @@ class ArgumentEntry:
     dataset: str | None = None
     batch_axis: int | None = None
     tied_paths: tuple[LuxPath, ...] = ()
-    #: sha256 of the dataset's canonical bytes (spec §4.1); format 2 only.
-    sha256: str | None = None
+    #: Digest of the dataset's canonical bytes (spec §4.1), by the manifest's
+    #: `dataset_digest` algorithm; None in format 1.
+    digest: str | None = None
 
     @property
     def label(self) -> str:
@@ -153,7 +156,7 @@ class ResultEntry:
     dtype: str
     shape: tuple[int, ...]
     batch_axis: int | None = None
-    #: The argument this result returns unchanged (spec §3.4); format 2 only.
+    #: The argument this result returns unchanged (spec §3.4); format 2 and later.
     echo_of: int | None = None
 
     @property
@@ -186,8 +189,9 @@ class ExampleEntry:
 
     index: int
     dataset: str
-    #: sha256 of the dataset's canonical bytes (spec §4.1); format 2 only.
-    sha256: str | None = None
+    #: Digest of the dataset's canonical bytes (spec §4.1), by the manifest's
+    #: `dataset_digest` algorithm; None in format 1.
+    digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -228,6 +232,12 @@ class Manifest:
     empty: dict[str, tuple[LuxPath, ...]] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
     static_state: tuple[StaticLeaf, ...] = ()
+
+    @property
+    def dataset_digest(self) -> str | None:
+        """The algorithm of the per-dataset digests (spec §4.1): ``"blake3"`` (format 3),
+        ``"sha256"`` (format 2) or None (format 1, whose weights file has one sha256)."""
+        return DATASET_DIGEST[self.format_version]
 
     def files(self) -> list[tuple[str, FileRef]]:
         """(manifest key, file) for every file the manifest names, artifacts included."""
@@ -304,7 +314,7 @@ def _file_ref(d: dict[str, Any]) -> FileRef:
 ARTIFACT_KEYS = ("file", "sha256", "stablehlo_version", "target")
 
 
-def _argument(d: dict[str, Any], i: int) -> ArgumentEntry:
+def _argument(d: dict[str, Any], i: int, version: int) -> ArgumentEntry:
     w = f"arguments[{i}]"
     if d["index"] != i:
         raise _fail(
@@ -324,8 +334,14 @@ def _argument(d: dict[str, Any], i: int) -> ArgumentEntry:
         dataset=d["dataset"],
         batch_axis=d["batch_axis"],
         tied_paths=d["tied_paths"],
-        sha256=d.get("sha256") if d["dataset"] is not None else None,
+        digest=_digest(d, version) if d["dataset"] is not None else None,
     )
+
+
+def _digest(d: dict[str, Any], version: int) -> str | None:
+    """The per-dataset digest of entry `d`, under its version's key (spec §4.1)."""
+    key = DATASET_DIGEST[version]
+    return None if key is None else d.get(key)
 
 
 def _result(d: dict[str, Any], k: int, n_args: int) -> ResultEntry:
@@ -351,7 +367,7 @@ def _result(d: dict[str, Any], k: int, n_args: int) -> ResultEntry:
 
 
 def _example_entries(
-    entries: tuple[dict[str, Any], ...], group: str, key: str, limit: int
+    entries: tuple[dict[str, Any], ...], group: str, key: str, limit: int, version: int
 ) -> tuple[ExampleEntry, ...]:
     out: list[ExampleEntry] = []
     seen: dict[int, int] = {}
@@ -367,16 +383,19 @@ def _example_entries(
                 "appears once",
             )
         seen[index] = j
-        out.append(ExampleEntry(index, e["dataset"], e.get("sha256")))
+        out.append(ExampleEntry(index, e["dataset"], _digest(e, version)))
     return tuple(out)
 
 
 def _examples(
-    d: dict[str, Any], args: tuple[ArgumentEntry, ...], results: tuple[ResultEntry, ...]
+    d: dict[str, Any],
+    args: tuple[ArgumentEntry, ...],
+    results: tuple[ResultEntry, ...],
+    version: int,
 ) -> Examples:
     w = "examples"
-    ins = _example_entries(d["inputs"], "inputs", "argument", len(args))
-    outs = _example_entries(d["outputs"], "outputs", "result", len(results))
+    ins = _example_entries(d["inputs"], "inputs", "argument", len(args), version)
+    outs = _example_entries(d["outputs"], "outputs", "result", len(results), version)
     for j, e in enumerate(ins):
         if args[e.index].role != "input":
             raise _fail(
@@ -403,7 +422,7 @@ def parse_manifest(obj: Any) -> Manifest:
     """Validate a decoded manifest.json object (structure and internal consistency).
 
     Args:
-        obj: the decoded JSON (format version 1 or 2).
+        obj: the decoded JSON (format version 1, 2 or 3).
 
     Returns:
         The validated Manifest.
@@ -429,10 +448,11 @@ def parse_manifest(obj: Any) -> Manifest:
     if version not in READABLE_VERSIONS:
         raise _fail(
             "format_version",
-            f"expected {' or '.join(map(str, READABLE_VERSIONS))}, found {version}",
+            f"expected {', '.join(map(str, READABLE_VERSIONS[:-1]))} or {READABLE_VERSIONS[-1]}, "
+            f"found {version}",
         )
     d = MANIFEST.check(obj, "top level", version)
-    args = tuple(_argument(a, i) for i, a in enumerate(d["arguments"]))
+    args = tuple(_argument(a, i, version) for i, a in enumerate(d["arguments"]))
     results = tuple(_result(r, k, len(args)) for k, r in enumerate(d["results"]))
     aliases = []
     for j, a in enumerate(d["aliases"]):
@@ -454,7 +474,9 @@ def parse_manifest(obj: Any) -> Manifest:
         results=results,
         aliases=tuple(aliases),
         batch=None if b is None else BatchInfo(b["size"], b["samples_independent"]),
-        examples=None if d["examples"] is None else _examples(d["examples"], args, results),
+        examples=None
+        if d["examples"] is None
+        else _examples(d["examples"], args, results, version),
         vjp=None if d["vjp"] is None else _file_ref(d["vjp"]),
         metadata=dict(d["metadata"]),
         empty={} if empty is None else {g: empty[g] for g in ("params", "state")},

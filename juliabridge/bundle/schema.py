@@ -1,6 +1,6 @@
 """The structure of manifest.json, declared once: it checks a manifest and writes its JSON Schema.
 
-Every object, field and leaf of the manifest (docs/bundle-format.md §3, format versions 1 and 2)
+Every object, field and leaf of the manifest (docs/bundle-format.md §3, format versions 1 to 3)
 is a node below. A node does two things from the same declaration: `check` validates a decoded
 JSON value, raising ManifestError (or UnsafeBundleError for file names) with a message naming the
 field, and `schema` writes the node as JSON Schema (draft-07, which JSONSchema.jl and Python's
@@ -29,9 +29,12 @@ from ..errors import ManifestError, UnsafeBundleError
 
 FORMAT = "juliabridge.bundle"
 #: The version writers write.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 #: Every version this reader reads.
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
+#: The key (and algorithm) of the per-dataset digests of each version (spec §4.1); format 1
+#: has none, only the whole-file `weights.sha256`.
+DATASET_DIGEST = {1: None, 2: "sha256", 3: "blake3"}
 MAX_DEPTH = 64
 MAX_RANK = 64
 #: Largest dimension of any array.
@@ -331,6 +334,9 @@ class Field:
     nullable: bool | None = None
     #: The first format version that has this key; older manifests' values are not read.
     since: int = 1
+    #: The last format version that has this key (None: every later one); newer manifests'
+    #: values are not read.
+    until: int | None = None
     #: The versions in which the key is required, when not all of them (format 2 relaxes some).
     required_in: tuple[int, ...] | None = None
     default: Any = None
@@ -364,7 +370,9 @@ class Obj(Node):
     top: bool = False
 
     def active(self, version: int) -> list[Field]:
-        return [f for f in self.fields if f.since <= version]
+        return [
+            f for f in self.fields if f.since <= version and (f.until is None or version <= f.until)
+        ]
 
     def check(self, value: Any, where: str, version: int) -> dict[str, Any]:
         obj = typed(value, dict, where)
@@ -466,6 +474,7 @@ FILE_NAME = Str(
     extra={"pattern": r"^(?!\.\.?" + _END + r")(?!~)(?:(?![/\\])" + _PRINTABLE + "){1,255}" + _END},
 )
 SHA256 = Str(regex=SHA_RE, expect="64 lowercase hex digits", name="sha256")
+BLAKE3 = Str(regex=SHA_RE, expect="64 lowercase hex digits", name="blake3")
 STABLEHLO_VERSION = Str(
     regex=VERSION_RE, expect="a StableHLO version MAJOR.MINOR.PATCH", name="stablehlo_version"
 )
@@ -640,8 +649,9 @@ def _argument_rule(obj: dict[str, Any], where: str, version: int) -> None:
             f"{where}.dataset",
             "an input has no dataset (its example value, if any, is in examples.inputs)",
         )
-    if version >= 2 and dataset is not None and obj["sha256"] is None:
-        raise fail(where, "missing required key 'sha256'")
+    key = DATASET_DIGEST[version]
+    if key is not None and dataset is not None and obj[key] is None:
+        raise fail(where, f"missing required key {key!r}")
     if role != "input" and not obj["path"]:
         raise fail(
             f"{where}.path", f"a {role} path names a leaf inside the tree, so it cannot be empty"
@@ -650,12 +660,13 @@ def _argument_rule(obj: dict[str, Any], where: str, version: int) -> None:
 
 
 def _argument_schema(version: int) -> dict[str, Any]:
+    key = DATASET_DIGEST[version]
     leaf: dict[str, Any] = {
-        "required": ["dataset", *(["sha256"] if version >= 2 else [])],
+        "required": ["dataset", *([key] if key else [])],
         "properties": {
             "dataset": {"type": "string"},
             "path": {"minItems": 1},
-            **({"sha256": {"type": "string"}} if version >= 2 else {}),
+            **({key: {"type": "string"}} if key else {}),
         },
     }
     return {
@@ -673,15 +684,16 @@ ARGUMENT = Obj(
         Field("julia_shape", SHAPE, description="shape reversed (Julia is column-major)"),
         Field("dtype", DTYPE),
         Field("dataset", DATASET, required=False),
-        Field("sha256", SHA256, required=False, since=2),
+        Field("sha256", SHA256, required=False, since=2, until=2),
+        Field("blake3", BLAKE3, required=False, since=3),
         Field("path", PATH),
         Field("batch_axis", Int(hi=MAX_RANK - 1), required=False),
         Field("tied_paths", Array(PATH), required=False, nullable=False, default=()),
     ),
     rules=(Rule(_argument_rule, _argument_schema),),
     name="argument",
-    description="One @main argument (spec §3.3); a parameter or state has a dataset (and in "
-    "format 2 its sha256) and a non-empty path, an input has neither dataset nor sha256",
+    description="One @main argument (spec §3.3); a parameter or state has a dataset (and its "
+    "digest: sha256 in format 2, blake3 in format 3) and a non-empty path, an input has neither",
 )
 
 
@@ -734,7 +746,8 @@ def _example_entry(key: str, name: str) -> Obj:
         (
             Field(key, Int()),
             Field("dataset", DATASET),
-            Field("sha256", SHA256, since=2),
+            Field("sha256", SHA256, since=2, until=2),
+            Field("blake3", BLAKE3, since=3),
         ),
         name=name,
     )
@@ -846,8 +859,20 @@ MANIFEST = Obj(
 )
 
 
+def _dispatch(versions: tuple[int, ...]) -> dict[str, Any]:
+    """if format_version is the first version then its body, else the same for the rest."""
+    ref = {"$ref": f"#/definitions/manifest_v{versions[0]}"}
+    if len(versions) == 1:
+        return ref
+    return {
+        "if": {"properties": {"format_version": {"const": versions[0]}}},
+        "then": ref,
+        "else": _dispatch(versions[1:]),
+    }
+
+
 def json_schema() -> dict[str, Any]:
-    """The JSON Schema (draft-07) of manifest.json, format versions 1 and 2, from MANIFEST."""
+    """The JSON Schema (draft-07) of manifest.json, every readable format version, from MANIFEST."""
     defs = Defs()
     by_version = {v: MANIFEST.body(v, defs) for v in READABLE_VERSIONS}
     for v, body in by_version.items():
@@ -857,7 +882,8 @@ def json_schema() -> dict[str, Any]:
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",
         "title": "juliabridge bundle manifest (manifest.json), format versions "
-        + " and ".join(map(str, READABLE_VERSIONS)),
+        + ", ".join(map(str, READABLE_VERSIONS[:-1]))
+        + f" and {READABLE_VERSIONS[-1]}",
         "description": "Generated by `python -m juliabridge.bundle.schema` from "
         "juliabridge/bundle/schema.py; do not edit. The structure of docs/bundle-format.md §3. "
         "Rules relating one part of a manifest to another (entry order, sizes, unique paths, "
@@ -868,9 +894,7 @@ def json_schema() -> dict[str, Any]:
             "format": {"const": FORMAT},
             "format_version": {"enum": list(READABLE_VERSIONS)},
         },
-        "if": {"properties": {"format_version": {"const": 1}}},
-        "then": {"$ref": "#/definitions/manifest_v1"},
-        "else": {"$ref": "#/definitions/manifest_v2"},
+        **_dispatch(READABLE_VERSIONS),
         "definitions": dict(sorted(defs.table.items())),
     }
 

@@ -1,8 +1,9 @@
-"""`juliabridge upgrade BUNDLE`: bring a bundle to format 2 in place (docs/bundle-format.md §8).
+"""`juliabridge upgrade BUNDLE`: bring a bundle to format 3 in place (docs/bundle-format.md §8).
 
-A format-1 bundle gains per-dataset digests (spec §4.1) and portable artifacts of its modules
-(spec §2.1); its whole-file weights hash is dropped. A format-2 bundle without artifacts gains
-them. Nothing else changes: the weights and the text modules are not rewritten.
+A format-1 or format-2 bundle gains BLAKE3 per-dataset digests (spec §4.1), replacing format
+2's sha256 ones and format 1's whole-file weights hash, and portable artifacts of its modules
+(spec §2.1) where it has none. Nothing else changes: the weights and the text modules are not
+rewritten.
 
 The upgrade is atomic for readers: the new artifact files are written first under names the old
 manifest does not use (readers ignore files the manifest does not name), then manifest.json is
@@ -26,8 +27,7 @@ from .bundle import open_bundle
 from .checksum import sha256_file
 from .digest import dataset_digest
 from .manifest import FORMAT_VERSION, MANIFEST_NAME, parse_manifest
-from .weights import open_weights
-from .writer import artifact_entry
+from .writer import DIGEST, artifact_entry
 
 
 @dataclass(frozen=True)
@@ -76,30 +76,39 @@ def _write_new(path: Path, data: bytes) -> None:
         raise
 
 
+def _set_digest(entry: dict[str, Any], digest: str) -> None:
+    """Record this format's dataset digest in a raw manifest entry, dropping older ones."""
+    entry.pop("sha256", None)
+    entry[DIGEST] = digest
+
+
 def _add_digests(raw: dict[str, Any], bundle: Any) -> int:
-    """Write each dataset's sha256 into the raw manifest; return how many."""
+    """Write each dataset's digest (spec §4.1) into the raw manifest; return how many.
+
+    The values are read through the bundle's verifying reader, so each new digest is taken
+    over bytes that just matched the old one (or the whole-file sha256 of format 1).
+    """
     m = bundle.manifest
     count = 0
-    with open_weights(bundle.file(m.weights)) as f:
-        for entry, a in zip(raw["arguments"], m.arguments):
-            if a.dataset is not None:
-                value = f.read_array(a.dataset, a.shape, a.dtype, a.label)
-                entry["sha256"] = dataset_digest(value, a.dtype)
-                count += 1
+    entries = {a.index: entry for entry, a in zip(raw["arguments"], m.arguments)}
+    for a, value in bundle.read_weights():
+        _set_digest(entries[a.index], dataset_digest(value, a.dtype, DIGEST))
+        count += 1
     examples = bundle.read_examples()
     if examples is not None:
         ins, outs = examples
         for e in raw["examples"]["inputs"]:
-            e["sha256"] = dataset_digest(ins[e["argument"]], m.arguments[e["argument"]].dtype)
+            dtype = m.arguments[e["argument"]].dtype
+            _set_digest(e, dataset_digest(ins[e["argument"]], dtype, DIGEST))
             count += 1
         for e in raw["examples"]["outputs"]:
-            e["sha256"] = dataset_digest(outs[e["result"]], m.results[e["result"]].dtype)
+            _set_digest(e, dataset_digest(outs[e["result"]], m.results[e["result"]].dtype, DIGEST))
             count += 1
     return count
 
 
 def upgrade_bundle(path: str | os.PathLike[str], *, trust: bool = False) -> UpgradeReport:
-    """Upgrade the bundle at `path` to format 2 in place (see the module docstring).
+    """Upgrade the bundle at `path` to format 3 in place (see the module docstring).
 
     The bundle is fully validated first, checksums included, so an upgrade never blesses a
     corrupted file with new digests.
@@ -109,7 +118,7 @@ def upgrade_bundle(path: str | os.PathLike[str], *, trust: bool = False) -> Upgr
         trust: as for import_lux (the module policy and artifact isolation).
 
     Returns:
-        What changed (nothing when the bundle is already format 2 with artifacts).
+        What changed (nothing when the bundle is already format 3 with artifacts).
 
     Raises:
         BundleError, ChecksumError, ManifestError: the bundle does not validate as it is.
@@ -122,12 +131,13 @@ def upgrade_bundle(path: str | os.PathLike[str], *, trust: bool = False) -> Upgr
     raw = json.loads(original.decode("utf-8"))
     old_version = bundle.manifest.format_version
     changes: list[str] = []
-    if old_version < 2:
+    if old_version < FORMAT_VERSION:
         n = _add_digests(raw, bundle)
         raw["format_version"] = FORMAT_VERSION
+        dropped = "the whole-file weights hash is" if old_version < 2 else "sha256 digests are"
         raw["weights"].pop("sha256", None)
         changes.append(f"format_version {old_version} -> {FORMAT_VERSION}")
-        changes.append(f"sha256 of {n} datasets (the whole-file weights hash is dropped)")
+        changes.append(f"{DIGEST} of {n} datasets ({dropped} dropped)")
     modules = {"module": bundle.module, "vjp": bundle.vjp_module(trust=trust)}
     taken = {ref.file.casefold() for _, ref in bundle.manifest.files()}
     written: list[Path] = []

@@ -18,7 +18,6 @@ data, checksums) is read through that one descriptor.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import sys
 import warnings
@@ -43,6 +42,7 @@ from ..errors import (
 )
 from . import _worker, atomic, fastread, h5parse, safefile
 from ._worker import DEFAULT_TIMEOUT, TIMEOUT_ENV, WORKER_ENV, use_worker
+from .digest import new_hasher
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -161,13 +161,15 @@ def use_fast_path() -> bool:
 @dataclass(frozen=True)
 class ReadRequest:
     """One dataset to read: its name, the manifest's shape and dtype, a label for messages and
-    the sha256 its stored bytes must have (None: not checked on its own)."""
+    the digest its stored bytes must have (hex, by `algorithm`, spec §4.1; None: not checked
+    on its own)."""
 
     dataset: str
     shape: tuple[int, ...]
     dtype: str
     where: str
-    sha256: str | None = None
+    digest: str | None = None
+    algorithm: str = "blake3"
 
 
 def _physical_memory() -> int | None:
@@ -197,8 +199,8 @@ def file_checksum_error(path: Path, got: str, expected: str) -> ChecksumError:
 
 def _dataset_checksum_error(path: Path, r: ReadRequest, got: str) -> ChecksumError:
     return ChecksumError(
-        f"{path}: {r.where} ({r.dataset}): the sha256 of its stored bytes is {got} but "
-        f"manifest.json records {r.sha256}; the file was modified or corrupted. Re-export the "
+        f"{path}: {r.where} ({r.dataset}): the {r.algorithm} of its stored bytes is {got} but "
+        f"manifest.json records {r.digest}; the file was modified or corrupted. Re-export the "
         "bundle, or pass verify_checksums=False if you changed it on purpose."
     )
 
@@ -389,7 +391,7 @@ class WeightsReader:
         self, plans: list[tuple[ReadRequest, h5parse.Plan]]
     ) -> Iterator[tuple[ReadRequest, np.ndarray]]:
         meta = self._metadata()
-        items = [fastread.Item(r, p, r.sha256) for r, p in plans]
+        items = [fastread.Item(r, p, r.digest, r.algorithm) for r, p in plans]
         try:
             if self.file_sha256 is not None and not self._file_verified:
                 got = fastread.read_whole_file(
@@ -423,10 +425,12 @@ class WeightsReader:
             raise _fast_error(self.path, where, e) from e
 
     def _check_digest(self, r: ReadRequest, raw: np.ndarray) -> None:
-        if r.sha256 is None:
+        if r.digest is None:
             return
-        got = hashlib.sha256(_little_endian_bytes(raw)).hexdigest()
-        if got != r.sha256:
+        h = new_hasher(r.algorithm)
+        h.update(_little_endian_bytes(raw))
+        got = h.hexdigest()
+        if got != r.digest:
             raise _dataset_checksum_error(self.path, r, got)
 
     def _read_lib(

@@ -39,9 +39,12 @@ from .manifest import (
     default_tolerances,
     parse_manifest,
 )
+from .schema import DATASET_DIGEST
 from .weights import write_weights
 
 MODULE_FILE = "model.mlir"
+#: The per-dataset digest this writer records: its manifest key and algorithm (spec §4.1).
+DIGEST = str(DATASET_DIGEST[FORMAT_VERSION])
 MODULE_ARTIFACT_FILE = "model.mlirbc"
 WEIGHTS_FILE = "weights.h5"
 
@@ -237,7 +240,7 @@ def write_bundle(
         }
         if spec.role != "input":
             entry["dataset"] = dataset_name(spec.role, tuple(spec.path))
-            entry["sha256"] = dataset_digest(value, want.dtype)
+            entry[DIGEST] = dataset_digest(value, want.dtype, DIGEST)
             arrays[entry["dataset"]] = (value, want.dtype)
         if spec.batch_axis is not None:
             entry["batch_axis"] = spec.batch_axis
@@ -269,7 +272,7 @@ def write_bundle(
             "note": note,
             "created": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         },
-        # Format 2: no whole-file hash of the weights; each dataset has its own (spec §4.1).
+        # No whole-file hash of the weights: each dataset has its own (spec §4.1).
         "module": {"file": MODULE_FILE, "sha256": ""},
         "weights": {"file": WEIGHTS_FILE},
         "mode": mode,
@@ -295,15 +298,15 @@ def write_bundle(
                 ds = f"/examples/inputs/{e['index']}"
                 value = np.asarray(arguments[e["index"]].value)
                 arrays[ds] = (value, e["dtype"])
-                sha = dataset_digest(value, e["dtype"])
-                ex_in.append({"argument": e["index"], "dataset": ds, "sha256": sha})
+                digest = dataset_digest(value, e["dtype"], DIGEST)
+                ex_in.append({"argument": e["index"], "dataset": ds, DIGEST: digest})
         ex_out = []
         for k, (out, out_spec) in enumerate(zip(example_outputs, module.results)):
             ds = f"/examples/outputs/{k}"
             value = np.asarray(out, dtype=dtypes.to_numpy(out_spec.dtype))
             arrays[ds] = (value, out_spec.dtype)
-            sha = dataset_digest(value, out_spec.dtype)
-            ex_out.append({"result": k, "dataset": ds, "sha256": sha})
+            digest = dataset_digest(value, out_spec.dtype, DIGEST)
+            ex_out.append({"result": k, "dataset": ds, DIGEST: digest})
         manifest["examples"] = {"inputs": ex_in, "outputs": ex_out, "rtol": rtol, "atol": atol}
     if metadata:
         manifest["metadata"] = metadata
