@@ -20,6 +20,25 @@ def test_inspect_shows_signature_and_producer(capsys: pytest.CaptureFixture[str]
     assert "params.layer_1.weight" in out
     assert "[6, 1, 5, 5]" in out and "[5, 5, 1, 6]" in out  # MLIR and Julia shapes
     assert "made without Julia" in out
+    assert "format 3" in out and "weights: a BLAKE3 digest per dataset, verified" in out
+
+
+def test_inspect_names_how_each_format_checks_the_weights(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.bundle_factory import to_format1, to_format2
+
+    for name, convert, want in (
+        ("v2", to_format2, "weights: a sha256 digest per dataset, verified"),
+        ("v1", to_format1, "weights: one sha256 of the whole file, verified"),
+    ):
+        bundle = convert(make_dense_bn(tmp_path / f"{name}.bundle"))
+        assert main(["inspect", str(bundle)]) == 0
+        assert want in capsys.readouterr().out
+    assert main(["inspect", "--no-verify", str(bundle)]) == 0
+    assert "weights: one sha256 of the whole file, not verified (--no-verify)" in (
+        capsys.readouterr().out
+    )
 
 
 def test_verify_ok_and_mismatch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

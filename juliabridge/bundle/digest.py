@@ -5,9 +5,9 @@ little-endian, 16-bit floats as their uint16 bit patterns, Bool as one byte 0/1 
 numbers as interleaved (re, im). It depends on the values only, not on how HDF5 stores them
 (chunking, compression, a native half type), so a writer and a reader in any language agree.
 
-Format 3 uses BLAKE3 because it is the whole cost of a verified load: on one core it hashes
-about 4x faster than sha256 (SHA-NI), so reading and hashing together stay near the speed of a
-plain read (docs/benchmarks.md, "Loading").
+Format 3 uses BLAKE3 because the digest is most of the cost of a verified load: on one core it
+hashes about 3.5x faster than sha256 does with the CPU's SHA instructions, so reading and
+hashing together stay within the time of a plain read and copy (docs/benchmarks.md, "Loading").
 """
 
 from __future__ import annotations

@@ -33,6 +33,14 @@ def _t(*parts: object, style: str = "") -> Text:
     return Text("".join(safe(p) for p in parts), style=style)
 
 
+#: How each format's weights are checked (spec §4.1, §8), by Manifest.dataset_digest.
+_DIGESTS = {
+    "blake3": "a BLAKE3 digest per dataset",
+    "sha256": "a sha256 digest per dataset",
+    None: "one sha256 of the whole file",
+}
+
+
 def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
     """Print producer, arguments, results and sizes of a bundle."""
     from .. import dtypes
@@ -51,6 +59,9 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
     )
     console.print(_t(f"producer: {p.tool} {p.tool_version} ({made})"))
     console.print(_t(f"module read from: {bundle.module_source} ({bundle.module_source_note})"))
+    digests = _DIGESTS[m.dataset_digest]
+    verified = "verified" if bundle.checksums_verified else "not verified (--no-verify)"
+    console.print(_t(f"weights: {digests}, {verified}"))
     if p.note:
         console.print(_t(f"note: {p.note}"))
     if m.batch:
