@@ -16,7 +16,7 @@ class ManifestError(BundleError):
 
 
 class ChecksumError(BundleError):
-    """A bundle file's sha256 differs from the one its manifest records."""
+    """A bundle file's sha256, or a dataset's digest, differs from the one its manifest records."""
 
 
 class BundleVersionError(BundleError):

@@ -38,7 +38,7 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode(9, E.X64DisabledError, "64-bit types while jax_enable_x64 is off"),
     ExitCode(10, E.BundleError, "the bundle is missing, unreadable or malformed"),
     ExitCode(11, E.ManifestError, "manifest.json is invalid"),
-    ExitCode(12, E.ChecksumError, "a file's sha256 differs from the manifest's"),
+    ExitCode(12, E.ChecksumError, "a file's or dataset's digest differs from the manifest's"),
     ExitCode(13, E.BundleVersionError, "a bundle format this juliabridge does not read"),
     ExitCode(14, E.UnsafeBundleError, "the bundle points outside itself (links, paths)"),
     ExitCode(15, E.SignatureMismatchError, "manifest, module and weights disagree"),

@@ -160,7 +160,9 @@ def _requests(arrays: dict[str, tuple[np.ndarray, str]], digests: bool) -> list[
     for name, (a, tag) in arrays.items():
         stored = weights.encode(a, tag)
         reqs.append(
-            ReadRequest(name, a.shape, tag, name, stored_digest(stored) if digests else None)
+            ReadRequest(
+                name, a.shape, tag, name, stored_digest(stored) if digests else None, "blake3"
+            )
         )
     return reqs
 
@@ -200,7 +202,9 @@ def test_whole_file_digest_over_files_of_every_layout(
                 )
         digest = hashlib.sha256(p.read_bytes()).hexdigest()
         reqs = [
-            ReadRequest("/params/a", (3, 4), "f32", "a", stored_digest(arrays["/params/a"])),
+            ReadRequest(
+                "/params/a", (3, 4), "f32", "a", stored_digest(arrays["/params/a"]), "blake3"
+            ),
             ReadRequest("/params/b", (5,), "i64", "b"),
         ]
         with open_weights(p, file_sha256=digest) as f:
@@ -218,14 +222,22 @@ def test_compressed_files_go_to_the_reader_process_and_keep_digests(tmp_path: Pa
     with h5py.File(p, "w") as f:
         f.create_dataset("/params/a", data=a, chunks=(100,), compression="gzip", shuffle=True)
         f["/params/a"].attrs["dtype"] = "f32"
-    good = ReadRequest("/params/a", (1000,), "f32", "params.a", stored_digest(a))
+    good = ReadRequest("/params/a", (1000,), "f32", "params.a", stored_digest(a), "blake3")
     with open_weights(p) as f:
         ((_, got),) = f.read([good])
         assert f.mode == "process" and f.fallback is not None and "chunked" in f.fallback
     np.testing.assert_array_equal(got, a)
-    bad = ReadRequest("/params/a", (1000,), "f32", "params.a", "1" * 64)
+    bad = ReadRequest("/params/a", (1000,), "f32", "params.a", "1" * 64, "blake3")
     with open_weights(p) as f, pytest.raises(juliabridge.ChecksumError, match=r"params\.a"):
         list(f.read([bad]))
+
+
+def test_a_digest_needs_its_algorithm() -> None:
+    with pytest.raises(juliabridge.BundleError, match=r"a digest needs its algorithm"):
+        ReadRequest("/params/a", (3,), "f32", "params.a", "0" * 64)
+    with pytest.raises(juliabridge.BundleError, match=r"got 'md5'"):
+        ReadRequest("/params/a", (3,), "f32", "params.a", "0" * 64, "md5")
+    assert ReadRequest("/params/a", (3,), "f32", "params.a").algorithm is None
 
 
 def test_streaming_keeps_a_bounded_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

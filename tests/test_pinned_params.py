@@ -309,3 +309,64 @@ def test_load_params_reads_the_file_it_opened(
     monkeypatch.setattr(safefile, "open_regular", open_then_swap)
     params, _ = juliabridge.load_params(good)
     np.testing.assert_array_equal(params["w"], [1.0, 1.0])
+
+
+# --- load_params of a bundle directory verifies what its manifest records ------------------------
+
+
+def test_load_params_of_a_bundle_verifies_its_dataset_digests(tmp_path: Path) -> None:
+    from tests.bundle_factory import make_dense_bn
+
+    bundle = make_dense_bn(tmp_path / "b.bundle")
+    params, state = juliabridge.load_params(bundle)
+    assert set(params) == {"layer_1", "layer_2"} and set(state["layer_2"]) == {
+        "running_mean",
+        "running_var",
+    }
+    with h5py.File(bundle / "weights.h5", "r+") as f:
+        f["/params/layer_1/bias"][0] += 1
+    with pytest.raises(
+        juliabridge.ChecksumError,
+        match=r"params\.layer_1\.bias \(/params/layer_1/bias\): the blake3",
+    ):
+        juliabridge.load_params(bundle)
+    # The weights file itself, named directly, is read as a plain file: nothing to verify.
+    assert juliabridge.load_params(bundle / "weights.h5")[0]["layer_1"]["bias"].shape == (3,)
+
+
+def test_load_params_of_a_format_1_bundle_verifies_the_whole_file(tmp_path: Path) -> None:
+    from tests.bundle_factory import make_dense_bn, to_format1
+
+    bundle = to_format1(make_dense_bn(tmp_path / "b.bundle"))
+    assert set(juliabridge.load_params(bundle)[0]) == {"layer_1", "layer_2"}
+    with open(bundle / "weights.h5", "ab") as f:
+        f.write(b"x")
+    with pytest.raises(juliabridge.ChecksumError, match=r"weights\.h5: sha256 is"):
+        juliabridge.load_params(bundle)
+
+
+def test_load_params_of_a_bundle_refuses_a_dataset_its_manifest_does_not_name(
+    tmp_path: Path,
+) -> None:
+    from tests.bundle_factory import make_dense_bn
+
+    bundle = make_dense_bn(tmp_path / "b.bundle")
+    with h5py.File(bundle / "weights.h5", "r+") as f:
+        f.create_dataset("/params/planted", data=np.zeros(2, np.float32)).attrs["dtype"] = "f32"
+    with pytest.raises(juliabridge.ChecksumError) as e:
+        juliabridge.load_params(bundle)
+    assert str(e.value).startswith(
+        f"{bundle / 'weights.h5'}: dataset /params/planted is not among the datasets "
+        "manifest.json names and the file has no sha256 there either, so it cannot be verified"
+    )
+
+
+def test_load_params_of_a_bundle_reads_the_weights_file_its_manifest_names(
+    tmp_path: Path,
+) -> None:
+    from tests.bundle_factory import edit_manifest, make_dense_bn
+
+    bundle = make_dense_bn(tmp_path / "b.bundle")
+    (bundle / "weights.h5").rename(bundle / "w2.h5")
+    edit_manifest(bundle, lambda m: m["weights"].update(file="w2.h5"))
+    assert set(juliabridge.load_params(bundle)[0]) == {"layer_1", "layer_2"}

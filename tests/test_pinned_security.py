@@ -21,6 +21,7 @@ from juliabridge import (
     ChecksumError,
     JuliaBridgeError,
     ManifestError,
+    SignatureMismatchError,
     UnsafeBundleError,
     UnsupportedModuleError,
 )
@@ -797,6 +798,95 @@ def test_upgrading_a_bundle_read_by_libhdf5_digests_every_dataset(tmp_path: Path
     for a in spec.args[1:]:
         assert got[tuple(a.path)] == _canonical_digest(a.value), a.path
     assert juliabridge.verify(root).ok
+
+
+def _as_format_2(m: dict[str, Any], root: Path) -> None:
+    """Format 3's BLAKE3 dataset digests replaced by format 2's sha256 ones, computed here."""
+    import hashlib
+
+    m["format_version"] = 2
+    with h5py.File(root / "weights.h5") as f:
+        for a in m["arguments"]:
+            if "dataset" in a:
+                data = np.asarray(f[a["dataset"]][()])
+                little = data.astype(data.dtype.newbyteorder("<")).tobytes()
+                a.pop("blake3")
+                a["sha256"] = hashlib.sha256(little).hexdigest()
+        for e in m.get("examples", {}).get("outputs", []) + m.get("examples", {}).get("inputs", []):
+            e["sha256"] = "0" * 64  # not read by import_lux
+            e.pop("blake3")
+
+
+@pytest.mark.parametrize("whole_file", [False, True], ids=["dataset digests", "and file sha256"])
+def test_format_2_sha256_dataset_digests_are_checked_on_either_reader(
+    tmp_path: Path, fast: str, whole_file: bool
+) -> None:
+    import hashlib
+
+    from juliabridge.bundle.upgrade import upgrade_bundle
+
+    root = write(tmp_path / "x.bundle", _scalar_and_mask_spec())
+    upgrade_bundle(root)
+    edit(root, lambda m: (_as_format_2(m, root), m["weights"].pop("sha256", None)), seal=False)
+    if whole_file:
+        edit(root, lambda m: None)  # records weights.sha256 over the unchanged file
+    model = juliabridge.import_lux(root)
+    assert model.manifest.format_version == 2
+    np.testing.assert_array_equal(np.asarray(model.params["k"]), [True, False, True])
+    recorded = {a["dataset"]: a["sha256"] for a in manifest(root)["arguments"] if "dataset" in a}
+    with h5py.File(root / "weights.h5", "a") as f:
+        f["/params/k"][1] = 1
+        stored = f["/params/k"][()]
+    if whole_file:  # the file's own sha256 still matches: only the dataset's digest can tell
+        edit(root, lambda m: None)
+    got = hashlib.sha256(stored.astype(np.uint8).tobytes()).hexdigest()
+    with pytest.raises(ChecksumError) as e:
+        juliabridge.import_lux(root)
+    assert str(e.value) == (
+        f"{root / 'weights.h5'}: params.k (/params/k): the sha256 of its stored bytes is {got} "
+        f"but manifest.json records {recorded['/params/k']}; the file was modified or corrupted. "
+        "Re-export the bundle, or pass verify_checksums=False if you changed it on purpose."
+    )
+
+
+def test_open_bundle_checks_dataset_digests_beside_a_whole_file_sha256(tmp_path: Path) -> None:
+    # A format-3 manifest may also record weights.sha256 (spec §3.1); both are checked, so a
+    # correct file hash does not stand in for wrong dataset digests.
+    from juliabridge.bundle import open_bundle
+    from juliabridge.bundle.upgrade import upgrade_bundle
+    from juliabridge.cli import main
+
+    root = write(tmp_path / "x.bundle", _scalar_and_mask_spec())
+    upgrade_bundle(root)
+    edit(root, lambda m: m["arguments"][2].update(blake3="0" * 64))  # seals weights.sha256
+    assert manifest(root)["weights"]["sha256"]
+    with pytest.raises(ChecksumError, match=r"params\.k \(/params/k\): the blake3 of its"):
+        open_bundle(root)
+    assert main(["inspect", str(root)]) == 12
+    open_bundle(root, verify_checksums=False)
+
+
+def test_an_i1_dataset_holding_another_byte_is_refused_and_not_upgraded(tmp_path: Path) -> None:
+    # Bool is stored as 0 or 1 (spec §4): a 2 would read as True yet hash differently, so an
+    # upgrade would record a digest the reader cannot match.
+    from juliabridge.bundle.upgrade import upgrade_bundle
+
+    root = write(tmp_path / "x.bundle", _scalar_and_mask_spec())
+    _rewrite(
+        root, "/params/k", lambda f, n: f.create_dataset(n, data=np.array([2, 0, 1], np.uint8))
+    )
+    edit(root, lambda m: None)
+    before = (root / "manifest.json").read_bytes()
+    message = (
+        f"{root / 'weights.h5'}: params.k (/params/k): an i1 (Bool) dataset holds the byte 2; "
+        "Bool is stored as 0 or 1 (docs/bundle-format.md §4). Export the bundle again"
+    )
+    with pytest.raises(SignatureMismatchError) as e:
+        juliabridge.import_lux(root)
+    assert str(e.value) == message
+    with pytest.raises(SignatureMismatchError):
+        upgrade_bundle(root)
+    assert (root / "manifest.json").read_bytes() == before
 
 
 def test_a_machine_without_the_memory_for_a_dataset_refuses_it(

@@ -135,7 +135,7 @@ class Bundle:
             spec.dtype,
             where,
             digest if self.checksums_verified else None,
-            self.manifest.dataset_digest or "blake3",
+            self.manifest.dataset_digest,
         )
 
     def weight_requests(self) -> list[ReadRequest]:
@@ -186,13 +186,14 @@ class Bundle:
 
         Format 1: the whole file's sha256 through one descriptor, after the size checks (no
         array is allocated). Formats 2 and 3: every dataset read and hashed, streamed (at most
-        a window of datasets in memory at once).
+        a window of datasets in memory at once), and the whole file's sha256 too when the
+        manifest records one.
         """
         if not self.checksums_verified:
             return
         requests = self.weight_requests()
         expected = self._file_digest(requests)
-        if expected is None:
+        if expected is None or any(r.digest is not None for r in requests):
             with self.open_weights(requests) as f:
                 for _ in f.read(requests):
                     pass

@@ -42,7 +42,7 @@ from ..errors import (
 )
 from . import _worker, atomic, fastread, h5parse, safefile
 from ._worker import DEFAULT_TIMEOUT, TIMEOUT_ENV, WORKER_ENV, use_worker
-from .digest import new_hasher
+from .digest import ALGORITHMS, new_hasher
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -109,6 +109,14 @@ def decode(stored: np.ndarray, mlir_dtype: str, where: str) -> np.ndarray:
     if mlir_dtype == "f16" and kind in (np.uint16, np.float16):
         return stored.view(np.float16) if kind == np.uint16 else stored
     if mlir_dtype == "i1" and kind in (np.uint8, np.int8, np.bool_):
+        if kind != np.bool_ and stored.size and int(stored.view(np.uint8).max()) > 1:
+            # Spec §4 stores Bool as 0 or 1; another byte would decode to True yet hash
+            # (§4.1, over the stored bytes) differently from the True it reads as.
+            bad = int(stored.view(np.uint8).max())
+            raise SignatureMismatchError(
+                f"{where}: an i1 (Bool) dataset holds the byte {bad}; Bool is stored as 0 or 1 "
+                "(docs/bundle-format.md §4). Export the bundle again"
+            )
         return stored != 0
     if kind == want:
         return stored
@@ -169,7 +177,15 @@ class ReadRequest:
     dtype: str
     where: str
     digest: str | None = None
-    algorithm: str = "blake3"
+    #: The digest's algorithm, "blake3" (format 3) or "sha256" (format 2); required with it.
+    algorithm: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.digest is not None and self.algorithm not in ALGORITHMS:
+            raise BundleError(
+                f"{self.where} ({self.dataset}): a digest needs its algorithm, one of "
+                f"{', '.join(ALGORITHMS)}; got {self.algorithm!r}"
+            )
 
 
 def _physical_memory() -> int | None:
@@ -391,7 +407,7 @@ class WeightsReader:
         self, plans: list[tuple[ReadRequest, h5parse.Plan]]
     ) -> Iterator[tuple[ReadRequest, np.ndarray]]:
         meta = self._metadata()
-        items = [fastread.Item(r, p, r.digest, r.algorithm) for r, p in plans]
+        items = [fastread.Item(r, p, r.digest, r.algorithm or "blake3") for r, p in plans]
         try:
             if self.file_sha256 is not None and not self._file_verified:
                 got = fastread.read_whole_file(
@@ -425,7 +441,7 @@ class WeightsReader:
             raise _fast_error(self.path, where, e) from e
 
     def _check_digest(self, r: ReadRequest, raw: np.ndarray) -> None:
-        if r.digest is None:
+        if r.digest is None or r.algorithm is None:
             return
         h = new_hasher(r.algorithm)
         h.update(_little_endian_bytes(raw))

@@ -1,4 +1,4 @@
-"""Writing format-2 bundles from Python (docs/bundle-format.md), for tests and examples made
+"""Writing format-3 bundles from Python (docs/bundle-format.md), for tests and examples made
 without Julia.
 
 Bundles written here say so: producer.tool is "juliabridge-python" and made_with_julia is false.
@@ -179,7 +179,7 @@ def write_bundle(
     static_state: Sequence[tuple[Sequence[str | int], Any, str]] = (),
     portable_artifact: bool = True,
 ) -> Path:
-    """Write a format-2 bundle directory atomically and return its path.
+    """Write a format-3 bundle directory atomically and return its path.
 
     Args:
         path: the bundle directory to create (or, with `overwrite`, replace).

@@ -16,9 +16,9 @@ import numpy as np
 
 from .. import dtypes
 from ..bundle import safefile
-from ..bundle.manifest import LuxPath
+from ..bundle.manifest import MANIFEST_NAME, LuxPath, load_manifest
 from ..bundle.weights import ReadRequest, open_weights, write_weights
-from ..errors import BundleError, CallArgumentError, UnsafeBundleError
+from ..errors import BundleError, CallArgumentError, ChecksumError, UnsafeBundleError
 
 WEIGHTS_FORMAT = "juliabridge.weights"
 WEIGHTS_FORMAT_VERSION = 1
@@ -118,11 +118,13 @@ def save_params(
 def load_params(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Read (params, state) as nested dicts of numpy arrays (MLIR layout) from a weights file.
 
-    `path` is a file written by save_params (or JuliaBridge), or a bundle directory (its
-    weights.h5). The file is opened like a bundle's weights: a symlink is refused (the
-    bundle's weights.h5 is looked up inside the directory, never followed elsewhere), and it
-    must hold plain datasets only, each with a valid `dtype` attribute and sizes matching what
-    is stored; libhdf5, when needed, runs outside this process.
+    `path` is a file written by save_params (or JuliaBridge), or a bundle directory (the
+    weights file its manifest names, with the digests its manifest records verified as the
+    data are read: each dataset's, and the whole file's sha256 when there is one). The file is
+    opened like a bundle's weights: a symlink is refused (the bundle's weights file is looked
+    up inside the directory, never followed elsewhere), and it must hold plain datasets only,
+    each with a valid `dtype` attribute and sizes matching what is stored; libhdf5, when
+    needed, runs outside this process.
 
     Args:
         path: a weights file, or a bundle directory.
@@ -132,7 +134,10 @@ def load_params(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str,
 
     Raises:
         BundleError: the file is missing, not a regular file, corrupt or not a weights file
-            (UnsafeBundleError for a symlink or links and storage reaching other files).
+            (UnsafeBundleError for a symlink or links and storage reaching other files;
+            ManifestError for a bundle whose manifest is invalid).
+        ChecksumError: a bundle's weights differ from its manifest's digests, or hold a
+            dataset the manifest does not name (which nothing could verify).
     """
     if not isinstance(path, (str, os.PathLike)):
         raise BundleError(
@@ -144,17 +149,55 @@ def load_params(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str,
         is_dir = stat.S_ISDIR(os.stat(p).st_mode)
     except OSError:
         is_dir = False
+    checks = _Checks()
     if is_dir:
         file = p / "weights.h5"
+        if os.path.lexists(p / MANIFEST_NAME):
+            checks = _Checks.of_bundle(p)
+            file = p / checks.file
         with safefile.directory(p) as dfd:
             fd, _ = _open(file, what, dfd)
     else:
         file = p
         fd, _ = _open(file, what, None)
     try:
-        return _read_trees(file, fd)
+        return _read_trees(file, fd, checks)
     finally:
         os.close(fd)
+
+
+class _Checks:
+    """What a bundle's manifest says to verify in its weights file (nothing for a plain file)."""
+
+    def __init__(self) -> None:
+        self.file = "weights.h5"
+        self.root: Path | None = None
+        self.digests: dict[str, str] = {}
+        self.algorithm: str | None = None
+        self.file_sha256: str | None = None
+
+    @staticmethod
+    def of_bundle(root: Path) -> _Checks:
+        m = load_manifest(root / MANIFEST_NAME)
+        c = _Checks()
+        c.root = root
+        c.file = m.weights.file
+        c.digests = {a.dataset: a.digest for a in m.arguments if a.dataset and a.digest}
+        c.algorithm = m.dataset_digest
+        c.file_sha256 = m.weights.sha256
+        return c
+
+    def request(self, name: str, shape: tuple[int, ...], tag: str, where: str) -> ReadRequest:
+        digest = self.digests.get(name)
+        if self.root is not None and digest is None and self.file_sha256 is None:
+            raise ChecksumError(
+                f"{self.root / self.file}: dataset {name} is not among the datasets "
+                f"{MANIFEST_NAME} names and the file has no sha256 there either, so it cannot "
+                "be verified; export "
+                "the bundle again, or read the file itself (load_params(path/to/weights file)) "
+                "if you trust it"
+            )
+        return ReadRequest(name, shape, tag, where, digest, self.algorithm if digest else None)
 
 
 def _open(file: Path, what: str, dfd: int | None) -> tuple[int, os.stat_result]:
@@ -172,9 +215,9 @@ def _open(file: Path, what: str, dfd: int | None) -> tuple[int, os.stat_result]:
         ) from e
 
 
-def _read_trees(file: Path, fd: int) -> tuple[dict[str, Any], dict[str, Any]]:
+def _read_trees(file: Path, fd: int, checks: _Checks) -> tuple[dict[str, Any], dict[str, Any]]:
     trees: dict[str, dict[str, Any]] = {"params": {}, "state": {}}
-    with open_weights(file, fd=fd) as f:
+    with open_weights(file, fd=fd, file_sha256=checks.file_sha256) as f:
         requests = []
         for e in f.list_datasets(list(trees)):
             name = str(e["name"])
@@ -187,7 +230,7 @@ def _read_trees(file: Path, fd: int) -> tuple[dict[str, Any], dict[str, Any]]:
                 )
             group, _, rest = name.lstrip("/").partition("/")
             requests.append(
-                ReadRequest(name, tuple(e["shape"]), tag, ".".join([group, *rest.split("/")]))
+                checks.request(name, tuple(e["shape"]), tag, ".".join([group, *rest.split("/")]))
             )
         for r, arr in f.read(requests):
             group, _, rest = r.dataset.lstrip("/").partition("/")
