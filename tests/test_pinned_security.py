@@ -1469,3 +1469,16 @@ def test_manifest_files_that_are_not_manifests_are_named(tmp_path: Path) -> None
         f"{path}: larger than the 64 MiB manifest limit; a manifest describes arrays, it does "
         "not hold them, so this is not a juliabridge manifest"
     )
+
+
+def test_dataset_digest_defaults_to_blake3_and_names_the_algorithms() -> None:
+    # Format 3's digest (spec §4.1) is what writers record when no algorithm is named.
+    import blake3
+
+    from juliabridge.bundle.digest import dataset_digest
+
+    value = np.array([[1.0, 2.0]], np.float32)
+    assert dataset_digest(value, "f32") == blake3.blake3(value.tobytes()).hexdigest()
+    with pytest.raises(BundleError) as e:
+        dataset_digest(value, "f32", "sha1")
+    assert str(e.value) == "unknown dataset digest algorithm 'sha1'; expected one of sha256, blake3"
