@@ -109,10 +109,12 @@ def decode(stored: np.ndarray, mlir_dtype: str, where: str) -> np.ndarray:
     if mlir_dtype == "f16" and kind in (np.uint16, np.float16):
         return stored.view(np.float16) if kind == np.uint16 else stored
     if mlir_dtype == "i1" and kind in (np.uint8, np.int8, np.bool_):
-        if kind != np.bool_ and stored.size and int(stored.view(np.uint8).max()) > 1:
+        raw = stored.view(np.uint8).reshape(-1)
+        over = np.flatnonzero(raw > 1)
+        if over.size:
             # Spec §4 stores Bool as 0 or 1; another byte would decode to True yet hash
             # (§4.1, over the stored bytes) differently from the True it reads as.
-            bad = int(stored.view(np.uint8).max())
+            bad = int(raw[over[0]])
             raise SignatureMismatchError(
                 f"{where}: an i1 (Bool) dataset holds the byte {bad}; Bool is stored as 0 or 1 "
                 "(docs/bundle-format.md §4). Export the bundle again"
