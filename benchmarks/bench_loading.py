@@ -49,7 +49,6 @@ import json
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -295,21 +294,13 @@ def child(variant: str, bundle: Path, npz: Path, prefault: bool, poll: bool) -> 
 def run_child(
     variant: str, bundles: dict[str, Path], npz: Path, prefault: bool, fast: bool = True
 ) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    if variant == LIBHDF5 or not fast:
-        env[FAST_ENV] = "0"
+    from common import run_json_child
+
+    env = {FAST_ENV: "0"} if variant == LIBHDF5 or not fast else {}
     bundle = bundles[{F2: "v2", F3: "v3"}.get(variant, "v1")]
     flag = "prefault" if prefault else "cold"
-    proc = subprocess.run(
-        [sys.executable, __file__, "--child", variant, str(bundle), str(npz), flag, POLL[0]],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"child {variant!r} failed:\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    args = ["--child", variant, str(bundle), str(npz), flag, POLL[0]]
+    return run_json_child(__file__, args, repr(variant), env)
 
 
 def _twin(bundle: Path, target: Path, names: tuple[str, ...]) -> dict[str, Any]:

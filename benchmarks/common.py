@@ -361,6 +361,21 @@ def command() -> str:
     return " ".join(["python", shown, *sys.argv[1:]])
 
 
+def run_json_child(
+    script: str, args: Sequence[str], what: str, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run ``python SCRIPT ARGS...`` in a fresh process (warnings off) and return the JSON
+    object its last line of output prints; RuntimeError with its stderr if it fails."""
+    full = dict(os.environ, PYTHONWARNINGS="ignore") | (env or {})
+    proc = subprocess.run(
+        [sys.executable, script, *args], capture_output=True, text=True, env=full, check=False
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"child {what} failed:\n{proc.stderr[-4000:]}")
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str = "") -> str:
     """A plain-text table (markdown pipe syntax, so it pastes into docs/benchmarks.md)."""
     cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]

@@ -321,3 +321,27 @@ def test_trees_keep_the_manifest_order_whatever_order_reads_finish(
     assert list(model.params["layer_1"]) == ["weight", "bias"]
     assert list(model.params["layer_2"]) == ["scale", "bias"]
     assert list(model.state["layer_2"]) == ["running_mean", "running_var"]
+
+
+def test_arena_arrays_are_aligned_disjoint_and_of_the_asked_shapes() -> None:
+    specs = [
+        ((3, 5), np.dtype("<f4")),
+        ((0,), np.dtype("<f8")),
+        ((7,), np.dtype("u1")),
+        ((2, 2), np.dtype("<c16")),
+        ((1,), np.dtype(">i2")),
+    ]
+    arrays = fastread.aligned_arena(specs)
+    assert [(a.shape, a.dtype) for a in arrays] == specs
+    for i, a in enumerate(arrays):
+        assert a.ctypes.data % fastread.ALIGN == 0
+        a[...] = i + 1
+    for i, a in enumerate(arrays):  # no array's bytes overlap another's
+        assert (a == i + 1).all()
+
+    def root(a: np.ndarray) -> np.ndarray:
+        while isinstance(a.base, np.ndarray):
+            a = a.base
+        return a
+
+    assert len({id(root(a)) for a in arrays}) == 1  # one allocation, viewed five times

@@ -112,6 +112,29 @@ def test_parser_agrees_on_large_groups(tmp_path: Path, n: int, track_order: bool
         assert b"FRHP" in p.read_bytes()  # really the dense (fractal heap) storage
 
 
+@pytest.mark.parametrize("pages", [0, 2])
+def test_the_page_cache_is_bounded_and_reads_what_direct_reads_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pages: int
+) -> None:
+    """Metadata read through the page cache (even one of two pages, with pages evicted never
+    and read again directly) gives exactly the blocks and datasets of one pread per block."""
+    p = tmp_path / "w.h5"
+    with h5py.File(p, "w", track_order=True) as f:
+        g = f.create_group("params", track_order=True)
+        for i in range(300):
+            g.create_dataset(f"w{i}", data=np.full(3, i, np.float32)).attrs["dtype"] = "f32"
+    monkeypatch.setattr(h5parse, "PAGE", 0)  # every block its own pread
+    with parsed(p) as m:
+        direct = (m.parsed, parser_view(p))
+        assert not m._pages
+    monkeypatch.setattr(h5parse, "PAGE", 4096)
+    monkeypatch.setattr(h5parse, "CACHE_PAGES", pages)
+    with parsed(p) as m:
+        assert (m.parsed, parser_view(p)) == direct
+        assert len(m._pages) == pages  # the file has more pages of metadata than that
+    assert direct[1] == libhdf5_view(p)
+
+
 def test_parser_agrees_with_a_user_block_and_compact_layout(tmp_path: Path) -> None:
     p = tmp_path / "w.h5"
     with h5py.File(p, "w", userblock_size=1024) as f:

@@ -146,6 +146,24 @@ def test_the_heap_overflow_reproducer_is_refused_before_xla() -> None:
     assert "tensor<2x2xf32>" in msg and "tensor<64x64xf32>" in msg
 
 
+@pytest.mark.parametrize("where", ["contract_targets", "lifted_targets"])
+def test_a_target_carrying_code_is_refused_even_with_a_contract_or_a_lift(
+    monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Kernels shipped inside the module never run for an untrusted bundle, whatever else
+    juliabridge knows about their target (today none of them has a contract or a lift)."""
+    from juliabridge.stablehlo import policy
+
+    target = "tpu_custom_call"
+    assert carries_code(target)
+    real = getattr(policy, where)
+    monkeypatch.setattr(policy, where, lambda: real() | {target})
+    admitted = sorted(policy.allowed_custom_calls())[:3]
+    policy.check_custom_calls(admitted, trust=False, where="m")  # the others: unaffected
+    with pytest.raises(UnsupportedModuleError, match="carried inside the module"):
+        policy.check_custom_calls([target], trust=False, where="m")
+
+
 def test_only_targets_with_a_contract_are_admitted() -> None:
     stable = custom_call_allowlist()
     assert allowed_custom_calls() == {t for t in stable if t in CONTRACTS and not carries_code(t)}
@@ -549,8 +567,16 @@ def test_text_is_bounded_by_memory_before_it_is_parsed(monkeypatch: pytest.Monke
     monkeypatch.setattr(
         "juliabridge.stablehlo.module.host_memory", lambda: (1 << 20, "a test's limit")
     )
+    from juliabridge.stablehlo.module import ALWAYS_AFFORDABLE, PARSE_BYTES_PER_TEXT_BYTE
+
+    n = (
+        ALWAYS_AFFORDABLE // PARSE_BYTES_PER_TEXT_BYTE
+    )  # with the rest, just over the unchecked size
     with pytest.raises(ResourceLimitError, match="a test's limit"):
-        parse_module("module { this would not parse " + "x" * 100_000 + "}")
+        parse_module("module { this would not parse " + "x" * n + "}")
+    # Below that the parse runs (and fails on the text, not on memory).
+    with pytest.raises(MLIRParseError):
+        parse_module("module { this would not parse " + "x" * (n // 2) + "}")
 
 
 # --- the nesting pre-scan ----------------------------------------------------------------------
@@ -619,21 +645,47 @@ lexemes = st.lists(
 
 
 @settings(max_examples=400, deadline=None)
-@given(parts=lexemes, block=st.sampled_from([1, 2, 3, 5, 64]), mlir=st.booleans())
+@given(
+    parts=lexemes,
+    block=st.sampled_from([1, 2, 3, 5, 64]),
+    mlir=st.booleans(),
+    small=st.booleans(),
+)
 def test_nesting_scan_agrees_with_a_byte_by_byte_lexer(
-    parts: list[bytes], block: int, mlir: bool
+    parts: list[bytes], block: int, mlir: bool, small: bool
 ) -> None:
     data = b"".join(parts)
-    old = nesting.BLOCK
+    old = nesting.BLOCK, nesting.SMALL
     nesting.BLOCK = block  # block boundaries everywhere: the carried state must be right
+    nesting.SMALL = old[1] if small else -1  # the token walk for short text, or numpy's
     try:
         lex = nesting.MLIR_SKIP if mlir else nesting.JSON_SKIP
         got = nesting.max_depth(data, lex, drop=(b"->",) if mlir else ())
     finally:
-        nesting.BLOCK = old
+        nesting.BLOCK, nesting.SMALL = old
     want, stopped = reference_depth(data, mlir)
     # After a stray backslash MLIR stops; before it, the two must agree exactly.
     assert got == want or (stopped and got >= want)
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    data=st.lists(st.sampled_from(list(b'()[]{}<>-/\\"\na ')), max_size=80).map(bytes),
+    mlir=st.booleans(),
+)
+def test_the_short_text_walk_equals_the_numpy_walk(data: bytes, mlir: bool) -> None:
+    """Every byte the lexicon reacts to, in any order (stray backslashes included): the token
+    walk used up to nesting.SMALL bytes must give exactly what the block walk gives."""
+    lex = nesting.MLIR_SKIP if mlir else nesting.JSON_SKIP
+    kw = {"drop": (b"->",)} if mlir else {"opens": b"[{", "closes": b"]}", "drop": ()}
+    assert len(data) <= nesting.SMALL
+    old = nesting.SMALL
+    nesting.SMALL = -1
+    try:
+        want = nesting.max_depth(data, lex, **kw)  # type: ignore[arg-type]
+    finally:
+        nesting.SMALL = old
+    assert nesting.max_depth(data, lex, **kw) == want  # type: ignore[arg-type]
 
 
 def test_nesting_scan_memory_does_not_grow_with_a_long_string() -> None:

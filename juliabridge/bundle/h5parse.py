@@ -47,6 +47,11 @@ MAX_TAG_BYTES = 64
 METADATA_FACTOR = 4
 METADATA_SLACK = 1 << 20
 METADATA_CAP = 256 << 20
+#: Metadata blocks up to PAGE bytes are read through a cache of whole pages (at most
+#: CACHE_PAGES of them): headers, heaps and B-tree nodes of a small file share a few pages, so
+#: a few reads replace one system call per block (~100 for a bundle of a few arrays).
+PAGE = 4096
+CACHE_PAGES = 256
 #: Largest global heap collection read for a variable-length `dtype` string.
 MAX_GLOBAL_HEAP = 4 << 20
 #: All datasets of one file together may expand to at most this many times the file's size
@@ -205,6 +210,7 @@ class H5Metadata:
         self._objects: dict[int, list[Message]] = {}
         self._heaps: dict[int, bytes] = {}
         self._gheaps: dict[int, bytes] = {}
+        self._pages: dict[int, bytes] = {}
         self._superblock()
         self.datasets: dict[str, DatasetInfo] = {}
         self.groups: set[str] = {"/"}
@@ -220,11 +226,28 @@ class H5Metadata:
         self.read_bytes += n
         if self.read_bytes > self.budget:
             raise Unsupported(f"more than {self.budget} bytes of metadata")
-        data = os.pread(self.fd, n, at)
+        data = self._pread(at, n)
         if len(data) != n:
             raise _corrupt(f"{what}: the file is shorter than its size says")
         self.parsed.append((at, data))
         return data
+
+    def _pread(self, at: int, n: int) -> bytes:
+        """The file's bytes [at, at + n), shorter where the file ends first."""
+        if n > PAGE or n == 0:
+            return os.pread(self.fd, n, at)
+        first, last = at // PAGE, (at + n - 1) // PAGE
+        pages = []
+        for p in range(first, last + 1):
+            page = self._pages.get(p)
+            if page is None:
+                page = os.pread(self.fd, PAGE, p * PAGE)
+                if len(self._pages) < CACHE_PAGES:
+                    self._pages[p] = page
+            pages.append(page)
+        joined = pages[0] if len(pages) == 1 else b"".join(pages)
+        start = at - first * PAGE
+        return joined[start : start + n]
 
     def _defined(self, addr: int) -> bool:
         return addr != self.undefined

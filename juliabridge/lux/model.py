@@ -349,12 +349,19 @@ def import_lux(
         f"loading {bundle.root.name}",
         size=lambda item: item[1].nbytes,
     )
-    for a, host in weights:
-        dev = jax.device_put(host.T if layout == "julia" else host)
-        if not adopt:
-            dev = jax.block_until_ready(dev)
-        leaves[a.role].append((a.index, a.path, dev))
-        del host
+    if adopt:
+        # The host arrays are the device arrays here, so nothing is gained by streaming; one
+        # device_put for all of them saves its per-call overhead.
+        read = list(weights)
+        placed = jax.device_put([host.T if layout == "julia" else host for _, host in read])
+        for (a, _), dev in zip(read, placed, strict=True):
+            leaves[a.role].append((a.index, a.path, dev))
+        del read
+    else:
+        for a, host in weights:
+            dev = jax.block_until_ready(jax.device_put(host.T if layout == "julia" else host))
+            leaves[a.role].append((a.index, a.path, dev))
+            del host
     # Arrays complete in any order; the trees are built in @main order (Lux's), every time.
     for role in leaves.values():
         role.sort(key=lambda leaf: leaf[0])

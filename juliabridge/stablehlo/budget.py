@@ -46,9 +46,12 @@ MAX_VALUE_BYTES = 1 << 38
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
+_SIZE = re.compile(r"(\d+)([KMGT]?)")
+
+
 def _env_int(name: str, default: int) -> int:
     raw = os.environ.get(name, "").strip().upper().removesuffix("B").removesuffix("I")
-    m = re.fullmatch(r"(\d+)([KMGT]?)", raw)
+    m = _SIZE.fullmatch(raw)
     return int(m.group(1)) * _SUFFIX[m.group(2)] if m else default
 
 
@@ -60,8 +63,14 @@ def _read(path: str) -> str | None:
         return None
 
 
+_MEMINFO = {
+    key: re.compile(rf"^{key}:\s+(\d+) kB", re.MULTILINE)
+    for key in ("MemAvailable", "VmSize", "VmData")
+}
+
+
 def _meminfo(key: str, text: str | None) -> int | None:
-    m = re.search(rf"^{key}:\s+(\d+) kB", text or "", re.MULTILINE)
+    m = _MEMINFO[key].search(text or "")
     return int(m.group(1)) << 10 if m else None
 
 
@@ -88,13 +97,14 @@ def host_memory() -> tuple[int, str]:
             lim = int(limit)
             if lim < 1 << 60:
                 found.append((max(0, lim - int(usage)), "the cgroup memory limit"))
-    status = _read("/proc/self/status")
+    status = None  # read only when an rlimit is set (most processes have none)
     for rl, key, what in (
         (resource.RLIMIT_AS, "VmSize", "the address-space rlimit (ulimit -v)"),
         (resource.RLIMIT_DATA, "VmData", "the data rlimit (ulimit -d)"),
     ):
         soft = resource.getrlimit(rl)[0]
         if soft != resource.RLIM_INFINITY:
+            status = status or _read("/proc/self/status")
             found.append((max(0, soft - (_meminfo(key, status) or 0)), what))
     if not found:
         return 1 << 62, "no limit found"

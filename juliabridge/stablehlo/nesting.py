@@ -12,10 +12,16 @@ bytes per byte of one long string), so the lexing here is vectorized with numpy 
 blocks, with a little state carried from block to block. It relies on one fact shared by MLIR
 and strict JSON: a string literal never spans a newline, so "inside a string" is the parity of
 unescaped quotes since the start of the line.
+
+Text of at most `SMALL` bytes (a manifest, a small module) is walked token by token in Python
+instead, with a pattern of fixed one- and two-byte lexemes (no repetition, so no backtracking
+state); the tests check that both walks agree.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +42,10 @@ JSON_SKIP = Lexicon("json", comments=False)
 
 #: Bytes per block; the walk's temporaries are at most ~30 bytes per block byte (~30 MiB).
 BLOCK = 1 << 20
+#: Up to this many bytes the text is walked token by token in Python instead: a manifest or a
+#: small module costs the numpy walk ~40 array operations per block, each a few microseconds
+#: (more on their first use in a process), which is more than walking its few hundred tokens.
+SMALL = 1 << 14
 
 _Q, _BS, _NL, _SL, _GT, _DASH = (ord(c) for c in '"\\\n/>-')
 
@@ -168,6 +178,8 @@ def max_depth(
     """
     if drop not in ((), (b"->",)):
         raise ValueError("drop supports only the MLIR arrow")
+    if len(data) <= SMALL:
+        return _small_depth(data, skip.comments, opens, closes, bool(drop))
     step = np.zeros(256, np.int8)
     step[list(opens)] = 1
     step[list(closes)] = -1
@@ -194,4 +206,48 @@ def max_depth(
             best = max(best, int(np.max(clamped)))
             new.depth = int(clamped[-1])
         carry = new
+    return best
+
+
+@functools.lru_cache(maxsize=8)
+def _tokens(comments: bool, brackets: bytes, arrow: bool) -> re.Pattern[bytes]:
+    """The lexemes the walk reacts to. Backslashes pair up from the left, so a quote after an
+    odd run of them is matched as the escaped pair (as `_unescaped` decides by parity)."""
+    alts = [rb"\\\\", rb'\\"', rb"\\", b'"', b"\n"]
+    if comments:
+        alts.append(b"//")
+    if arrow:
+        alts.append(b"->")  # before the brackets: the arrow's '>' closes nothing
+    alts.append(b"[" + re.escape(brackets) + b"]")
+    return re.compile(b"|".join(alts))
+
+
+# Compiled with the module, like every other pattern: the manifest's and the MLIR lexicon's.
+_tokens(False, b"[{]}", False)
+_tokens(True, b"([{<)]}>", True)
+
+
+def _small_depth(data: bytes, comments: bool, opens: bytes, closes: bytes, arrow: bool) -> int:
+    """`max_depth` of short text, token by token; the same lexicon and the same clamp at zero.
+
+    Memory is that of one match object at a time; time is linear in the tokens.
+    """
+    step = dict.fromkeys(opens, 1) | dict.fromkeys(closes, -1)
+    depth = best = 0
+    in_string = in_comment = False
+    for m in _tokens(comments, opens + closes, arrow).finditer(data):
+        tok = m.group()
+        if tok == b"\n":  # strings and comments end with their line
+            in_string = in_comment = False
+        elif in_comment:
+            continue
+        elif tok == b'"':
+            in_string = not in_string
+        elif in_string or tok[0] == 0x5C or tok == b"->":  # escapes and arrows: no brackets
+            continue
+        elif tok == b"//":
+            in_comment = True
+        else:
+            depth = max(0, depth + step[tok[0]])
+            best = max(best, depth)
     return best

@@ -1,0 +1,146 @@
+"""`import_lux` of one bundle under two juliabridge revisions, alternating fresh processes.
+
+    python benchmarks/bench_import_ab.py --base REV [--repeats 24] [--model mlp|lenet]
+
+What a change to the loading code buys is a few milliseconds of a load that varies by more
+than that from one process to the next on a shared machine (and from one minute to the next),
+so two runs at different times cannot show it. This script checks out `--base` into a
+temporary git worktree and times, in alternating fresh processes (base, working tree, base,
+...), `import_lux(bundle, backend="lax")` and then the first jitted forward call, after the
+same warm-up in both (imports, one unrelated jitted function, one `device_put`). Both import
+the same bundle, written once by the working tree's writer (so `--base` must read its format).
+
+Reported: the median, first quartile and spread of each phase per revision, the process CPU
+time of `import_lux`, and the ratio working tree / base of the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def child(src: str, bundle: str, data: str) -> None:
+    if src:
+        # An editable install puts a finder for the working tree ahead of sys.path; drop it so
+        # that `src` (the base revision's checkout) is the juliabridge imported.
+        sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+        sys.path.insert(0, src)
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import juliabridge
+
+    jax.block_until_ready(jax.jit(lambda a: jnp.sin(a) @ a)(jnp.ones((8, 8))))
+    x = jax.device_put(np.load(data)["x"])
+    t0, c0 = time.perf_counter(), time.process_time()
+    model = juliabridge.import_lux(bundle, backend="lax")
+    t1, c1 = time.perf_counter(), time.process_time()
+    jax.block_until_ready(jax.jit(model.apply)(model.params, model.state, x))
+    t2 = time.perf_counter()
+    print(
+        json.dumps(
+            {
+                "file": juliabridge.__file__,
+                "import": t1 - t0,
+                "import_cpu": c1 - c0,
+                "first_call": t2 - t1,
+            }
+        )
+    )
+
+
+def run(src: str, bundle: Path, data: Path) -> dict[str, Any]:
+    from common import run_json_child
+
+    args = ["--child", src, str(bundle), str(data)]
+    return run_json_child(__file__, args, f"({src or 'working tree'})")
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(*sys.argv[2:5])
+        return
+    import numpy as np
+    from common import lenet_case, mlp_case, table
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", required=True, help="git revision to compare against")
+    parser.add_argument("--repeats", type=int, default=24, help="fresh processes per side")
+    parser.add_argument("--model", choices=["mlp", "lenet"], default="mlp")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="juliabridge-bench-ab-"))
+    base = work / "base"
+    try:
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "add", "--detach", str(base), args.base],
+            check=True,
+            capture_output=True,
+        )
+        case = (
+            mlp_case(work, widths=[784, 1024, 1024, 10], batch=128)
+            if args.model == "mlp"
+            else lenet_case(work, batch=64)
+        )
+        data = work / "data.npz"
+        np.savez(data, x=case.x)
+        sides = {"base": str(base), "working tree": ""}
+        samples: dict[str, list[dict[str, Any]]] = {k: [] for k in sides}
+        run(sides["base"], case.bundle, data)  # warm-up: page cache, .pyc files
+        run(sides["working tree"], case.bundle, data)
+        for _ in range(args.repeats):
+            for name, src in sides.items():
+                got = run(src, case.bundle, data)
+                expect = str(base) if src else str(REPO)
+                if not got["file"].startswith(expect):
+                    raise RuntimeError(f"{name} imported {got['file']}, not from {expect}")
+                samples[name].append(got)
+    finally:
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)],
+            check=False,
+            capture_output=True,
+        )
+        shutil.rmtree(work, ignore_errors=True)
+
+    def ms(values: list[float]) -> str:
+        v = sorted(1e3 * x for x in values)
+        return f"{statistics.median(v):.2f} (q1 {v[len(v) // 4]:.2f}, {v[0]:.1f}–{v[-1]:.1f})"
+
+    rows = []
+    medians: dict[str, dict[str, float]] = {}
+    for name, runs in samples.items():
+        medians[name] = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "file"}
+        rows.append(
+            [name]
+            + [ms([r[k] for r in runs]) for k in ("import", "import_cpu", "first_call")]
+            + [f"{1e3 * statistics.median(r['import'] + r['first_call'] for r in runs):.2f}"]
+        )
+    ratio = [
+        f"{medians['working tree'][k] / medians['base'][k]:.3f}"
+        for k in ("import", "import_cpu", "first_call")
+    ]
+    rows.append(["working tree / base", *ratio, ""])
+    print(
+        table(
+            ["revision", "import_lux ms", "import_lux CPU ms", "first call ms", "sum ms"],
+            rows,
+            title=f"{case.description}: base {args.base} vs the working tree, median of "
+            f"{args.repeats} alternating fresh processes each",
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
