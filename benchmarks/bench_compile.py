@@ -167,19 +167,16 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="juliabridge-bench-compile-"))
     results = []
     try:
-        if args.quick:
-            cases = [
-                ("lenet", lenet_case(work, batch=8)),
-                ("mlp", mlp_case(work, widths=[64, 128, 10], batch=16)),
-            ]
-        else:
-            cases = [
-                ("lenet", lenet_case(work, batch=64)),
-                ("mlp", mlp_case(work, widths=[784, 1024, 1024, 10], batch=128)),
-            ]
+        makers = {
+            "lenet": lambda: lenet_case(work, batch=8 if args.quick else 64),
+            "mlp": lambda: mlp_case(
+                work,
+                widths=[64, 128, 10] if args.quick else [784, 1024, 1024, 10],
+                batch=16 if args.quick else 128,
+            ),
+        }
+        cases = [(kind, make()) for kind, make in makers.items() if kind in args.models]
         for kind, case in cases:
-            if kind not in args.models:
-                continue
             data = work / f"{kind}_data.npz"
             np.savez(data, x=case.x, labels=case.labels)
             for what in args.what:

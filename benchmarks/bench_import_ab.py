@@ -5,9 +5,10 @@
 What a change to the loading code buys is a few milliseconds of a load that varies by more
 than that from one process to the next on a shared machine (and from one minute to the next),
 so two runs at different times cannot show it. This script checks out `--base` into a
-temporary git worktree and times, in alternating fresh processes (base, working tree, base,
-...), `import_lux(bundle, backend="lax")` and then the first jitted forward call, after the
-same warm-up in both (imports, one unrelated jitted function, one `device_put`). Both import
+temporary git worktree and times, in alternating fresh processes (base, working tree, then
+working tree, base, ...), `import_lux(bundle, backend="lax")` and then the first jitted
+forward call, after the same warm-up in both (imports, one unrelated jitted function, one
+`device_put`). Both import
 the same bundle, written once by the working tree's writer (so `--base` must read its format).
 
 Reported: the median, first quartile and spread of each phase per revision, the process CPU
@@ -80,14 +81,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=24, help="fresh processes per side")
     parser.add_argument("--model", choices=["mlp", "lenet"], default="mlp")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     work = Path(tempfile.mkdtemp(prefix="juliabridge-bench-ab-"))
     base = work / "base"
     try:
-        subprocess.run(
+        added = subprocess.run(
             ["git", "-C", str(REPO), "worktree", "add", "--detach", str(base), args.base],
-            check=True,
             capture_output=True,
+            text=True,
+            check=False,
         )
+        if added.returncode != 0:
+            raise SystemExit(f"cannot check out {args.base!r}: {added.stderr.strip()}")
         case = (
             mlp_case(work, widths=[784, 1024, 1024, 10], batch=128)
             if args.model == "mlp"
@@ -99,8 +105,9 @@ def main() -> None:
         samples: dict[str, list[dict[str, Any]]] = {k: [] for k in sides}
         run(sides["base"], case.bundle, data)  # warm-up: page cache, .pyc files
         run(sides["working tree"], case.bundle, data)
-        for _ in range(args.repeats):
-            for name, src in sides.items():
+        for r in range(args.repeats):
+            order = list(sides.items())
+            for name, src in order[r % 2 :] + order[: r % 2]:  # who goes first alternates too
                 got = run(src, case.bundle, data)
                 expect = str(base) if src else str(REPO)
                 if not got["file"].startswith(expect):

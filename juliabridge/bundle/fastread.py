@@ -308,10 +308,8 @@ def read_whole_file(
     check_overlaps(items)
     arrays: dict[int, np.ndarray] = {}
     segments: list[tuple[int, memoryview, int]] = []  # (offset, destination, length)
-    # Every array is returned at once, so one allocation can hold them all (aligned_arena).
-    for n, (item, arr) in enumerate(
-        zip(items, aligned_arena([(i.plan.shape, i.plan.stored) for i in items]), strict=True)
-    ):
+    for n, item in enumerate(items):
+        arr = aligned_empty(item.plan.shape, item.plan.stored)
         arrays[n] = arr
         plan = item.plan
         if not plan.nbytes:

@@ -241,10 +241,12 @@ class H5Metadata:
         for p in range(first, last + 1):
             page = self._pages.get(p)
             if page is None:
-                page = os.pread(self.fd, PAGE, p * PAGE)
-                if len(self._pages) < CACHE_PAGES:
-                    self._pages[p] = page
+                if len(self._pages) >= CACHE_PAGES:  # full: read no more than asked for
+                    return os.pread(self.fd, n, at)
+                page = self._pages[p] = os.pread(self.fd, PAGE, p * PAGE)
             pages.append(page)
+            if len(page) < PAGE:
+                break  # the file ends (or ended when the page was read) here
         joined = pages[0] if len(pages) == 1 else b"".join(pages)
         start = at - first * PAGE
         return joined[start : start + n]

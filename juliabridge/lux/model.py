@@ -349,17 +349,20 @@ def import_lux(
         f"loading {bundle.root.name}",
         size=lambda item: item[1].nbytes,
     )
-    if adopt:
-        # The host arrays are the device arrays here, so nothing is gained by streaming; one
-        # device_put for all of them saves its per-call overhead.
+    if adopt and layout == "mlir":
+        # The host arrays become the device arrays, so nothing is gained by streaming; one
+        # device_put for all of them saves its per-call overhead. (Julia's layout is a
+        # transposed view, which XLA copies: that route streams, one host array at a time.)
         read = list(weights)
-        placed = jax.device_put([host.T if layout == "julia" else host for _, host in read])
-        for (a, _), dev in zip(read, placed, strict=True):
-            leaves[a.role].append((a.index, a.path, dev))
+        placed = jax.device_put([host for _, host in read])
+        for i, (a, _) in enumerate(read):
+            leaves[a.role].append((a.index, a.path, placed[i]))
         del read
     else:
         for a, host in weights:
-            dev = jax.block_until_ready(jax.device_put(host.T if layout == "julia" else host))
+            dev = jax.device_put(host.T if layout == "julia" else host)
+            if not adopt:
+                dev = jax.block_until_ready(dev)
             leaves[a.role].append((a.index, a.path, dev))
             del host
     # Arrays complete in any order; the trees are built in @main order (Lux's), every time.

@@ -27,9 +27,6 @@ MAX_NESTING = 256
 #: printed copy and its second parse; measured by benchmarks/bench_parse_memory.py). Text
 #: larger than the available memory divided by this is refused before it is read.
 PARSE_BYTES_PER_TEXT_BYTE = 32
-#: Parses needing at most this much memory are not checked against what is available: a
-#: process that imported JAX has used more than that already.
-ALWAYS_AFFORDABLE = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -78,10 +75,8 @@ def _check_text_budget(size: int, what: str) -> None:
     """Refuse text whose parse would need more memory than this process can get."""
     if size > MAX_MODULE_BYTES:
         raise MLIRParseError(f"{what}: {size} bytes is larger than the 1 GiB module limit")
-    need = size * PARSE_BYTES_PER_TEXT_BYTE
-    if need <= ALWAYS_AFFORDABLE:
-        return  # less than JAX itself needs to start; not worth reading /proc for
     avail, source = host_memory()
+    need = size * PARSE_BYTES_PER_TEXT_BYTE
     if need > avail:
         raise ResourceLimitError(
             f"{what}: parsing {human(size)} of MLIR text needs about {human(need)} "

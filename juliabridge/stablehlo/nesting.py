@@ -13,7 +13,7 @@ blocks, with a little state carried from block to block. It relies on one fact s
 and strict JSON: a string literal never spans a newline, so "inside a string" is the parity of
 unescaped quotes since the start of the line.
 
-Text of at most `SMALL` bytes (a manifest, a small module) is walked token by token in Python
+Text of at most `SMALL` bytes (a small manifest or module) is walked token by token in Python
 instead, with a pattern of fixed one- and two-byte lexemes (no repetition, so no backtracking
 state); the tests check that both walks agree.
 """
@@ -42,10 +42,11 @@ JSON_SKIP = Lexicon("json", comments=False)
 
 #: Bytes per block; the walk's temporaries are at most ~30 bytes per block byte (~30 MiB).
 BLOCK = 1 << 20
-#: Up to this many bytes the text is walked token by token in Python instead: a manifest or a
-#: small module costs the numpy walk ~40 array operations per block, each a few microseconds
-#: (more on their first use in a process), which is more than walking its few hundred tokens.
-SMALL = 1 << 14
+#: Up to this many bytes the text is walked token by token in Python instead: the numpy walk
+#: costs ~40 array operations per block whatever its size, each a few microseconds and more on
+#: their first use in a process, which is more than walking a small manifest's or module's
+#: tokens (above ~2-4 KiB the numpy walk wins once warm, and its worst case stays flat).
+SMALL = 1 << 12
 
 _Q, _BS, _NL, _SL, _GT, _DASH = (ord(c) for c in '"\\\n/>-')
 

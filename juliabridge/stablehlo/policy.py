@@ -93,18 +93,17 @@ def check_custom_calls(
         policy refusal, exit code 17 in the CLI; the lax backend's own refusal of a target it
         does not lift, once admitted, is an UnsupportedOpError).
     """
-    if trust:
+    targets = set(targets)
+    if trust or not targets:  # most modules have no custom call at all
         return
-    # Per target rather than through the allowed sets, whose construction cost more than the
-    # check on every load (most modules have no custom call at all).
+    # Per target rather than through the allowed sets, whose construction costs more than the
+    # check on every load.
+    kernels, contracts = custom_call_allowlist(), contract_targets()
+    lifts = lifted_targets() if lifted else frozenset()
     bad = sorted(
         t
-        for t in set(targets)
-        if carries_code(t)
-        or not (
-            (t in custom_call_allowlist() and t in contract_targets())
-            or (lifted and t in lifted_targets())
-        )
+        for t in targets
+        if carries_code(t) or not ((t in kernels and t in contracts) or t in lifts)
     )
     if bad:
         hint = _REEXPORT_HINT
