@@ -61,11 +61,14 @@ def carries_code(target: str) -> bool:
     return target in CODE_CARRYING_TARGETS or any(w in low for w in _CODE_CARRYING_WORDS)
 
 
+def _stable_with_contract() -> frozenset[str]:
+    """jax.export's stable targets that have an operand/result contract here."""
+    return custom_call_allowlist() & contract_targets()
+
+
 def allowed_custom_calls() -> frozenset[str]:
     """jax.export's stable targets that carry no code of their own and have a contract here."""
-    return frozenset(
-        t for t in custom_call_allowlist() if not carries_code(t) and t in contract_targets()
-    )
+    return frozenset(t for t in _stable_with_contract() if not carries_code(t))
 
 
 def admitted_lifted_targets() -> frozenset[str]:
@@ -96,15 +99,10 @@ def check_custom_calls(
     targets = set(targets)
     if trust or not targets:  # most modules have no custom call at all
         return
-    # Per target rather than through the allowed sets, whose construction costs more than the
-    # check on every load.
-    kernels, contracts = custom_call_allowlist(), contract_targets()
-    lifts = lifted_targets() if lifted else frozenset()
-    bad = sorted(
-        t
-        for t in targets
-        if carries_code(t) or not ((t in kernels and t in contracts) or t in lifts)
-    )
+    # The rule of allowed_custom_calls and admitted_lifted_targets, with carries_code asked of
+    # the module's few targets instead of every known one (the sets cost more than the check).
+    admitted = _stable_with_contract() | (lifted_targets() if lifted else frozenset())
+    bad = sorted(t for t in targets if carries_code(t) or t not in admitted)
     if bad:
         hint = _REEXPORT_HINT
         if any(carries_code(t) for t in bad):
