@@ -16,7 +16,13 @@ from .budget import Limits, check_budget, host_memory, human
 from .callgraph import callees_first, functions
 from .nesting import MLIR_SKIP, max_depth
 from .policy import check_custom_calls, check_ops
-from .sanitize import SanitizeReport, fix_module_header, strip_reactant_attributes, walk
+from .sanitize import (
+    SanitizeReport,
+    canonicalize_sort_dimension,
+    fix_module_header,
+    strip_reactant_attributes,
+    walk,
+)
 
 #: Text larger than this is refused before parsing (a model's weights live in HDF5, not here).
 MAX_MODULE_BYTES = 1 << 30
@@ -229,7 +235,9 @@ def _analyze(
         sites: dict[str, str] = {}  # target -> line of its first call, in order of appearance
         for op in walk(module.operation):
             ops.add(op.name)
-            if op.name == "stablehlo.custom_call":
+            if op.name == "stablehlo.sort":
+                canonicalize_sort_dimension(op)
+            elif op.name == "stablehlo.custom_call":
                 target = ir.StringAttr(op.attributes["call_target_name"]).value
                 if target not in sites:
                     line = _LOC.search(str(op.location))

@@ -3,7 +3,8 @@
 Reactant prints module names XLA's parser rejects (truncated ``@reactant_#3...``), and attaches
 Enzyme-JAX analysis attributes (``enzymexla.*``, ``enzyme.*``, ``#enzymexla<...>`` values) that
 JAX's MLIR context has no dialect for. None of these carry semantics for a caller, so they are
-removed; everything else is kept as written.
+removed; everything else is kept as written, except one spelling XLA misreads (a `sort`
+dimension counted from the end, which is written out as the non-negative axis it means).
 """
 
 from __future__ import annotations
@@ -98,6 +99,28 @@ def _children(op: ir.Operation):  # type: ignore[no-untyped-def]
         for block in region.blocks:
             for child in block.operations:
                 yield child.operation
+
+
+def canonicalize_sort_dimension(op: ir.Operation) -> None:
+    """Write a `stablehlo.sort`'s dimension as the non-negative axis it means, in place.
+
+    The spec allows -rank <= dimension < rank (and -1 when the attribute is absent), but XLA
+    takes the number as written: given -2 its CPU sort reads outside the shape's dimension
+    list and returns an array not sorted along any axis, differently from run to run.
+    """
+    if not op.operands:
+        return  # the verifier refuses it; nothing to rewrite
+    operand = op.operands[0].type
+    if not isinstance(operand, ir.RankedTensorType):
+        return
+    rank = operand.rank
+    if "dimension" in op.attributes:
+        attr = ir.IntegerAttr(op.attributes["dimension"])
+        dim, kind = attr.value, attr.type
+    else:
+        dim, kind = -1, ir.IntegerType.get_signless(64)
+    if dim < 0 and dim + rank >= 0:
+        op.attributes["dimension"] = ir.IntegerAttr.get(kind, dim + rank)
 
 
 def strip_reactant_attributes(module: ir.Module, report: SanitizeReport) -> None:
