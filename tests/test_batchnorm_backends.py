@@ -9,7 +9,6 @@ rule for batch_norm_inference, and aborts the process on Lux's BatchNorm.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -32,13 +31,8 @@ from tests.lax.test_batchnorm import (
     train_module,
 )
 
-
-@pytest.fixture(autouse=True)
-def x64() -> Iterator[None]:
-    old = bool(jax.config.read("jax_enable_x64"))
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", old)
+# f64 arguments and results need x64 outside the module too (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("x64")
 
 
 def test_rewrite_removes_every_batch_norm_op() -> None:

@@ -227,3 +227,94 @@ def test_sort_dimension_counted_from_the_end(spelling: str, axis: int, backend: 
     for _ in range(3):  # the misread was not the same on every call
         (out,) = fn(x)
         np.testing.assert_array_equal(np.asarray(out), want)
+
+
+_BAD_COMPARATOR_SORT = """module {{
+  func.func @main(%a: tensor<{n}xf32>) -> tensor<{n}xf32> {{
+    %0 = "stablehlo.sort"(%a) <{{dimension = 0 : i64{stable}}}> ({{
+    ^bb0(%l: tensor<f32>, %r: tensor<f32>):
+      {body}
+    }}) : (tensor<{n}xf32>) -> tensor<{n}xf32>
+    return %0 : tensor<{n}xf32>
+  }}
+}}"""
+_NOT_A_STRICT_WEAK_ORDER = {
+    "NE": "%c = stablehlo.compare NE, %l, %r : (tensor<f32>, tensor<f32>) -> tensor<i1>\n"
+    "      stablehlo.return %c : tensor<i1>",
+    "true": "%c = stablehlo.constant dense<true> : tensor<i1>\n      stablehlo.return %c : tensor<i1>",
+    "not LT": "%c = stablehlo.compare LT, %l, %r : (tensor<f32>, tensor<f32>) -> tensor<i1>\n"
+    "      %d = stablehlo.not %c : tensor<i1>\n      stablehlo.return %d : tensor<i1>",
+}
+# One child process runs every case: before the fix XLA's unstable CPU sort crashed (SIGSEGV,
+# "malloc_consolidate(): invalid chunk size") or never returned on these comparators.
+_SORT_CHILD = """
+import json, sys
+import numpy as np
+import juliabridge
+cases = json.loads(sys.argv[1])
+for backend, text, n, pattern in cases:
+    x = np.arange(n, dtype=np.float32) if pattern == "iota" else (np.arange(n) % 3).astype(np.float32)
+    (out,) = juliabridge.load_mlir(text, backend=backend)(x)
+    assert sorted(np.asarray(out).tolist()) == sorted(x.tolist()), (backend, n, pattern)
+print("ok", len(cases))
+"""
+
+
+def test_sort_with_a_comparator_that_is_not_an_order_neither_crashes_nor_hangs() -> None:
+    import json
+    import subprocess
+    import sys
+
+    from juliabridge.backends.enzyme import enzyme_available
+    from tests.conftest import BACKENDS
+
+    backends = [b for b in BACKENDS if b != "enzyme" or enzyme_available()]
+    cases = []
+    for body in _NOT_A_STRICT_WEAK_ORDER.values():
+        for stable in (", is_stable = false", ""):  # absent means false
+            for n, pattern in ((17, "iota"), (100, "mod3"), (2000, "iota")):
+                text = _BAD_COMPARATOR_SORT.format(n=n, stable=stable, body=body)
+                assert "is_stable = true" in juliabridge.stablehlo.parse_module(text).text
+                cases += [(b, text, n, pattern) for b in backends]
+    done = subprocess.run(
+        [sys.executable, "-c", _SORT_CHILD, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.split() == ["ok", str(len(cases))]
+
+
+def test_false_broadcast_hints_do_not_change_the_result_shape(backend: str) -> None:
+    # Every dimension claimed non-expanding while dimension 0 expands: XLA trusted the claim
+    # and returned the operand's 1x4 for the declared 5x4.
+    text = """module {
+  func.func @main(%a: tensor<1x4xi32>, %s: tensor<2xi32>) -> tensor<5x4xi32> {
+    %0 = stablehlo.dynamic_broadcast_in_dim %a, %s, dims = [0, 1] {known_nonexpanding_dimensions = array<i64: 0, 1>} : (tensor<1x4xi32>, tensor<2xi32>) -> tensor<5x4xi32>
+    return %0 : tensor<5x4xi32>
+  }
+}"""
+    fn = juliabridge.load_mlir(text, backend=backend)
+    assert "known_nonexpanding_dimensions" not in fn.module.text
+    a = np.arange(4, dtype=np.int32).reshape(1, 4)
+    (out,) = fn(a, np.array([5, 4], np.int32))
+    np.testing.assert_array_equal(np.asarray(out), np.broadcast_to(a, (5, 4)))
+
+
+def test_denormals_are_treated_as_native_jax_treats_them(backend: str) -> None:
+    # docs/lax-backend.md: on CPU XLA flushes float denormals to zero on every backend, as for
+    # native JAX code; the point is that no backend differs from `jax.jit` of the same formula.
+    text = """module {
+  func.func @main(%a: tensor<3xf32>) -> tensor<3xf32> {
+    %r = stablehlo.add %a, %a : tensor<3xf32>
+    return %r : tensor<3xf32>
+  }
+}"""
+    x = np.array([1e-40, 1e-45, 1.0], np.float32)
+    (out,) = juliabridge.load_mlir(text, backend=backend)(x)
+    native = np.asarray(jax.jit(lambda v: v + v)(x))
+    np.testing.assert_array_equal(np.asarray(out), native)
+    if jax.default_backend() == "cpu":
+        np.testing.assert_array_equal(native, [0.0, 0.0, 2.0])

@@ -44,7 +44,7 @@ from ..transforms.derive import (
     vjp_signature,
 )
 from ..transforms.guard import drop_enzyme_dumps
-from .lax.rewrite import ENZYME_UNSAFE_OPS, rewrite_through_lax
+from .lax.rewrite import before_enzyme, rewrite_through_lax
 
 #: Element types hlo_call cannot take, and the type each crosses the boundary as.
 BOUNDARY_TYPES = {"f16": "f32", "i16": "i32", "ui8": "ui32", "ui16": "ui32", "i1": "i8"}
@@ -141,9 +141,10 @@ class EnzymeBackend:
         drop_enzyme_dumps()
         self.module = module
         self.trust = trust
-        # Enzyme's batch_norm rules are wrong or missing (and abort on Lux's modules): those
-        # ops reach it as calls of their defining formulas, lowered by JAX (lax/rewrite.py).
-        self.enzyme_module = rewrite_through_lax(module, ENZYME_UNSAFE_OPS, trust=trust)
+        # Enzyme's batch_norm rules are wrong or missing (and abort on Lux's modules), and XLA
+        # orders complex numbers against the spec: those ops reach them as calls of their
+        # defining formulas, lowered by JAX (lax/rewrite.py).
+        self.enzyme_module = rewrite_through_lax(module, before_enzyme, trust=trust)
         self.text, self.n_pad = _wrapped_text(self.enzyme_module)
         self._hlo_call = hlo_call
 

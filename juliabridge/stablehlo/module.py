@@ -18,7 +18,8 @@ from .nesting import MLIR_SKIP, max_depth
 from .policy import check_custom_calls, check_ops
 from .sanitize import (
     SanitizeReport,
-    canonicalize_sort_dimension,
+    canonicalize_sort,
+    drop_broadcast_hints,
     fix_module_header,
     strip_reactant_attributes,
     walk,
@@ -236,7 +237,9 @@ def _analyze(
         for op in walk(module.operation):
             ops.add(op.name)
             if op.name == "stablehlo.sort":
-                canonicalize_sort_dimension(op)
+                canonicalize_sort(op)
+            elif op.name == "stablehlo.dynamic_broadcast_in_dim":
+                drop_broadcast_hints(op)
             elif op.name == "stablehlo.custom_call":
                 target = ir.StringAttr(op.attributes["call_target_name"]).value
                 if target not in sites:

@@ -3,8 +3,8 @@
 Reactant prints module names XLA's parser rejects (truncated ``@reactant_#3...``), and attaches
 Enzyme-JAX analysis attributes (``enzymexla.*``, ``enzyme.*``, ``#enzymexla<...>`` values) that
 JAX's MLIR context has no dialect for. None of these carry semantics for a caller, so they are
-removed; everything else is kept as written, except one spelling XLA misreads (a `sort`
-dimension counted from the end, which is written out as the non-negative axis it means).
+removed; everything else is kept as written, except spellings XLA misreads, which are
+rewritten to ones with the same meaning (`canonicalize_sort`, `drop_broadcast_hints`).
 """
 
 from __future__ import annotations
@@ -101,15 +101,21 @@ def _children(op: ir.Operation):  # type: ignore[no-untyped-def]
                 yield child.operation
 
 
-def canonicalize_sort_dimension(op: ir.Operation) -> None:
-    """Write a `stablehlo.sort`'s dimension as the non-negative axis it means, in place.
+def canonicalize_sort(op: ir.Operation) -> None:
+    """Spell a `stablehlo.sort` the way XLA reads it safely, in place, keeping its meaning.
 
-    The spec allows -rank <= dimension < rank (and -1 when the attribute is absent), but XLA
-    takes the number as written: given -2 its CPU sort reads outside the shape's dimension
-    list and returns an array not sorted along any axis, differently from run to run.
+    - The dimension becomes the non-negative axis it means. The spec allows
+      -rank <= dimension < rank (and -1 when the attribute is absent), but XLA takes the number
+      as written: given -2 its CPU sort read outside the shape's dimension list and returned an
+      array not sorted along any axis, differently from run to run.
+    - The sort becomes stable. An unstable sort may order equal keys any way, so a stable one
+      is one of its results; and XLA's CPU unstable sort, given a comparator that is not a
+      strict weak order (`NE`, a constant `true`, `not LT`: one mistake in a Julia `lt=`),
+      read past its buffer (SIGSEGV, heap corruption) or never returned.
     """
     if not op.operands:
         return  # the verifier refuses it; nothing to rewrite
+    op.attributes["is_stable"] = ir.BoolAttr.get(True)
     operand = op.operands[0].type
     if not isinstance(operand, ir.RankedTensorType):
         return
@@ -121,6 +127,18 @@ def canonicalize_sort_dimension(op: ir.Operation) -> None:
         dim, kind = -1, ir.IntegerType.get_signless(64)
     if dim < 0 and dim + rank >= 0:
         op.attributes["dimension"] = ir.IntegerAttr.get(kind, dim + rank)
+
+
+def drop_broadcast_hints(op: ir.Operation) -> None:
+    """Remove `dynamic_broadcast_in_dim`'s expansion hints, in place.
+
+    They only claim which dimensions do (not) expand, so the op means the same without them;
+    XLA trusts a false claim and returned an array of the operand's shape instead of the
+    declared result's (1x4 for 5x4 when every dimension was claimed non-expanding).
+    """
+    for name in ("known_expanding_dimensions", "known_nonexpanding_dimensions"):
+        if name in op.attributes:
+            del op.attributes[name]
 
 
 def strip_reactant_attributes(module: ir.Module, report: SanitizeReport) -> None:

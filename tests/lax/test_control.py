@@ -7,7 +7,7 @@ numpy reference; derivatives against central finite differences in f64.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +25,8 @@ from .oracles import check_module
 FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "reactant"
 
 
-@pytest.fixture(autouse=True)
-def x64() -> Iterator[None]:
-    """f64 arguments and results need x64 outside the module too; restored afterwards."""
-    old = bool(jax.config.read("jax_enable_x64"))
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", old)
+# f64 arguments and results need x64 outside the module too (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("x64")
 
 
 def needs(*ops: str) -> pytest.MarkDecorator:

@@ -4,8 +4,6 @@ of calls that break a known target's contract (shapes, element types, layouts, a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,13 +16,8 @@ from juliabridge.stablehlo.policy import allowed_custom_calls
 from .custom_calls import custom_call_modules
 from .oracles import check_module
 
-
-@pytest.fixture(autouse=True)
-def x64() -> Iterator[None]:
-    old = bool(jax.config.read("jax_enable_x64"))
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", old)
+# f64 arguments and results need x64 outside the module too (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("x64")
 
 
 def lift(text: str) -> object:

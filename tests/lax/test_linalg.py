@@ -6,7 +6,7 @@ finite differences.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -22,13 +22,8 @@ from juliabridge.backends.lax import RULES
 from .custom_calls import custom_call_modules, lowered
 from .oracles import check_module
 
-
-@pytest.fixture(autouse=True)
-def x64() -> Iterator[None]:
-    old = bool(jax.config.read("jax_enable_x64"))
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", old)
+# f64 arguments and results need x64 outside the module too (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("x64")
 
 
 RNG = np.random.default_rng(0)

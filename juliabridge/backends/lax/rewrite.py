@@ -6,11 +6,16 @@ BatchNorm modules). Before a module reaches Enzyme, each such op becomes a call 
 function whose body is what JAX lowers the op's lax implementation (its defining formula) to:
 elementary StableHLO that every backend differentiates. Ops with the same name, attributes and
 types share one function.
+
+XLA orders complex numbers differently from the spec (spec.md#maximum, #compare: the
+lexicographic order of (real, imag)): its `maximum`/`minimum`/`clamp` compare real parts only, its
+ordered `compare` (LT/LE/GT/GE) gave wrong values in jax 0.10.2 and fails to compile in 0.12.
+So before a module reaches XLA (xla and enzyme backends) those ops are rewritten the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable
 
 import jax
 
@@ -19,12 +24,40 @@ from ...errors import UnsupportedModuleError
 from ...jaxinternals import ir, make_context, x64_scope
 from ...stablehlo import StableHLOModule, parse_module
 from ...stablehlo.sanitize import walk
+from .attrs import enum
 
 #: The ops rewritten before a module reaches Enzyme (see the module docstring).
 ENZYME_UNSAFE_OPS = frozenset(
     {"stablehlo.batch_norm_training", "stablehlo.batch_norm_inference", "stablehlo.batch_norm_grad"}
 )
+#: Ops whose complex form XLA orders wrongly (see the module docstring and `misread_by_xla`).
+XLA_MISREAD_OPS = frozenset(
+    {"stablehlo.maximum", "stablehlo.minimum", "stablehlo.clamp", "stablehlo.compare"}
+)
+_ORDERED = frozenset({"LT", "LE", "GT", "GE"})
 _PREFIX = "__juliabridge_lifted"
+
+
+def misread_by_xla(op: ir.Operation) -> bool:
+    """Whether XLA computes `op` differently from the spec: a complex max, min, clamp or order."""
+    if op.name not in XLA_MISREAD_OPS or not op.operands:
+        return False
+    t = op.operands[0].type
+    if not isinstance(t, ir.RankedTensorType) or not isinstance(t.element_type, ir.ComplexType):
+        return False
+    if op.name != "stablehlo.compare":
+        return True
+    return enum(op.attributes["comparison_direction"]) in _ORDERED
+
+
+def before_enzyme(op: ir.Operation) -> bool:
+    """Ops rewritten before a module reaches Enzyme (and then XLA)."""
+    return op.name in ENZYME_UNSAFE_OPS or misread_by_xla(op)
+
+
+def before_xla(op: ir.Operation) -> bool:
+    """Ops rewritten before a module reaches XLA on the xla backend."""
+    return misread_by_xla(op)
 
 
 def _standalone(op: ir.Operation) -> str:
@@ -56,21 +89,27 @@ def _lowered(text: str) -> str:
 
 
 def rewrite_through_lax(
-    module: StableHLOModule, names: Collection[str] = ENZYME_UNSAFE_OPS, *, trust: bool = False
+    module: StableHLOModule,
+    select: Callable[[ir.Operation], bool] = before_enzyme,
+    *,
+    trust: bool = False,
 ) -> StableHLOModule:
-    """`module` with every op named in `names` replaced by a call of its lowered lax lift.
+    """`module` with every op `select` picks replaced by a call of its lowered lax lift.
 
-    Returns `module` itself when it holds none of them.
+    Returns `module` itself when `select` picks none (checked on the module's own parse, so
+    most modules are not parsed again).
 
     Raises:
         UnsupportedOpError: such an op cannot be lifted (its attributes or types).
         UnsupportedModuleError: the rewritten module does not verify.
     """
-    if not module.ops & set(names):
-        return module
+    if module.parsed is not None:
+        with module.parsed.context:
+            if not any(select(op) for op in walk(module.parsed.operation)):
+                return module
     with make_context(allow_unregistered=trust) as ctx:
         parsed = ir.Module.parse(module.text)
-        targets = [op for op in walk(parsed.operation) if op.name in names]
+        targets = [op for op in walk(parsed.operation) if select(op)]
         functions: dict[str, str] = {}
         for op in targets:
             if len(op.regions):
@@ -121,4 +160,11 @@ def _append_functions(target: ir.Module, lowered: str, name: str, ctx: ir.Contex
         target.body.append(op)
 
 
-__all__ = ["ENZYME_UNSAFE_OPS", "rewrite_through_lax"]
+__all__ = [
+    "ENZYME_UNSAFE_OPS",
+    "XLA_MISREAD_OPS",
+    "before_enzyme",
+    "before_xla",
+    "misread_by_xla",
+    "rewrite_through_lax",
+]
