@@ -106,8 +106,9 @@ def canonicalize_sort(op: ir.Operation) -> None:
 
     - The dimension becomes the non-negative axis it means. The spec allows
       -rank <= dimension < rank (and -1 when the attribute is absent), but XLA takes the number
-      as written: given -2 its CPU sort read outside the shape's dimension list and returned an
-      array not sorted along any axis, differently from run to run.
+      as written (HLO `dimensions={-2}`), which it does not define: in one CI run (jax 0.10.2)
+      its CPU sort returned an array not sorted along any axis; the same call is right in
+      most runs.
     - The sort becomes stable. An unstable sort may order equal keys any way, so a stable one
       is one of its results; and XLA's CPU unstable sort, given a comparator that is not a
       strict weak order (`NE`, a constant `true`, `not LT`: one mistake in a Julia `lt=`),

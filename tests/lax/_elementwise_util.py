@@ -6,10 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import jax
 import ml_dtypes
 import numpy as np
-import pytest
 
 from juliabridge.backends.lax.valtypes import ELEMENT_TYPES
 
@@ -42,16 +40,6 @@ TOL = {
     "complex<f32>": (1e-5, 1e-6),
     "complex<f64>": (1e-12, 1e-13),
 }
-
-
-@pytest.fixture(autouse=True)
-def x64() -> Any:
-    """64-bit types cross @main only with jax_enable_x64 (f64 finite differences need it too);
-    the flag is restored afterwards."""
-    before = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", before)
 
 
 def dt(t: str) -> np.dtype:

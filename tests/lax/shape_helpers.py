@@ -3,12 +3,11 @@ finite differences, and checks that vmap batches instead of looping."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import numpy as np
-import pytest
 
 import juliabridge
 
@@ -20,17 +19,6 @@ def main(args: Sequence[str], results: Sequence[str], body: str) -> str:
     sig = ", ".join(f"%a{i}: {t}" for i, t in enumerate(args))
     res = ", ".join(results)
     return f"module {{\n  func.func @main({sig}) -> ({res}) {{\n{body}\n  }}\n}}"
-
-
-@pytest.fixture
-def x64() -> Iterator[None]:
-    """64-bit JAX for the test (i64 arguments, f64 finite differences), restored after."""
-    before = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    try:
-        yield
-    finally:
-        jax.config.update("jax_enable_x64", before)
 
 
 def lax_fn(text: str) -> Callable[..., tuple[Any, ...]]:

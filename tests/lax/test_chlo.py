@@ -38,9 +38,11 @@ from ._elementwise_util import (
     specials,
     total_order_key,
     up,
-    x64,  # noqa: F401  (autouse: 64-bit types cross @main)
 )
 from .oracles import random_array
+
+# 64-bit types cross @main (the x64 fixture of tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("x64")
 
 #: XLA's CHLO decomposition (which the xla backend runs and lax.digamma follows) changed after
 #: jaxlib 0.10: digamma(+-0) is -inf on 0.12, NaN on 0.10.2 (the negative integers stay NaN).

@@ -41,9 +41,11 @@ from ._elementwise_util import (
     total_order_key,
     up,
     wrap,
-    x64,  # noqa: F401  (autouse: 64-bit types cross @main)
 )
 from .oracles import random_array
+
+# 64-bit types cross @main (the x64 fixture of tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("x64")
 
 # --- unary float ops -------------------------------------------------------------------------
 

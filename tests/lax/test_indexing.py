@@ -24,7 +24,6 @@ from .indexing_reference import (
 )
 from .oracles import check_module, interpret, random_array, run_lax, run_xla
 from .shape_helpers import check_grad, check_vmap, lax_fn, loop_count, main, primitives
-from .shape_helpers import x64 as x64  # the fixture, used by every test here
 
 pytestmark = pytest.mark.usefixtures("x64")
 rng = np.random.default_rng(1)

@@ -20,9 +20,11 @@ from juliabridge import TransformError, UnsupportedOpError
 from ._elementwise_util import (
     dt,
     module,
-    x64,  # noqa: F401  (autouse: 64-bit types cross @main)
 )
 from .oracles import run_lax, run_xla
+
+# 64-bit types cross @main (the x64 fixture of tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("x64")
 
 ALGORITHMS = ("DEFAULT", "THREE_FRY", "PHILOX")
 OUT_TYPES = ("ui64", "ui32", "ui16", "ui8", "i64", "i32", "i8", "f64", "f32", "f16", "bf16")

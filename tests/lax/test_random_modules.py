@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,9 +34,11 @@ from ._elementwise_util import (
     TOL,
     dt,
     module,
-    x64,  # noqa: F401  (autouse: 64-bit types cross @main)
 )
 from .oracles import assert_same, interpret, random_array, run_lax, run_xla
+
+# 64-bit types cross @main (the x64 fixture of tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("x64")
 
 TYPES = (*FLOATS, "i1", *INTS, *COMPLEX)
 #: Argument types, floats weighted up: most ops are theirs.

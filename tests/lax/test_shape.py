@@ -10,7 +10,6 @@ from juliabridge.dtypes import MLIR_TO_NUMPY
 
 from .oracles import check_module, interpret, random_array, run_lax
 from .shape_helpers import check_grad, check_vmap, lax_fn, main
-from .shape_helpers import x64 as x64  # the fixture, used by every test here
 
 pytestmark = pytest.mark.usefixtures("x64")
 

@@ -15,7 +15,6 @@ from juliabridge import UnsupportedOpError
 
 from .oracles import check_module, random_array
 from .shape_helpers import check_grad, check_vmap, lax_fn, primitives
-from .shape_helpers import x64 as x64  # the fixture, used by every test here
 
 pytestmark = pytest.mark.usefixtures("x64")
 rng = np.random.default_rng(2)
