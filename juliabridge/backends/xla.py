@@ -25,7 +25,7 @@ from ..stablehlo import StableHLOModule, TensorSpec, parse_module
 from ..stablehlo.contracts import check_platform
 from ..stablehlo.policy import check_kernel_targets
 from ..transforms.derive import vjp_module_text
-from .lax.rewrite import before_xla, rewrite_through_lax
+from .lax.rewrite import misread_by_xla, rewrite_through_lax
 
 VjpSource = StableHLOModule | str | Callable[[], StableHLOModule | None] | None
 
@@ -61,7 +61,7 @@ class XlaBackend:
         self.vjp_source = vjp_source
         # XLA orders complex numbers against the spec: those ops reach it as calls of their
         # defining formulas, lowered by JAX (lax/rewrite.py).
-        compiled = rewrite_through_lax(module, before_xla, trust=trust)
+        compiled = rewrite_through_lax(module, misread_by_xla, trust=trust)
         try:
             with make_context():
                 bytecode = serialize_portable(ir.Module.parse(compiled.text))

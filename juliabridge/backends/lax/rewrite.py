@@ -72,11 +72,6 @@ def before_enzyme(op: ir.Operation) -> bool:
     return op.name in ENZYME_UNSAFE_OPS or misread_by_xla(op)
 
 
-def before_xla(op: ir.Operation) -> bool:
-    """Ops rewritten before a module reaches XLA on the xla backend."""
-    return misread_by_xla(op)
-
-
 def _standalone(op: ir.Operation) -> str:
     """A module whose @main is just `op` on its own arguments (generic syntax)."""
     ins = [str(v.type) for v in op.operands]
@@ -184,7 +179,6 @@ __all__ = [
     "ENZYME_UNSAFE_OPS",
     "XLA_MISREAD_OPS",
     "before_enzyme",
-    "before_xla",
     "misread_by_xla",
     "rewrite_through_lax",
 ]
