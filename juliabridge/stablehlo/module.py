@@ -76,6 +76,10 @@ class StableHLOModule:
     parsed: Any = field(default=None, compare=False, repr=False)
     #: Custom-call target -> "line L" of its first call, for the backends' policy messages.
     custom_call_sites: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    #: @main result index -> @main argument index, for each result whose return operand *is*
+    #: that block argument (returned unchanged: an echo, decided from the structure, never from
+    #: values).
+    returned_arguments: dict[int, int] = field(default_factory=dict)
 
 
 def _check_text_budget(size: int, what: str) -> None:
@@ -227,9 +231,73 @@ def _find_main(module: ir.Module, origin: str) -> ir.Operation:
     )
 
 
-def _analyze(
-    module: ir.Module, report: SanitizeReport, trust: bool, origin: str
-) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...], set[str], dict[str, str], int, str]:
+#: Ops that return their operand's values unchanged when their result type equals the operand's
+#: (Reactant's boundary transposes, identity converts and reshapes); transpose is followed
+#: through its permutation.
+_SAME_VALUE_OPS = frozenset(
+    {"stablehlo.convert", "stablehlo.reshape", "stablehlo.bitcast_convert", "stablehlo.copy"}
+)
+
+
+def _echoed_argument(v: ir.Value, block: ir.Block) -> int | None:
+    """The @main argument whose values `v` holds unchanged, followed back through no-op chains.
+
+    Reactant returns an unmutated argument as ``transpose(transpose(%argN))`` (its row-major
+    boundary), so a chain of transposes whose permutations compose to the identity, and ops
+    whose result type is their operand's type (identity convert, reshape, broadcast_in_dim), are
+    followed; anything else means the value was computed.
+    """
+    perm: list[int] | None = None  # v == transpose(current, perm)
+    for _ in range(10_000):  # a chain longer than this is not Reactant's boundary
+        if isinstance(v.owner, ir.Block):
+            if v.owner != block:
+                return None
+            if perm is not None and perm != sorted(perm):
+                return None
+            return ir.BlockArgument(v).arg_number
+        op = v.owner.operation if hasattr(v.owner, "operation") else v.owner
+        if len(op.operands) != 1:
+            return None
+        if op.name == "stablehlo.transpose":
+            p = [int(d) for d in ir.DenseI64ArrayAttr(op.attributes["permutation"])]
+            perm = p if perm is None else [p[k] for k in perm]
+        elif op.name in _SAME_VALUE_OPS or op.name == "stablehlo.broadcast_in_dim":
+            if op.operands[0].type != v.type:
+                return None
+            if op.name == "stablehlo.broadcast_in_dim":
+                dims = [int(d) for d in ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"])]
+                if dims != list(range(len(dims))):
+                    return None
+        else:
+            return None
+        v = op.operands[0]
+    return None
+
+
+def _returned_arguments(main: ir.Operation) -> dict[int, int]:
+    """Result index -> argument index for each @main result that returns an argument unchanged."""
+    block = main.regions[0].blocks[0]
+    ret = block.operations[len(block.operations) - 1]
+    echoes: dict[int, int] = {}
+    for k, v in enumerate(ret.operands):
+        j = _echoed_argument(v, block)
+        if j is not None:
+            echoes[k] = j
+    return echoes
+
+
+@dataclass(frozen=True)
+class _Analysis:
+    args: tuple[TensorSpec, ...]
+    results: tuple[TensorSpec, ...]
+    ops: set[str]
+    sites: dict[str, str]
+    parts: int
+    clean: str
+    returned: dict[int, int]
+
+
+def _analyze(module: ir.Module, report: SanitizeReport, trust: bool, origin: str) -> _Analysis:
     with module.context:
         strip_reactant_attributes(module, report)
         ops: set[str] = set()
@@ -270,8 +338,9 @@ def _analyze(
         parts = 1
         if "mhlo.num_partitions" in module.operation.attributes:
             parts = ir.IntegerAttr(module.operation.attributes["mhlo.num_partitions"]).value
+        returned = _returned_arguments(main)
         clean = str(module.operation.get_asm(enable_debug_info=False))
-    return args, results, ops, sites, int(parts), clean
+    return _Analysis(args, results, ops, sites, int(parts), clean, returned)
 
 
 def parse_module(
@@ -299,7 +368,7 @@ def parse_module(
     module = _parse(text, ctx, origin)
     del raw, text  # the IR holds everything from here on
     try:
-        args, results, ops, sites, parts, clean = _analyze(module, report, trust, origin)
+        a = _analyze(module, report, trust, origin)
     except JuliaBridgeError:
         raise
     except (ValueError, TypeError, KeyError, IndexError, RuntimeError) as e:
@@ -316,7 +385,7 @@ def parse_module(
         # per load, and the constants both parses share are stored once.
         ctx.allow_unregistered_dialects = False
         try:
-            _parse(clean, ctx, origin)  # dropped at once
+            _parse(a.clean, ctx, origin)  # dropped at once
         except MLIRParseError as e:
             raise UnsupportedModuleError(
                 f"{origin}: after removing Reactant-only attributes the module still holds "
@@ -325,17 +394,18 @@ def parse_module(
         finally:
             ctx.allow_unregistered_dialects = True  # as `module` was parsed, for later users
     return StableHLOModule(
-        text=clean,
+        text=a.clean,
         origin=origin,
         name=name,
-        arguments=args,
-        results=results,
-        ops=frozenset(ops),
-        custom_calls=tuple(sites),
-        custom_call_sites=sites,
+        arguments=a.args,
+        results=a.results,
+        ops=frozenset(a.ops),
+        custom_calls=tuple(a.sites),
+        custom_call_sites=a.sites,
         dropped_attributes=frozenset(report.dropped),
         aliasing=dict(report.aliasing),
         arg_shardings=dict(report.arg_shardings),
-        num_partitions=int(parts),
+        num_partitions=a.parts,
         parsed=module,
+        returned_arguments=a.returned,
     )
