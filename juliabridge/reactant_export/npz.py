@@ -1,0 +1,129 @@
+"""The inputs npz of an ``export_to_enzymejax`` directory, read without pickle and within bounds.
+
+Reactant writes it with NPZ.jl after reversing each array's dims (Reactant.jl
+ext/ReactantNPZExt.jl:9-22), keys ``arr_1..arr_N`` (src/serialization/EnzymeJAX.jl:146-147).
+Each member's .npy header is read and checked against the shape and dtype the .py and @main
+agree on before a byte of data is read; object dtypes (pickles) are refused, every size is
+bounded as for bundle weights, and exactly the declared bytes are read, so a forged header or
+a compression bomb cannot make the reader allocate more than the arrays the module takes.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .. import dtypes
+from ..bundle.manifest import MAX_TENSOR_BYTES
+from ..bundle.weights import _check_memory
+from ..errors import BundleError, UnsafeBundleError
+from ..stablehlo import TensorSpec
+
+#: Largest .npy header accepted (numpy's own default limit).
+MAX_HEADER_BYTES = 10000
+
+
+def _member_error(path: Path, key: str, message: str) -> BundleError:
+    return BundleError(f"{path} ({key}.npy): {message}")
+
+
+def _read_member(
+    zf: zipfile.ZipFile, info: zipfile.ZipInfo, spec: TensorSpec, path: Path, key: str
+) -> np.ndarray:
+    want = dtypes.to_numpy(spec.dtype)
+    with zf.open(info) as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(
+                    f, max_header_size=MAX_HEADER_BYTES
+                )
+            elif version in ((2, 0), (3, 0)):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(
+                    f, max_header_size=MAX_HEADER_BYTES
+                )
+            else:
+                raise ValueError(f"unknown .npy version {version}")
+        except (ValueError, OSError, EOFError, SyntaxError, zipfile.BadZipFile) as e:
+            raise _member_error(path, key, f"not a readable .npy header ({e})") from e
+        if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
+            raise UnsafeBundleError(
+                f"{path} ({key}.npy): dtype {dtype} holds Python objects (a pickle) or records; "
+                "juliabridge reads only plain numeric arrays and never unpickles"
+            )
+        shape = tuple(int(d) for d in shape)
+        if shape != spec.shape or dtype.newbyteorder("=") != want.newbyteorder("="):
+            raise _member_error(
+                path,
+                key,
+                f"holds {dtype} {list(shape)} but the .py and @main say {spec} "
+                f"({want}); the npz does not belong to this export",
+            )
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if nbytes > MAX_TENSOR_BYTES:
+            raise _member_error(path, key, f"declares {nbytes} bytes, over the 256 GiB limit")
+        _check_memory(nbytes, path, f"{key}.npy")
+        data = f.read(nbytes)
+        if len(data) != nbytes or f.read(1):
+            raise _member_error(
+                path, key, f"expected {nbytes} bytes of data after the header, found another size"
+            )
+    flat = np.frombuffer(data, dtype=dtype)
+    arr = flat.reshape(shape, order="F" if fortran else "C")
+    return np.ascontiguousarray(arr).astype(want, copy=False)
+
+
+def read_inputs(path: Path, keys: Sequence[str], specs: Sequence[TensorSpec]) -> list[np.ndarray]:
+    """Read `keys` from the npz at `path`, each checked against its spec (MLIR shape, dtype).
+
+    Raises:
+        BundleError: not a zip of .npy members, a member missing, extra or disagreeing with
+            its spec, or larger than the bounds.
+        UnsafeBundleError: a symlink, not a regular file, or a member with an object dtype.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        if os.path.islink(path):
+            raise UnsafeBundleError(f"{path}: is a symlink; the npz is read only as a regular file") from e
+        raise BundleError(f"{path}: cannot read the inputs npz ({e.strerror})") from e
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise UnsafeBundleError(f"{path}: is not a regular file")
+        try:
+            zf = zipfile.ZipFile(fh)
+        except (zipfile.BadZipFile, OSError, ValueError) as e:
+            raise BundleError(f"{path}: not an npz (zip) file ({e})") from e
+        with zf:
+            members = {}
+            for info in zf.infolist():
+                name = info.filename
+                if not name.endswith(".npy") or name[:-4] not in keys or name in members:
+                    raise BundleError(
+                        f"{path}: unexpected member {name!r}; Reactant writes exactly "
+                        f"{', '.join(k + '.npy' for k in keys[:4])}{', ...' if len(keys) > 4 else ''}"
+                    )
+                members[name] = info
+            total = sum(
+                int(np.prod(s.shape, dtype=np.int64)) * dtypes.to_numpy(s.dtype).itemsize
+                for s in specs
+            )
+            _check_memory(total, path, "the example inputs")
+            out = []
+            for key, spec in zip(keys, specs):
+                info = members.get(key + ".npy")
+                if info is None:
+                    raise BundleError(f"{path}: no {key}.npy, which the .py's load_inputs reads")
+                try:
+                    out.append(_read_member(zf, info, spec, path, key))
+                except (zipfile.BadZipFile, NotImplementedError, RuntimeError) as e:
+                    raise _member_error(path, key, f"cannot be decompressed ({e})") from e
+    return out
+
+
+__all__ = ["MAX_HEADER_BYTES", "read_inputs"]

@@ -1,0 +1,469 @@
+"""The .py that Reactant's ``export_to_enzymejax`` generates, read as data and never run.
+
+The file is parsed with `ast` (nothing in it is imported, compiled or executed). The values
+the template interpolates (function name, file names, each argument's shape, dtype and path,
+the meshes and PartitionSpecs) are taken from it, the template is rendered again from those
+values, and the two syntax trees must agree statement by statement: any other statement, call
+or value is refused with the line that differs. The template is Reactant.jl
+src/serialization/EnzymeJAX.jl:230-422 (docs/reactant-export.md).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import dtypes
+from ..errors import ManifestError, UnsafeBundleError
+
+#: Largest .py accepted (bytes): the template is ~400 bytes per argument, so this is far above
+#: any real export and keeps `ast.parse` of a hostile file within a bounded amount of memory.
+MAX_SCRIPT_BYTES = 64 << 20
+
+#: Reactant's NUMPY_SIMPLE_TYPES (src/serialization/Serialization.jl:13-29) -> MLIR element type.
+#: ``complex32`` (ComplexF16) has no numpy dtype, so it is absent and refused by name.
+NUMPY_TO_MLIR = {
+    "bool": "i1",
+    "int8": "i8",
+    "int16": "i16",
+    "int32": "i32",
+    "int64": "i64",
+    "uint8": "ui8",
+    "uint16": "ui16",
+    "uint32": "ui32",
+    "uint64": "ui64",
+    "float16": "f16",
+    "float32": "f32",
+    "float64": "f64",
+    "complex64": "complex<f32>",
+    "complex128": "complex<f64>",
+}
+
+_DOC_ARG = re.compile(
+    r"^\s*(arg\d+): Array of shape (\((?:\d+(?:, \d+)*,?)?\)) and dtype (\w+)\. "
+    r"Path: arg((?:\.\d+)+)\s*$"
+)
+_RUN = re.compile(r"^run_[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class ScriptArgument:
+    """One argument as the .py records it (shape row-major, Julia's dims reversed)."""
+
+    name: str
+    shape: tuple[int, ...]
+    numpy_dtype: str
+    #: The 1-based steps after ``arg.``: position among the traced arguments, then fields.
+    path: tuple[int, ...]
+    line: int
+
+    @property
+    def dtype(self) -> str:
+        """The MLIR element type, e.g. ``f32``."""
+        return NUMPY_TO_MLIR[self.numpy_dtype]
+
+    @property
+    def label(self) -> str:
+        """The path as Reactant writes it, e.g. ``arg.3.1.1``."""
+        return "arg." + ".".join(str(s) for s in self.path)
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """A ``jax.make_mesh`` line: axis sizes and names as written (already reversed)."""
+
+    name: str
+    axis_sizes: tuple[int, ...]
+    axis_names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How the .py places one argument: NamedSharding on a mesh, or NoSharding."""
+
+    kind: str
+    mesh: str | None = None
+    #: One entry per dimension of the row-major array: a mesh axis name or None.
+    spec: tuple[str | None, ...] = ()
+
+
+@dataclass(frozen=True)
+class ExportScript:
+    """What a template .py says: names, files, arguments and shardings."""
+
+    path: Path
+    function_name: str
+    mlir_file: str
+    #: The inputs npz named by ``load_inputs``; None for ``export_data_as_npz=false``.
+    npz_file: str | None
+    arguments: tuple[ScriptArgument, ...]
+    meshes: dict[str, Mesh] = field(default_factory=dict)
+    #: Argument index (0-based) -> its placement; only arguments the .py places are listed.
+    placements: dict[int, Placement] = field(default_factory=dict)
+
+
+def _fail(path: Path, line: int | None, message: str) -> ManifestError:
+    where = f"{path}:{line}" if line else str(path)
+    return ManifestError(
+        f"{where}: {message}; this is not the .py Reactant's export_to_enzymejax writes "
+        "(Reactant.jl src/serialization/EnzymeJAX.jl:230-422), and juliabridge reads it as data "
+        "only, never running it"
+    )
+
+
+def read_text(path: Path, limit: int = MAX_SCRIPT_BYTES) -> str:
+    """Read a small regular file (no symlink followed) as UTF-8 text.
+
+    Raises:
+        UnsafeBundleError: it is a symlink or not a regular file.
+        ManifestError: larger than `limit`, unreadable or not UTF-8.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        if os.path.islink(path):
+            raise UnsafeBundleError(f"{path}: is a symlink; an export's files are read only as "
+                                    "regular files inside its directory") from e
+        raise ManifestError(f"{path}: cannot read it ({e.strerror})") from e
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeBundleError(f"{path}: is not a regular file")
+        if st.st_size > limit:
+            raise ManifestError(f"{path}: {st.st_size} bytes, more than the {limit} allowed")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise ManifestError(f"{path}: more than the {limit} bytes allowed")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ManifestError(f"{path}: not UTF-8 text ({e})") from e
+
+
+def _parse(text: str, path: Path) -> ast.Module:
+    try:
+        return ast.parse(text, filename=str(path))
+    except SyntaxError as e:
+        raise _fail(path, e.lineno, f"does not parse as Python ({e.msg})") from e
+    except (ValueError, RecursionError, MemoryError) as e:
+        raise _fail(path, None, f"cannot be parsed ({type(e).__name__})") from e
+
+
+def _docstring(node: ast.AST) -> str | None:
+    body = getattr(node, "body", None)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        value = body[0].value.value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _string_arg(call: ast.AST, index: int) -> str | None:
+    """The `index`-th positional argument of ``os.path.join(...)`` inside `call`, if a string."""
+    for node in ast.walk(call):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "join"
+            and len(node.args) > index
+            and isinstance(node.args[index], ast.Constant)
+            and isinstance(node.args[index].value, str)
+        ):
+            return str(node.args[index].value)
+    return None
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    inner = text.strip("()").rstrip(",")
+    return tuple(int(d) for d in inner.split(", ")) if inner else ()
+
+
+def _arguments(run: ast.FunctionDef, path: Path) -> tuple[ScriptArgument, ...]:
+    doc = _docstring(run)
+    if doc is None:
+        raise _fail(path, run.lineno, f"{run.name} has no docstring listing its arguments")
+    start = run.body[0].lineno
+    out = []
+    for k, line in enumerate(doc.splitlines()):
+        if "Array of shape" not in line:
+            continue
+        m = _DOC_ARG.match(line)
+        if m is None:
+            raise _fail(path, start + k, f"argument line {line.strip()!r} is not the template's")
+        name, shape, np_dtype, steps = m.groups()
+        if np_dtype not in NUMPY_TO_MLIR:
+            raise ManifestError(
+                f"{path}:{start + k}: {name} has dtype {np_dtype}, which juliabridge cannot "
+                f"hold (numpy has no complex32); supported: {', '.join(NUMPY_TO_MLIR)}"
+            )
+        out.append(
+            ScriptArgument(
+                name,
+                _shape(shape),
+                np_dtype,
+                tuple(int(s) for s in steps[1:].split(".")),
+                start + k,
+            )
+        )
+    names = [a.arg for a in run.args.args]
+    if names != [a.name for a in out] or names != [f"arg{i + 1}" for i in range(len(names))]:
+        raise _fail(
+            path,
+            run.lineno,
+            f"{run.name} takes ({', '.join(names)}) but its docstring lists "
+            f"({', '.join(a.name for a in out)}); the template names them arg1..argN",
+        )
+    return tuple(out)
+
+
+def _consts(node: ast.expr, kind: type, path: Path) -> tuple[object, ...]:
+    # Reactant writes "(4)" and "('x')" for a one-axis mesh: a parenthesised scalar.
+    items = node.elts if isinstance(node, ast.Tuple) else [node]
+    vals = []
+    for item in items:
+        if not (isinstance(item, ast.Constant) and type(item.value) is kind):
+            raise _fail(path, node.lineno, f"a mesh expects {kind.__name__} constants")
+        vals.append(item.value)
+    return tuple(vals)
+
+
+def _placements(
+    main_if: ast.If, n: int, path: Path
+) -> tuple[dict[str, Mesh], dict[int, Placement]]:
+    meshes: dict[str, Mesh] = {}
+    placements: dict[int, Placement] = {}
+    for stmt in main_if.body:
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+            continue
+        target, value = stmt.targets[0], stmt.value
+        if not (isinstance(target, ast.Name) and isinstance(value, ast.Call)):
+            continue
+        func = ast.unparse(value.func)
+        if func == "jax.make_mesh" and len(value.args) == 2 and re.match(r"mesh\d+$", target.id):
+            sizes = _consts(value.args[0], int, path)
+            names = _consts(value.args[1], str, path)
+            meshes[target.id] = Mesh(target.id, sizes, names)  # type: ignore[arg-type]
+        elif func == "jax.device_put" and re.match(r"arg\d+$", target.id):
+            k = int(target.id[3:]) - 1
+            if not (0 <= k < n) or len(value.args) != 2:
+                raise _fail(path, stmt.lineno, f"{target.id} is not an argument of the function")
+            shard = value.args[1]
+            if not (
+                isinstance(shard, ast.Call)
+                and ast.unparse(shard.func) == "jax.sharding.NamedSharding"
+                and len(shard.args) == 2
+                and isinstance(shard.args[0], ast.Name)
+                and isinstance(shard.args[1], ast.Call)
+            ):
+                raise _fail(path, stmt.lineno, "expected jax.sharding.NamedSharding(meshN, P(...))")
+            spec: list[str | None] = []
+            for p in shard.args[1].args:
+                if isinstance(p, ast.Constant) and (p.value is None or isinstance(p.value, str)):
+                    spec.append(p.value)
+                else:
+                    raise ManifestError(
+                        f"{path}:{stmt.lineno}: {target.id}'s PartitionSpec has "
+                        f"{ast.unparse(p)!r}, not a quoted axis name or None. Reactant prints a "
+                        "dimension split over several mesh axes as bare names "
+                        "(EnzymeJAX.jl:303-310), which its own .py cannot run either; "
+                        "re-export with one mesh axis per dimension"
+                    )
+            placements[k] = Placement("NamedSharding", shard.args[0].id, tuple(spec))
+        elif func == "jnp.asarray" and re.match(r"arg\d+$", target.id):
+            k = int(target.id[3:]) - 1
+            if 0 <= k < n:
+                placements[k] = Placement("NoSharding")
+    return meshes, placements
+
+
+def _julia_tuple(shape: tuple[int, ...]) -> str:
+    # How Julia prints a tuple of Ints: (), (5,), (2, 3).
+    if len(shape) == 1:
+        return f"({shape[0]},)"
+    return "(" + ", ".join(str(d) for d in shape) + ")"
+
+
+def render(s: ExportScript, sharded: bool) -> str:
+    """The template's Python (without its docstrings' wording) for the values in `s`."""
+    args = ", ".join(a.name for a in s.arguments)
+    lines = [
+        '"""doc"""',
+        "from enzyme_ad.jax import hlo_call",
+        "import jax",
+        "from jax.sharding import PartitionSpec as P",
+        "import jax.numpy as jnp",
+        "import numpy as np",
+        "import os",
+        "_script_dir = os.path.dirname(os.path.abspath(__file__))",
+        f'with open(os.path.join(_script_dir, {s.mlir_file!r}), "r") as f:',
+        "    _hlo_code = f.read()",
+    ]
+    if s.npz_file is not None:
+        keys = ", ".join(f"npz_data['arr_{i + 1}']" for i in range(len(s.arguments)))
+        lines += [
+            "def load_inputs():",
+            '    """doc"""',
+            f"    npz_data = np.load(os.path.join(_script_dir, {s.npz_file!r}))",
+            f"    inputs = [{keys}]",
+            "    return tuple(inputs)",
+        ]
+    else:
+        lines += [
+            "def generate_random_inputs(key, shape, dtype):",
+            "    key1, key2 = jax.random.split(key)",
+            "    return jax.random.normal(key1, shape, dtype), key2",
+            "def load_inputs(prng_key = None):",
+            '    """doc"""',
+            "    if prng_key is None:",
+            "        prng_key = jax.random.PRNGKey(0)",
+            "    inputs = []",
+        ]
+        for a in s.arguments:
+            lines += [
+                f"    tmp, prng_key = generate_random_inputs(prng_key, {_julia_tuple(a.shape)}, "
+                f"jnp.dtype('{a.numpy_dtype}'))",
+                "    inputs.append(tmp)",
+            ]
+        lines.append("    return tuple(inputs)")
+    lines += ["@jax.jit", f"def run_{s.function_name}({args}):", '    """doc"""']
+    for a in s.arguments:
+        lines.append(
+            f"    assert {a.name}.dtype == np.dtype('{a.numpy_dtype}'), f\"Expected dtype of "
+            f'{a.name} to be {a.numpy_dtype}. Got {{{a.name}.dtype}} (path: {a.label})"'
+        )
+    for a in s.arguments:
+        t = _julia_tuple(a.shape)
+        lines.append(
+            f'    assert {a.name}.shape == {t}, f"Expected shape of {a.name} to be {t}. '
+            f'Got {{{a.name}.shape}} (path: {a.label})"'
+        )
+    lines += [f"    return hlo_call({args}, source=_hlo_code)", 'if __name__ == "__main__":']
+    lines.append(f"    ({args},) = load_inputs()")
+    if sharded:
+        defined: set[str] = set()
+        for k, a in enumerate(s.arguments):
+            p = s.placements.get(k)
+            if p is None:
+                continue
+            if p.kind == "NoSharding":
+                lines.append(f"    {a.name} = jnp.asarray({a.name})")
+                continue
+            mesh = s.meshes.get(p.mesh or "")
+            if mesh is not None and mesh.name not in defined:
+                defined.add(mesh.name)
+                sizes = ", ".join(str(d) for d in mesh.axis_sizes)
+                names = ", ".join(repr(x) for x in mesh.axis_names)
+                lines.append(f"    {mesh.name} = jax.make_mesh(({sizes}), ({names}))")
+            spec = ", ".join("None" if x is None else repr(x) for x in p.spec)
+            lines.append(
+                f"    {a.name} = jax.device_put({a.name}, "
+                f"jax.sharding.NamedSharding({p.mesh}, P({spec})))"
+            )
+    else:
+        lines += [f"    {a.name} = jnp.asarray({a.name})" for a in s.arguments]
+    lines += [
+        f'    print("Running {s.function_name}...")',
+        f"    result = run_{s.function_name}({args})",
+        '    print("Result:", result)',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _strip_doc(body: list[ast.stmt]) -> list[ast.stmt]:
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        return body[1:]
+    return body
+
+
+def _compare(got: list[ast.stmt], want: list[ast.stmt], path: Path, parent_line: int) -> None:
+    """Statement by statement; the first that differs is refused with its line."""
+    for g, w in zip(got, want):
+        if type(g) is not type(w):
+            raise _fail(path, g.lineno, f"unexpected statement {ast.unparse(g)[:80]!r}")
+        if isinstance(g, (ast.FunctionDef, ast.If, ast.With)):
+            head_g, head_w = _head(g), _head(w)
+            if head_g != head_w:
+                raise _fail(path, g.lineno, f"unexpected {ast.unparse(g).splitlines()[0][:80]!r}")
+            gb = _strip_doc(g.body) if isinstance(g, ast.FunctionDef) else g.body
+            wb = _strip_doc(w.body) if isinstance(w, ast.FunctionDef) else w.body
+            if isinstance(g, ast.If) and g.orelse:
+                raise _fail(path, g.orelse[0].lineno, "unexpected else branch")
+            _compare(gb, wb, path, g.lineno)
+        elif ast.dump(g) != ast.dump(w):
+            raise _fail(path, g.lineno, f"unexpected statement {ast.unparse(g)[:80]!r}")
+    if len(got) > len(want):
+        extra = got[len(want)]
+        raise _fail(path, extra.lineno, f"unexpected statement {ast.unparse(extra)[:80]!r}")
+    if len(got) < len(want):
+        last = got[-1].end_lineno if got else parent_line
+        raise _fail(path, last, f"missing {ast.unparse(want[len(got)])[:80]!r} after this line")
+
+
+def _head(node: ast.FunctionDef | ast.If | ast.With) -> str:
+    if isinstance(node, ast.FunctionDef):
+        return ast.dump(node.args) + node.name + "".join(ast.dump(d) for d in node.decorator_list)
+    if isinstance(node, ast.If):
+        return ast.dump(node.test)
+    return "".join(ast.dump(i) for i in node.items)
+
+
+def read_script(path: Path) -> ExportScript:
+    """Read an ``export_to_enzymejax`` .py as data.
+
+    Args:
+        path: the generated .py.
+
+    Returns:
+        The names, files, arguments and shardings it records.
+
+    Raises:
+        ManifestError: it does not parse, or is not the template (the message names the line).
+        UnsafeBundleError: it is a symlink or not a regular file.
+    """
+    tree = _parse(read_text(path), path)
+    body = tree.body
+    if not body or _docstring(tree) is None:
+        raise _fail(path, body[0].lineno if body else 1, "expected the template's docstring first")
+    runs = [n for n in body if isinstance(n, ast.FunctionDef) and _RUN.match(n.name)]
+    if len(runs) != 1:
+        raise _fail(path, None, f"expected one run_<name> function, found {len(runs)}")
+    run = runs[0]
+    arguments = _arguments(run, path)
+    withs = [n for n in body if isinstance(n, ast.With)]
+    mlir = _string_arg(withs[0], 1) if withs else None
+    if mlir is None:
+        raise _fail(path, withs[0].lineno if withs else None, "no `with open(...)` of the .mlir")
+    loaders = [n for n in body if isinstance(n, ast.FunctionDef) and n.name == "load_inputs"]
+    npz = _string_arg(loaders[0], 1) if loaders and not loaders[0].args.args else None
+    mains = [n for n in body if isinstance(n, ast.If)]
+    meshes, placements = _placements(mains[0], len(arguments), path) if mains else ({}, {})
+    script = ExportScript(
+        path, run.name[4:], mlir, npz, arguments, meshes=meshes, placements=placements
+    )
+    sharded = bool(meshes) or any(p.kind != "NoSharding" for p in placements.values())
+    if not sharded and len(placements) != len(arguments):
+        sharded = True  # only placed arguments are converted: the sharded form's shape
+    want = _parse(render(script, sharded), Path("<template>")).body
+    _compare(_strip_doc(body), _strip_doc(want), path, 1)
+    for p in placements.values():
+        if p.mesh is not None and p.mesh not in meshes:
+            raise _fail(path, None, f"{p.mesh} is used before a jax.make_mesh line defines it")
+    return script
+
+
+__all__ = [
+    "MAX_SCRIPT_BYTES",
+    "NUMPY_TO_MLIR",
+    "ExportScript",
+    "Mesh",
+    "Placement",
+    "ScriptArgument",
+    "read_script",
+    "read_text",
+]
