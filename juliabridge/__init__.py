@@ -28,6 +28,7 @@ from .julia.session import export_lux
 from .lux.model import LuxModel, import_lux
 from .lux.params_io import load_params, save_params
 from .lux.verify import VerifyReport, verify
+from .reactant_export.directory import load_reactant_export
 
 __all__ = [
     "BackendUnavailableError",
@@ -58,6 +59,7 @@ __all__ = [
     "import_lux",
     "load_mlir",
     "load_params",
+    "load_reactant_export",
     "save_params",
     "verify",
 ]

@@ -15,12 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-# Serialization.jl:13-29 (NUMPY_SIMPLE_TYPES), by numpy dtype name.
-NUMPY_NAMES = (
-    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64 "
-    "complex64 complex128"
-).split()
-
 
 @dataclass
 class ArgInfo:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -292,8 +293,16 @@ def import_lux(
     layout: str = "mlir",
     verify_checksums: bool = True,
     trust: bool = False,
+    outputs: Sequence[int] | None = None,
+    state_results: Mapping[int, int] | None = None,
+    positions: Sequence[int] | None = None,
+    batch_axis: int | None = None,
 ) -> LuxModel:
     """Load a bundle directory as a LuxModel (checksums verified unless told otherwise).
+
+    A directory written by Reactant's ``Serialization.export_to_enzymejax`` (or its .py) is
+    read too, without running anything in it (docs/reactant-export.md); the last four
+    arguments apply to such directories only.
 
     Args:
         path: the bundle directory (``NAME.bundle``, docs/bundle-format.md).
@@ -305,6 +314,14 @@ def import_lux(
         verify_checksums: check the sha256 digests the manifest records (default); False
             skips them and the model records ``checksums_verified=False``.
         trust: admit ops and custom calls outside the allowlist (only for bundles you made).
+        outputs: (export directories) the @main results that are the outputs, in order, when
+            the module does not determine it.
+        state_results: (export directories) result index -> index of the st argument whose
+            new value it is.
+        positions: (export directories) the traced positions of (x, ps, st); default (2, 3, 4)
+            for a Lux layer, (1, 2, 3) for a field-less ``f(x, ps, st)``.
+        batch_axis: (export directories) the inputs' batch axis when samples are independent
+            along it, so that any batch size is served.
 
     Returns:
         A LuxModel: ``model.apply(params, state, *inputs) -> (outputs, new_state)``,
@@ -320,6 +337,21 @@ def import_lux(
     """
     if layout not in LAYOUTS:
         raise JuliaBridgeError(f"unknown layout {layout!r}; expected 'mlir' or 'julia'")
+    from ..reactant_export.directory import is_export_dir
+
+    if is_export_dir(path):
+        from ..reactant_export.luxmodel import import_export_lux
+
+        return import_export_lux(
+            path,
+            backend=backend,
+            layout=layout,
+            trust=trust,
+            outputs=outputs,
+            state_results=state_results,
+            arg_positions=positions,
+            batch_axis=batch_axis,
+        )
     backend = resolve_backend_name(backend)
     # Weights are verified while they are read below (hashed as loaded), not in a pass of their
     # own; the modules are verified and parsed here, from the bytes read once.

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..backends import make_backend, resolve_backend_name
 from ..bundle.schema import safe_file_name
-from ..errors import BundleError, ManifestError, SignatureMismatchError, UnsafeBundleError
+from ..errors import BundleError, SignatureMismatchError, UnsafeBundleError
 from ..function import ImportedFunction
 from ..stablehlo import StableHLOModule, TensorSpec, parse_module
 from . import npz
@@ -115,8 +115,12 @@ def _find_script(path: Path) -> Path:
 def _inside(root: Path, name: str, what: str) -> Path:
     try:
         safe_file_name(name, what)
-    except ManifestError as e:
-        raise UnsafeBundleError(f"{root}: the .py names {what} {name!r}, outside its directory") from e
+    except BundleError as e:
+        raise UnsafeBundleError(
+            f"{root}: the .py names {what} {name!r}, which is not a plain file name inside "
+            "its directory (Reactant writes bare names, EnzymeJAX.jl:241-242); refused, "
+            "nothing outside the directory is read"
+        ) from e
     return root / name
 
 
@@ -159,7 +163,9 @@ def open_export(path: str | os.PathLike[str], *, trust: bool = False) -> Reactan
     if script.npz_file is not None:
         _inside(root, script.npz_file, "the inputs npz")
     if mlir.is_symlink():
-        raise UnsafeBundleError(f"{mlir}: is a symlink; an export's files are read only as regular files")
+        raise UnsafeBundleError(
+            f"{mlir}: is a symlink; an export's files are read only as regular files"
+        )
     if not mlir.is_file():
         raise BundleError(f"{mlir}: missing; the .py {script_path.name} reads it")
     module = parse_module(mlir, trust=trust)
@@ -184,7 +190,9 @@ class ReactantFunction(ImportedFunction):
         """The directory's record (ReactantExport.metadata) and the backend."""
         return {**self.export.metadata, "backend": self.backend_name}
 
-    def place_inputs(self, inputs: Sequence[Any] | None = None, devices: Sequence[Any] | None = None) -> tuple[Any, ...]:
+    def place_inputs(
+        self, inputs: Sequence[Any] | None = None, devices: Sequence[Any] | None = None
+    ) -> tuple[Any, ...]:
         """Put the inputs on meshes of `devices` with the .py's PartitionSpecs (sharding.py).
 
         Args:

@@ -67,6 +67,13 @@ def _read_member(
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if nbytes > MAX_TENSOR_BYTES:
             raise _member_error(path, key, f"declares {nbytes} bytes, over the 256 GiB limit")
+        if info.file_size < nbytes:
+            raise _member_error(
+                path,
+                key,
+                f"its header declares {nbytes} bytes of data but the member holds only "
+                f"{info.file_size} bytes; the npz is truncated or forged",
+            )
         _check_memory(nbytes, path, f"{key}.npy")
         data = f.read(nbytes)
         if len(data) != nbytes or f.read(1):
@@ -90,7 +97,9 @@ def read_inputs(path: Path, keys: Sequence[str], specs: Sequence[TensorSpec]) ->
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         if os.path.islink(path):
-            raise UnsafeBundleError(f"{path}: is a symlink; the npz is read only as a regular file") from e
+            raise UnsafeBundleError(
+                f"{path}: is a symlink; the npz is read only as a regular file"
+            ) from e
         raise BundleError(f"{path}: cannot read the inputs npz ({e.strerror})") from e
     with os.fdopen(fd, "rb") as fh:
         if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
@@ -104,9 +113,10 @@ def read_inputs(path: Path, keys: Sequence[str], specs: Sequence[TensorSpec]) ->
             for info in zf.infolist():
                 name = info.filename
                 if not name.endswith(".npy") or name[:-4] not in keys or name in members:
+                    more = ", ..." if len(keys) > 4 else ""
                     raise BundleError(
                         f"{path}: unexpected member {name!r}; Reactant writes exactly "
-                        f"{', '.join(k + '.npy' for k in keys[:4])}{', ...' if len(keys) > 4 else ''}"
+                        f"{', '.join(k + '.npy' for k in keys[:4])}{more}"
                     )
                 members[name] = info
             total = sum(
@@ -116,11 +126,11 @@ def read_inputs(path: Path, keys: Sequence[str], specs: Sequence[TensorSpec]) ->
             _check_memory(total, path, "the example inputs")
             out = []
             for key, spec in zip(keys, specs):
-                info = members.get(key + ".npy")
-                if info is None:
+                found = members.get(key + ".npy")
+                if found is None:
                     raise BundleError(f"{path}: no {key}.npy, which the .py's load_inputs reads")
                 try:
-                    out.append(_read_member(zf, info, spec, path, key))
+                    out.append(_read_member(zf, found, spec, path, key))
                 except (zipfile.BadZipFile, NotImplementedError, RuntimeError) as e:
                     raise _member_error(path, key, f"cannot be decompressed ({e})") from e
     return out

@@ -17,7 +17,6 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import dtypes
 from ..errors import ManifestError, UnsafeBundleError
 
 #: Largest .py accepted (bytes): the template is ~400 bytes per argument, so this is far above
@@ -126,8 +125,10 @@ def read_text(path: Path, limit: int = MAX_SCRIPT_BYTES) -> str:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         if os.path.islink(path):
-            raise UnsafeBundleError(f"{path}: is a symlink; an export's files are read only as "
-                                    "regular files inside its directory") from e
+            raise UnsafeBundleError(
+                f"{path}: is a symlink; an export's files are read only as "
+                "regular files inside its directory"
+            ) from e
         raise ManifestError(f"{path}: cannot read it ({e.strerror})") from e
     try:
         st = os.fstat(fd)
@@ -172,10 +173,10 @@ def _string_arg(call: ast.AST, index: int) -> str | None:
             and isinstance(node.func, ast.Attribute)
             and node.func.attr == "join"
             and len(node.args) > index
-            and isinstance(node.args[index], ast.Constant)
-            and isinstance(node.args[index].value, str)
         ):
-            return str(node.args[index].value)
+            arg = node.args[index]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                return arg.value
     return None
 
 
@@ -386,7 +387,9 @@ def _compare(got: list[ast.stmt], want: list[ast.stmt], path: Path, parent_line:
     for g, w in zip(got, want):
         if type(g) is not type(w):
             raise _fail(path, g.lineno, f"unexpected statement {ast.unparse(g)[:80]!r}")
-        if isinstance(g, (ast.FunctionDef, ast.If, ast.With)):
+        if isinstance(g, (ast.FunctionDef, ast.If, ast.With)) and isinstance(
+            w, (ast.FunctionDef, ast.If, ast.With)
+        ):
             head_g, head_w = _head(g), _head(w)
             if head_g != head_w:
                 raise _fail(path, g.lineno, f"unexpected {ast.unparse(g).splitlines()[0][:80]!r}")

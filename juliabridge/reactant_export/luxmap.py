@@ -1,0 +1,272 @@
+"""An export directory as a Lux model: the manual's ``export_to_enzymejax(model, x, ps, st)``.
+
+Arguments: Reactant numbers them by position among the traced arguments (EnzymeJAX.jl:143,160).
+A Lux layer has fields, so Reactant traces ``apply(model, x, ps, st)``: x is ``arg.2``, ps
+``arg.3.*`` and st ``arg.4.*``; a field-less ``f(x, ps, st)`` gives ``arg.1``, ``arg.2``,
+``arg.3``. Paths below the position are 1-based field positions, kept as integer steps.
+
+Results: nothing in the directory names them. The exporter traces with a fresh argument
+prefix (EnzymeJAX.jl:108), so Reactant keeps every traced leaf of ``(y, st_new)`` as a result
+and then returns each argument not already returned, in argument order (Reactant.jl
+src/TracedUtils.jl:699-753, src/compiler/Compiler.jl:1046-1056). So the results are: the
+output leaves, then one per state leaf in st order (the argument itself when unchanged, a new
+value of its shape otherwise), then echoes of the remaining arguments in increasing order.
+An output may be an input returned unchanged (testmode Dropout), never a ps or st leaf.
+Echoes are read from the module's structure (`StableHLOModule.returned_arguments`). The split
+is accepted only when exactly one reading fits; otherwise `outputs=`/`state_results=` say it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ..bundle.manifest import (
+    ArgumentEntry,
+    BatchInfo,
+    FileRef,
+    LuxPath,
+    Manifest,
+    Producer,
+    ResultEntry,
+    _check_consistency,
+)
+from ..errors import ManifestError, SignatureMismatchError
+from ..stablehlo import TensorSpec
+from .directory import PRODUCER, ReactantExport
+
+ROLES_BY_SLOT = ("input", "parameter", "state")
+
+_OVERRIDE = (
+    "pass outputs=[result indices] (the @main results that are the model's outputs, in "
+    "order) and state_results={result index: argument index} (each new state leaf and the st "
+    "argument it replaces) to import_lux"
+)
+
+
+@dataclass(frozen=True)
+class ResultMap:
+    """Which @main results are outputs, new state leaves and echoes."""
+
+    outputs: tuple[int, ...]
+    #: result index -> @main argument index of the st leaf it replaces.
+    state: dict[int, int]
+    #: result index -> argument it returns unchanged (not an output).
+    echoes: dict[int, int]
+
+
+def positions(export: ReactantExport, given: Sequence[int] | None) -> tuple[int, int, int]:
+    """The 1-based traced positions of x, ps and st.
+
+    Raises:
+        ManifestError: the arguments do not have the manual's shape; `positions=` overrides.
+    """
+    used = sorted({a.path[0] for a in export.script.arguments})
+    if given is not None:
+        if len(given) != 3 or len(set(given)) != 3:
+            raise ManifestError(
+                f"positions= takes three distinct positions (x, ps, st), got {given}"
+            )
+        x, ps, st = (int(p) for p in given)
+        stray = [p for p in used if p not in (x, ps, st)]
+        if stray:
+            raise ManifestError(
+                f"{export.script.path}: arguments at position(s) {stray} are none of x={x}, "
+                f"ps={ps}, st={st}"
+            )
+        return x, ps, st
+    if used and set(used) <= {2, 3, 4} and 2 in used:
+        return 2, 3, 4  # a Lux layer: apply(model, x, ps, st), the model without arrays
+    if used and set(used) <= {1, 2, 3} and 1 in used:
+        return 1, 2, 3  # a field-less f(x, ps, st)
+    raise ManifestError(
+        f"{export.script.path}: the arguments are at traced positions {used}, not the Lux "
+        "manual's export_to_enzymejax(model, x, ps, st) (x=2, ps=3, st=4) nor f(x, ps, st) "
+        "(1, 2, 3); pass positions=(x, ps, st) to import_lux, or use "
+        "juliabridge.load_reactant_export for a plain function"
+    )
+
+
+def argument_entries(
+    export: ReactantExport, pos: tuple[int, int, int], batch_axis: int | None
+) -> tuple[ArgumentEntry, ...]:
+    """One ArgumentEntry per @main argument, with its role and the path below x/ps/st."""
+    role_of = dict(zip(pos, ROLES_BY_SLOT))
+    out = []
+    for i, (a, spec) in enumerate(zip(export.script.arguments, export.specs)):
+        role = role_of[a.path[0]]
+        out.append(
+            ArgumentEntry(
+                index=i,
+                role=role,
+                path=tuple(a.path[1:]),
+                dtype=spec.dtype,
+                shape=spec.shape,
+                julia_shape=tuple(reversed(spec.shape)),
+                dataset=None if role == "input" else f"arr_{i + 1}",
+                batch_axis=batch_axis if role == "input" else None,
+            )
+        )
+    return tuple(out)
+
+
+def _fits_state(
+    results: Sequence[TensorSpec],
+    args: Sequence[TensorSpec],
+    echoes: Mapping[int, int],
+    k: int,
+    s: int,
+) -> bool:
+    # Result k stands for state argument s: s itself, or a new value of its shape and dtype.
+    if k in echoes:
+        return echoes[k] == s
+    return results[k] == args[s]
+
+
+def map_results(
+    export: ReactantExport,
+    entries: Sequence[ArgumentEntry],
+    outputs: Sequence[int] | None = None,
+    state_results: Mapping[int, int] | None = None,
+) -> ResultMap:
+    """Split the @main results into outputs, new state leaves and echoes (module docstring).
+
+    Raises:
+        ManifestError: the split is not determined, or the overrides do not fit @main.
+    """
+    module = export.module
+    results, args = module.results, module.arguments
+    echoes = dict(module.returned_arguments)
+    where = f"{export.script.mlir_file}"
+    if outputs is not None or state_results is not None:
+        return _given(
+            where, results, entries, echoes, list(outputs or ()), dict(state_results or {})
+        )
+    state = [a.index for a in entries if a.role == "state"]
+    n, m = len(state), len(results)
+    if sorted(echoes.values()) == list(range(len(args))) and len(set(echoes.values())) == len(args):
+        fits = []
+        for p in range(n + 1, m + 1):
+            tail = list(range(p, m))
+            order = [echoes.get(k, -1) for k in tail]
+            if any(j < 0 for j in order) or order != sorted(order):
+                continue
+            # An output may be an input returned unchanged (Lux's testmode Dropout), never a
+            # ps or st leaf: that rule keeps "every argument returned as an output" out.
+            if any(entries[echoes[k]].role != "input" for k in range(p - n) if k in echoes):
+                continue
+            if all(_fits_state(results, args, echoes, p - n + j, s) for j, s in enumerate(state)):
+                fits.append(p)
+        if len(fits) == 1:
+            p = fits[0]
+            outs = tuple(range(p - n))
+            new = {p - n + j: s for j, s in enumerate(state) if (p - n + j) not in echoes}
+            rest = {k: j for k, j in echoes.items() if k >= p - n}
+            return ResultMap(outs, new, rest)
+        raise ManifestError(
+            f"{where}: the {m} results can be split into outputs, {n} state leaves and echoes "
+            f"in {len(fits)} ways, not exactly one; " + _OVERRIDE
+        )
+    fresh = [k for k in range(m) if k not in echoes]
+    if n == 0 and fresh:
+        return ResultMap(tuple(fresh), {}, echoes)
+    raise ManifestError(
+        f"{where}: results {fresh} are not echoes of arguments and the module does not return "
+        f"every argument (not the layout export_to_enzymejax writes), so which of them are new "
+        f"values of the {n} state leaves is not determined; " + _OVERRIDE
+    )
+
+
+def _given(
+    where: str,
+    results: Sequence[TensorSpec],
+    entries: Sequence[ArgumentEntry],
+    echoes: dict[int, int],
+    outputs: list[int],
+    state: dict[int, int],
+) -> ResultMap:
+    m = len(results)
+    for k in [*outputs, *state]:
+        if not (0 <= int(k) < m):
+            raise ManifestError(f"{where}: result {k} does not exist; @main has {m} results")
+    if set(outputs) & set(state) or len(set(outputs)) != len(outputs):
+        raise ManifestError(f"{where}: a result is listed twice in outputs=/state_results=")
+    for k, j in state.items():
+        if not (0 <= j < len(entries)) or entries[j].role != "state":
+            raise ManifestError(
+                f"{where}: state_results maps result {k} to argument {j}, not a st leaf"
+            )
+        if results[k] != TensorSpec(entries[j].shape, entries[j].dtype):
+            raise SignatureMismatchError(
+                f"{where}: result {k} is {results[k]} but {entries[j].label} (argument {j}) is "
+                f"{TensorSpec(entries[j].shape, entries[j].dtype)}; a state leaf keeps its shape"
+            )
+    unlisted = [k for k in range(m) if k not in outputs and k not in state and k not in echoes]
+    if unlisted:
+        raise ManifestError(
+            f"{where}: results {unlisted} are neither in outputs=/state_results= nor echoes of "
+            "an argument; list every result that is not an argument returned unchanged"
+        )
+    rest = {k: j for k, j in echoes.items() if k not in outputs and k not in state}
+    return ResultMap(tuple(outputs), state, rest)
+
+
+def build_manifest(
+    export: ReactantExport,
+    entries: tuple[ArgumentEntry, ...],
+    rmap: ResultMap,
+    batch_axis: int | None,
+) -> Manifest:
+    """An in-memory manifest (format 3's model) of the export, checked like a bundle's."""
+    results = []
+    single = len(rmap.outputs) == 1
+    out_pos = {k: n for n, k in enumerate(rmap.outputs, start=1)}
+    batch_size = None
+    if batch_axis is not None:
+        xs = [a for a in entries if a.role == "input"]
+        if not xs or any(len(a.shape) <= batch_axis for a in xs):
+            raise ManifestError(f"batch_axis={batch_axis}: an input has no such axis")
+        batch_size = xs[0].shape[batch_axis]
+    for k, spec in enumerate(export.module.results):
+        paths: tuple[LuxPath, ...] = ()
+        axis = None
+        if k in out_pos:
+            paths = (("output",) if single else ("output", out_pos[k]),)
+            if (
+                batch_axis is not None
+                and len(spec.shape) > batch_axis
+                and spec.shape[batch_axis] == batch_size
+            ):
+                axis = batch_axis
+        elif k in rmap.state:
+            paths = (("state", *entries[rmap.state[k]].path),)
+        echo = export.module.returned_arguments.get(k)
+        if echo is not None and entries[echo].batch_axis != axis:
+            echo = None  # an echoed input as an output: recorded as a result, not an echo
+        results.append(ResultEntry(k, paths, spec.dtype, spec.shape, axis, echo))
+    s = export.script
+    m = Manifest(
+        name=s.function_name,
+        producer=Producer(
+            tool=PRODUCER,
+            tool_version="unknown",
+            julia=None,
+            lux=None,
+            reactant=None,
+            made_with_julia=True,
+            note=f"read from {s.path.name} by juliabridge.reactant_export; nothing in it was run",
+        ),
+        module=FileRef(s.mlir_file, None),
+        weights=FileRef(s.npz_file or "", None),
+        mode="train" if rmap.state else "test",
+        arguments=entries,
+        results=tuple(results),
+        aliases=(),
+        batch=BatchInfo(batch_size, True) if batch_size is not None else None,
+        metadata={"reactant_export": export.metadata},
+    )
+    _check_consistency(m)
+    return m
+
+
+__all__ = ["ResultMap", "argument_entries", "build_manifest", "map_results", "positions"]

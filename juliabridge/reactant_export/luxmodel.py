@@ -1,0 +1,93 @@
+"""`import_lux` for export directories: the in-memory manifest (luxmap) around a LuxModel."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+import jax
+
+from .. import dtypes
+from ..backends import make_backend, resolve_backend_name
+from ..bundle.bundle import Bundle
+from ..errors import BundleError
+from ..function import ImportedFunction
+from ..lux.model import LuxModel
+from ..lux.trees import build_tree
+from .directory import open_export
+from .luxmap import argument_entries, build_manifest, map_results, positions
+
+
+def import_export_lux(
+    path: str | os.PathLike[str],
+    *,
+    backend: str = "auto",
+    layout: str = "mlir",
+    trust: bool = False,
+    outputs: Sequence[int] | None = None,
+    state_results: Mapping[int, int] | None = None,
+    arg_positions: Sequence[int] | None = None,
+    batch_axis: int | None = None,
+) -> LuxModel:
+    """An ``export_to_enzymejax`` directory as a LuxModel (see `juliabridge.import_lux`).
+
+    Args:
+        path: the directory or its .py.
+        backend, layout, trust: as for `import_lux`.
+        outputs, state_results: which @main results are outputs and which new st leaves, when
+            the module does not determine it (luxmap.map_results).
+        arg_positions: traced positions of (x, ps, st) when not the manual's.
+        batch_axis: the inputs' batch axis, if samples are independent along it (then any
+            batch size is served, as for a bundle with ``samples_independent``).
+
+    Returns:
+        The LuxModel; params and state come from the npz, keyed by 1-based positions.
+
+    Raises:
+        BundleError / ManifestError / SignatureMismatchError: as for `load_reactant_export`,
+            or the arguments or results do not map onto (x, ps, st) -> (y, st).
+    """
+    backend = resolve_backend_name(backend)
+    export = open_export(path, trust=trust)
+    if not export.has_inputs:
+        raise BundleError(
+            f"{export.script.path}: exported with export_data_as_npz=false, so there are no "
+            "parameter values; re-export with the npz, or use juliabridge.load_reactant_export "
+            "and pass ps and st yourself"
+        )
+    pos = positions(export, arg_positions)
+    entries = argument_entries(export, pos, batch_axis)
+    rmap = map_results(export, entries, outputs, state_results)
+    manifest = build_manifest(export, entries, rmap, batch_axis)
+    bundle = Bundle(
+        export.root,
+        manifest,
+        export.module,
+        checksums_verified=False,
+        module_source="text",
+        module_source_note=f"{export.script.mlir_file}, named by {export.script.path.name}",
+    )
+    fn = ImportedFunction(
+        export.module,
+        make_backend(export.module, backend, trust=trust),
+        arg_labels=[a.label for a in manifest.arguments],
+        result_labels=[r.label for r in manifest.results],
+    )
+    dtypes.require_x64(
+        {a.label: a.dtype for a in manifest.arguments if a.role != "input"},
+        f"export {export.root}",
+    )
+    values = export.example_inputs()
+    leaves: dict[str, list[tuple[tuple[int | str, ...], jax.Array]]] = {
+        "parameter": [],
+        "state": [],
+    }
+    for a, host in zip(manifest.arguments, values):
+        if a.role != "input":
+            leaves[a.role].append((a.path, jax.device_put(host.T if layout == "julia" else host)))
+    params = build_tree(leaves["parameter"])
+    state = build_tree(leaves["state"])
+    return LuxModel(bundle, fn, params, state, layout=layout)
+
+
+__all__ = ["import_export_lux"]
