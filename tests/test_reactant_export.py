@@ -397,3 +397,37 @@ def test_results_not_determined_names_the_override(tmp_path: Path) -> None:
     np.testing.assert_allclose(
         np.asarray(st[1][0]), want_st["layer_2"]["running_mean"], rtol=1e-5, atol=1e-6
     )
+
+
+# --- convert, verify and inspect ------------------------------------------------------------
+
+
+def test_convert_then_bundle_tools(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from juliabridge.cli.commands import main
+    from juliabridge.exitcodes import OK
+
+    spec = luxmodels.batchnorm_model(mode="train", batch=4)
+    d = write_lux_export(tmp_path / "exp", spec)
+    out = tmp_path / "m.bundle"
+    assert main(["convert", str(d), "--out", str(out)]) == OK
+    model = juliabridge.import_lux(out, backend="lax")
+    assert model.manifest.producer.tool == "Reactant.Serialization.export_to_enzymejax"
+    assert model.manifest.examples is None
+    x = spec.arguments[0].value
+    want_y, want_st = lux_numpy.batchnorm_chain(
+        x, _named(spec, "parameter"), _named(spec, "state"), training=True
+    )
+    y, st = model.apply(model.params, model.state, x)
+    np.testing.assert_allclose(np.asarray(y), want_y, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(st[1][1]), want_st["layer_2"]["running_var"], rtol=1e-5, atol=1e-6
+    )
+    with pytest.raises(BundleError, match="no reference outputs"):
+        juliabridge.verify(out)
+    capsys.readouterr()
+    assert main(["verify", str(out)]) != OK
+    assert "records none" in capsys.readouterr().err
+    for target in (out, d):
+        assert main(["inspect", str(target)]) == OK
+        text = capsys.readouterr().out
+        assert "export_to_enzymejax" in text and "state[2][1]" in text

@@ -178,6 +178,7 @@ def write_bundle(
     result_echoes: Sequence[int | None] | None = None,
     static_state: Sequence[tuple[Sequence[str | int], Any, str]] = (),
     portable_artifact: bool = True,
+    producer: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write a format-3 bundle directory atomically and return its path.
 
@@ -202,6 +203,8 @@ def write_bundle(
         result_echoes: per result, the argument it returns unchanged (spec §3.4), or None.
         static_state: (path in st, JSON scalar value, Julia type name) of non-array state.
         portable_artifact: also write model.mlirbc (spec §2.1).
+        producer: fields of the manifest's producer that replace this writer's (e.g. the
+            tool of a converted export); `note` still comes from `note`.
 
     Returns:
         `path`.
@@ -271,6 +274,7 @@ def write_bundle(
             "made_with_julia": False,
             "note": note,
             "created": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            **(producer or {}),
         },
         # No whole-file hash of the weights: each dataset has its own (spec §4.1).
         "module": {"file": MODULE_FILE, "sha256": ""},

@@ -1,4 +1,4 @@
-"""The `juliabridge` command: inspect, verify, vjp, demo, doctor, upgrade and export.
+"""The `juliabridge` command: inspect, verify, vjp, demo, doctor, upgrade, export and convert.
 
 Everything a bundle says is printed escaped (exitcodes.safe) and never as rich markup; every
 failure ends in one line on stderr and the exit code of its error class (exitcodes.py).
@@ -42,11 +42,18 @@ _DIGESTS = {
 
 
 def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
-    """Print producer, arguments, results and sizes of a bundle."""
+    """Print producer, arguments, results and sizes of a bundle (or a Reactant export)."""
     from .. import dtypes
     from ..bundle import open_bundle
+    from ..reactant_export.directory import is_export_dir
 
-    bundle = open_bundle(args.path, verify_checksums=not args.no_verify)
+    if is_export_dir(args.path):
+        from ..reactant_export.luxmodel import export_bundle
+
+        bundle, export = export_bundle(args.path)
+        console.print(_t(f"Reactant export_to_enzymejax directory, read from {export.script.path}"))
+    else:
+        bundle = open_bundle(args.path, verify_checksums=not args.no_verify)
     m = bundle.manifest
     p = m.producer
     head = _t(m.name, style="bold")
@@ -211,6 +218,15 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
     return MISMATCH
 
 
+def cmd_convert(args: argparse.Namespace, console: Console) -> int:
+    """Write a bundle from a Reactant export_to_enzymejax directory (reactant_export.convert)."""
+    from ..reactant_export.convert import convert_export
+
+    out = convert_export(args.path, args.out, overwrite=args.overwrite)
+    console.print(_t(f"wrote {out} (no reference outputs: Reactant's exporter records none)"))
+    return OK
+
+
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     """Import the example LeNet bundle shipped in the package, run it and verify it."""
     import jax
@@ -280,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"juliabridge {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("inspect", help="show a bundle's signature, sizes and producer")
-    p.add_argument("path", help="bundle directory")
+    p.add_argument("path", help="bundle directory, or a Reactant export_to_enzymejax directory")
     p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     p.set_defaults(func=cmd_inspect)
     p = sub.add_parser("verify", help="compare a bundle's outputs with Julia's reference outputs")
@@ -309,6 +325,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace an existing VJP module")
     p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     p.set_defaults(func=cmd_vjp)
+    p = sub.add_parser(
+        "convert", help="write a bundle from a Reactant export_to_enzymejax directory"
+    )
+    p.add_argument("path", help="the export directory (or its .py)")
+    p.add_argument("--out", required=True, help="the bundle directory to write (NAME.bundle)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
+    p.set_defaults(func=cmd_convert)
     p = sub.add_parser("demo", help="run the example LeNet bundle shipped with juliabridge")
     p.add_argument(
         "--backend", default="auto", choices=["auto", "lax", "enzyme", "xla"], help=_BACKEND

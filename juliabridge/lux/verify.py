@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import BundleError, ExecutionError, JuliaBridgeError
+from ..reactant_export.directory import PRODUCER as REACTANT_EXPORTER
 from .model import import_lux
 from .trees import lookup
 
@@ -107,7 +108,14 @@ def verify(
     examples = model.bundle.read_examples()
     if examples is None or m.examples is None:
         raise BundleError(
-            f"{path}: the bundle has no examples section, so there is nothing to verify against"
+            f"{path}: the bundle has no reference outputs (no examples section"
+            + (
+                "; it was converted from a Reactant export_to_enzymejax directory, which "
+                "records none"
+                if m.producer.tool == REACTANT_EXPORTER
+                else ""
+            )
+            + "), so there is nothing to verify against; verify cannot pass or fail it"
         )
     ins, outs = examples
     rtol = m.examples.rtol if rtol is None else rtol

@@ -253,7 +253,7 @@ def build_manifest(
             julia=None,
             lux=None,
             reactant=None,
-            made_with_julia=True,
+            made_with_julia=False,  # spec §3.2: true only for JuliaBridge.jl
             note=f"read from {s.path.name} by juliabridge.reactant_export; nothing in it was run",
         ),
         module=FileRef(s.mlir_file, None),

@@ -14,8 +14,51 @@ from ..errors import BundleError
 from ..function import ImportedFunction
 from ..lux.model import LuxModel
 from ..lux.trees import build_tree
-from .directory import open_export
+from .directory import ReactantExport, open_export
 from .luxmap import argument_entries, build_manifest, map_results, positions
+
+
+def export_bundle(
+    path: str | os.PathLike[str],
+    *,
+    trust: bool = False,
+    outputs: Sequence[int] | None = None,
+    state_results: Mapping[int, int] | None = None,
+    arg_positions: Sequence[int] | None = None,
+    batch_axis: int | None = None,
+) -> tuple[Bundle, ReactantExport]:
+    """The export as an in-memory Bundle (manifest from luxmap) and the export itself.
+
+    Args:
+        path: the directory or its .py.
+        trust, outputs, state_results, arg_positions, batch_axis: as for `import_export_lux`.
+
+    Returns:
+        (bundle, export); the bundle's weights are the npz's, read by the caller.
+
+    Raises:
+        BundleError / ManifestError / SignatureMismatchError: as for `import_export_lux`.
+    """
+    export = open_export(path, trust=trust)
+    if not export.has_inputs:
+        raise BundleError(
+            f"{export.script.path}: exported with export_data_as_npz=false, so there are no "
+            "parameter values; re-export with the npz, or use juliabridge.load_reactant_export "
+            "and pass ps and st yourself"
+        )
+    pos = positions(export, arg_positions)
+    entries = argument_entries(export, pos, batch_axis)
+    rmap = map_results(export, entries, outputs, state_results)
+    manifest = build_manifest(export, entries, rmap, batch_axis)
+    bundle = Bundle(
+        export.root,
+        manifest,
+        export.module,
+        checksums_verified=False,
+        module_source="text",
+        module_source_note=f"{export.script.mlir_file}, named by {export.script.path.name}",
+    )
+    return bundle, export
 
 
 def import_export_lux(
@@ -48,25 +91,15 @@ def import_export_lux(
             or the arguments or results do not map onto (x, ps, st) -> (y, st).
     """
     backend = resolve_backend_name(backend)
-    export = open_export(path, trust=trust)
-    if not export.has_inputs:
-        raise BundleError(
-            f"{export.script.path}: exported with export_data_as_npz=false, so there are no "
-            "parameter values; re-export with the npz, or use juliabridge.load_reactant_export "
-            "and pass ps and st yourself"
-        )
-    pos = positions(export, arg_positions)
-    entries = argument_entries(export, pos, batch_axis)
-    rmap = map_results(export, entries, outputs, state_results)
-    manifest = build_manifest(export, entries, rmap, batch_axis)
-    bundle = Bundle(
-        export.root,
-        manifest,
-        export.module,
-        checksums_verified=False,
-        module_source="text",
-        module_source_note=f"{export.script.mlir_file}, named by {export.script.path.name}",
+    bundle, export = export_bundle(
+        path,
+        trust=trust,
+        outputs=outputs,
+        state_results=state_results,
+        arg_positions=arg_positions,
+        batch_axis=batch_axis,
     )
+    manifest = bundle.manifest
     fn = ImportedFunction(
         export.module,
         make_backend(export.module, backend, trust=trust),
@@ -90,4 +123,4 @@ def import_export_lux(
     return LuxModel(bundle, fn, params, state, layout=layout)
 
 
-__all__ = ["import_export_lux"]
+__all__ = ["export_bundle", "import_export_lux"]
