@@ -431,3 +431,30 @@ def test_convert_then_bundle_tools(tmp_path: Path, capsys: pytest.CaptureFixture
         assert main(["inspect", str(target)]) == OK
         text = capsys.readouterr().out
         assert "export_to_enzymejax" in text and "state[2][1]" in text
+
+
+def test_deeply_nested_expression_refused(tmp_path: Path) -> None:
+    py = _plain_export(tmp_path)
+    text = py.read_text().replace(
+        "import os\n", "import os\nx = " + "+".join(["1"] * 200000) + "\n"
+    )
+    py.write_text(text)
+    with pytest.raises(ManifestError):
+        juliabridge.load_reactant_export(tmp_path)
+
+
+@pytest.mark.parametrize("backend", ["lax", "xla"])
+def test_real_module_with_aliasing_as_lux_function_form(tmp_path: Path, backend: str) -> None:
+    # Reactant's @main returns (y, arg0, arg1) with tf.aliasing_output on both arguments: as
+    # f(x, ps), x=arg.1 and ps=arg.2; y is the output, the rest echoes. Called twice: nothing
+    # the module aliases is consumed.
+    name = "dense_matvec_slices.mlir"
+    ref = FIXTURES[name]
+    inputs = ref.make_inputs(np.random.default_rng(5))
+    args = [ArgInfo([i + 1], v) for i, v in enumerate(inputs)]
+    write_export(tmp_path, Export("f", _fixture(name).read_text(), args))
+    model = juliabridge.import_lux(tmp_path, backend=backend)
+    want = ref.reference(*inputs)[0]
+    x = jnp.asarray(inputs[0])
+    for _ in range(2):
+        np.testing.assert_allclose(np.asarray(model(x)), want, rtol=ref.rtol, atol=ref.atol)

@@ -11,7 +11,8 @@ and then returns each argument not already returned, in argument order (Reactant
 src/TracedUtils.jl:699-753, src/compiler/Compiler.jl:1046-1056). So the results are: the
 output leaves, then one per state leaf in st order (the argument itself when unchanged, a new
 value of its shape otherwise), then echoes of the remaining arguments in increasing order.
-An output may be an input returned unchanged (testmode Dropout), never a ps or st leaf.
+An output may be an input returned unchanged (testmode Dropout), never a ps or st leaf; when
+both a reading with such an output and one without fit, the one without is taken.
 Echoes are read from the module's structure (`StableHLOModule.returned_arguments`). The split
 is accepted only when exactly one reading fits; otherwise `outputs=`/`state_results=` say it.
 """
@@ -157,6 +158,11 @@ def map_results(
                 continue
             if all(_fits_state(results, args, echoes, p - n + j, s) for j, s in enumerate(state)):
                 fits.append(p)
+        # (y, x) and y followed by the echo of x read the same; the reading whose outputs
+        # return no argument is taken when there is one, as Lux outputs are computed values.
+        plain = [p for p in fits if not any(k in echoes for k in range(p - n))]
+        if len(plain) == 1:
+            fits = plain
         if len(fits) == 1:
             p = fits[0]
             outs = tuple(range(p - n))

@@ -430,6 +430,14 @@ def read_script(path: Path) -> ExportScript:
         UnsafeBundleError: it is a symlink or not a regular file.
     """
     tree = _parse(read_text(path), path)
+    try:
+        return _read_tree(tree, path)
+    except RecursionError as e:
+        # ast.dump/unparse recurse: an expression nested deeper than any template line.
+        raise _fail(path, None, "holds an expression nested too deeply to be the template") from e
+
+
+def _read_tree(tree: ast.Module, path: Path) -> ExportScript:
     body = tree.body
     if not body or _docstring(tree) is None:
         raise _fail(path, body[0].lineno if body else 1, "expected the template's docstring first")
