@@ -458,3 +458,24 @@ def test_real_module_with_aliasing_as_lux_function_form(tmp_path: Path, backend:
     x = jnp.asarray(inputs[0])
     for _ in range(2):
         np.testing.assert_allclose(np.asarray(model(x)), want, rtol=ref.rtol, atol=ref.atol)
+
+
+def test_two_axis_mesh_sharding(tmp_path: Path) -> None:
+    text = _fixture("dense_matvec_slices.mlir").read_text()
+    inputs = FIXTURES["dense_matvec_slices.mlir"].make_inputs(np.random.default_rng(0))
+    # Julia: mesh axes (:a, :b) of sizes (1, 1); arg 1's Julia dims (2, 6) as (:a, :b), arg 2
+    # NoSharding on the same mesh: the .py reverses sizes, names and specs (EnzymeJAX.jl:282-310).
+    args = [
+        ArgInfo([1], inputs[0], sharding=("m", (1, 1), ("a", "b"), ("a", "b"))),
+        ArgInfo([2], inputs[1], sharding=("m", (1, 1), ("a", "b"), ()), kind="NoSharding"),
+    ]
+    py = write_export(tmp_path, Export("g", text, args))
+    assert "jax.make_mesh((1, 1), ('b', 'a'))" in py.read_text()
+    fn = juliabridge.load_reactant_export(tmp_path, backend="lax")
+    assert fn.metadata["meshes"]["mesh0"] == {"axis_sizes": [1, 1], "axis_names": ["b", "a"]}
+    assert fn.metadata["shardings"]["arg.1"]["spec"] == ["b", "a"]
+    assert fn.metadata["shardings"]["arg.2"] == {"type": "NoSharding"}
+    placed = fn.place_inputs(devices=jax.devices()[:1])
+    assert placed[0].sharding.spec == jax.sharding.PartitionSpec("b", "a")
+    want = FIXTURES["dense_matvec_slices.mlir"].reference(*inputs)[0]
+    np.testing.assert_allclose(np.asarray(fn(*placed)[0]), want, rtol=1e-5, atol=1e-6)

@@ -45,6 +45,7 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
     """Print producer, arguments, results and sizes of a bundle (or a Reactant export)."""
     from .. import dtypes
     from ..bundle import open_bundle
+    from ..reactant_export.directory import PRODUCER as REACTANT_EXPORTER
     from ..reactant_export.directory import is_export_dir
 
     if is_export_dir(args.path):
@@ -62,6 +63,8 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
     made = (
         f"Julia {p.julia}, Lux {p.lux}, Reactant {p.reactant}"
         if p.made_with_julia
+        else "Julia, Lux and Reactant versions not recorded"
+        if p.tool == REACTANT_EXPORTER
         else "made without Julia"
     )
     console.print(_t(f"producer: {p.tool} {p.tool_version} ({made})"))
