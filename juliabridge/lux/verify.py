@@ -110,8 +110,7 @@ def verify(
         raise BundleError(
             f"{path}: the bundle has no reference outputs (no examples section"
             + (
-                "; it was converted from a Reactant export_to_enzymejax directory, which "
-                "records none"
+                "; it comes from a Reactant export_to_enzymejax directory, which records none"
                 if m.producer.tool == REACTANT_EXPORTER
                 else ""
             )
