@@ -1679,6 +1679,8 @@ def test_the_julia_guards_exist() -> None:
     assert "check_digest(a, scheme, w)" in julia_function("conformance.jl", "check_arguments")
     assert "check_digest(e, scheme, ew)" in julia_function("conformance.jl", "check_examples")
     export = _source("export.jl")
-    assert export.index("check_manifest(manifest)") < export.index("write_manifest(joinpath(tmp")
+    assert export.index("check_manifest(manifest; returned=traced.returned)") < export.index(
+        "write_manifest(joinpath(tmp"
+    )
     assert "first(dims) < 1" in julia_function("tracing.jl", "batch_size")
     assert "isempty(kept) ? nothing : kept" in julia_function("export.jl", "reference_results")

@@ -116,31 +116,33 @@ function export_model(
     datasets = Dict{Int,String}(a.index => dataset_path(a.role, a.path) for a in traced.arguments if a.role != "input")
     B = batch_size(traced.arguments)
 
-    # Run the compiled function when references are wanted, to classify results that are
-    # arguments (echo or mutation), or to probe sample independence (never in train mode, where
-    # e.g. BatchNorm mixes the samples of a batch).
-    candidates = any(r -> r.argument !== nothing, traced.results)
+    # Echoes are decided from the module's structure before anything runs (a value that merely
+    # equals its argument on the example is not one); a result that is an argument the module
+    # computes and (y, st) does not return is a lost mutation and refused here.
+    classify_echoes!(traced)
+    if any(r -> r.echo_of !== nothing && isempty(r.steps), traced.results)
+        # Arguments @main returns unchanged although (y, st) does not hold them (Reactant saw
+        # them written, e.g. passed through a @trace'd layer): strip them (the spec allows a
+        # writer to), so a reader does not copy them out of every call. Traced again keeping only
+        # the returned (y, st): the same arguments, the other results in the same order.
+        traced = checked_trace(:result)
+        classify_echoes!(traced)
+    end
+
+    # Run the compiled function when references are wanted or to probe sample independence
+    # (never in train mode, where e.g. BatchNorm mixes the samples of a batch).
     probe = samples_independent === nothing && mode === :test && B !== nothing && B >= 2
     outputs = nothing
     independent = something(samples_independent, false)
     report("running the compiled model on the example input")
     before = snapshot_candidates(traced)
-    if reference || probe || candidates
+    if reference || probe
         thunk = compile_forward(model, xr, psr, str; client)
         out = thunk(model, xr, psr, str)
-        classify_echoes!(traced, before, out)
-        if any(r -> r.echo_of !== nothing && isempty(r.steps), traced.results)
-            # Arguments Reactant returns only because it saw them written (e.g. passed through
-            # a @trace'd layer) and that came back unchanged: strip them (the spec allows a
-            # writer to), so a reader does not copy them out of every call. Traced again keeping
-            # only the returned (y, st), the same arguments, the same results in the same order.
-            traced = checked_trace(:result)
-            classify_echoes!(traced, before, out)
-        end
         outputs = result_values(out, traced)
         # An argument changed in place (and returned) no longer holds the traced value: the
         # probe would run from another point, so it is not attempted.
-        probe = probe && !mutated_in_place(traced)
+        probe = probe && !mutated_in_place(traced, before)
         probe && (independent = probe_sample_independence(thunk, model, xr, psr, str, traced, B, outputs; client))
     end
     batch = B === nothing ? nothing : (; size=B, samples_independent=independent)
@@ -202,7 +204,7 @@ function export_model(
             artifacts,
             scheme,
         )
-        check_manifest(manifest)     # never write what the reference reader would refuse
+        check_manifest(manifest; returned=traced.returned)  # never write what a reader would refuse
         write_manifest(joinpath(tmp, MANIFEST_FILE), manifest)
     end
     return target
