@@ -102,6 +102,9 @@ function export_model(
     check_leaves(str, "state tree st"; static_ok=true)
     check_not_shared("input x" => xr, "parameter tree ps" => psr, "state tree st" => str)
     static = static_leaves(str)
+    # Also the plain numbers inside other structs of st: not in the manifest, but a change to one
+    # would be frozen just the same (`check_static_unchanged`).
+    static_all = static_leaves(str; inside_structs=true)
 
     report("tracing model(x, ps, st) with Reactant")
     function checked_trace(args_in_result)
@@ -109,7 +112,7 @@ function export_model(
         check_ops(t.text, "forward"; allow_custom_calls)
         check_signature(t)
         check_state_tree(t)
-        check_static_unchanged(static, t.static_out)
+        check_static_unchanged(static_all, t.static_out)
         return t
     end
     traced = checked_trace(:all)

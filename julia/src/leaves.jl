@@ -193,9 +193,12 @@ end
 """
 The static leaves of state tree `st`: non-array values directly inside its NamedTuples and
 Tuples (Lux's containers), depth-first. Values inside other structs (a `ReactantRNG`'s
-algorithm name) belong to that struct's type and are not listed.
+algorithm name, a user struct's `Int` counter) belong to that struct's type and are not listed
+in the manifest; with `inside_structs` they are also collected (by field name), so that
+`check_static_unchanged` sees a traced call change one, which Reactant would freeze as it does
+a plain number anywhere in `st`.
 """
-function static_leaves(st)::Vector{StaticLeaf}
+function static_leaves(st; inside_structs::Bool=false)::Vector{StaticLeaf}
     found = StaticLeaf[]
     function walk(v, path::Vector{Any})
         if v isa NamedTuple || v isa Tuple
@@ -204,7 +207,15 @@ function static_leaves(st)::Vector{StaticLeaf}
             end
         elseif !(v isa ReactantLeaf || v isa Reactant.TracedRArray || v isa Reactant.TracedRNumber || v isa AbstractArray)
             entry = static_entry(v)
-            entry === nothing || isempty(path) || push!(found, StaticLeaf(copy(path), entry...))
+            if entry !== nothing
+                isempty(path) || push!(found, StaticLeaf(copy(path), entry...))
+            elseif inside_structs && !is_opaque(v) && !(v isa AbstractDict) && isstructtype(typeof(v))
+                # (A Dict's own fields, e.g. its `age` counter, are bookkeeping, not configuration.)
+                for i in 1:nfields(v)
+                    isdefined(v, i) || continue
+                    walk(getfield(v, i), vcat(path, string(fieldname(typeof(v), i))))
+                end
+            end
         end
         return nothing
     end

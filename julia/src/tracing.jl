@@ -128,7 +128,7 @@ function trace_forward(model, x, ps, st; client, args_in_result::Symbol=:all)::T
             check_in_types(res, arguments)
             results, aliases = result_tables(res)
             out = res.traced_result
-            TracedForward(text, arguments, results, aliases, static_leaves(out[2]), returned_arguments(mod))
+            TracedForward(text, arguments, results, aliases, static_leaves(out[2]; inside_structs=true), returned_arguments(mod))
         finally
             MLIR.IR.dispose(mod)
         end

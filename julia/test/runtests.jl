@@ -354,6 +354,14 @@ struct MutatesParameter <: Lux.AbstractLuxLayer end
 struct ClampsParameter <: Lux.AbstractLuxLayer end
 (::ClampsParameter)(x, ps, st) = (ps.w .= max.(ps.w, 0.0f0); (x .* 2, st))
 
+# A plain Int inside a user struct of the state (not a NamedTuple): frozen by Reactant like any
+# plain number, so changing it must be refused too.
+struct Counter
+    n::Int
+end
+struct BumpsStructCounter <: Lux.AbstractLuxLayer end
+(::BumpsStructCounter)(x, ps, st) = (x .* ps.w, (; c=Counter(st.c.n + 1)))
+
 struct CountsCalls <: Lux.AbstractLuxLayer end
 (::CountsCalls)(x, ps, st) = (x .* 2, (; count=st.count + 1))
 
@@ -570,6 +578,9 @@ end
         @test_throws JuliaBridge.BundleReadError S("Main.NotAllowed{1}", nothing)
         @test JuliaBridge.static_leaves((; layer_1=(; training=Val(false), n=3, w=ones(2)), layer_2=NamedTuple())) ==
               [JuliaBridge.StaticLeaf(Any["layer_1", "training"], false, "Val{false}"), JuliaBridge.StaticLeaf(Any["layer_1", "n"], 3, "Int64")]
+        # Inside other structs: compared across the trace, never written to the manifest.
+        @test isempty(JuliaBridge.static_leaves((; c=Counter(3))))
+        @test JuliaBridge.static_leaves((; c=Counter(3)); inside_structs=true) == [JuliaBridge.StaticLeaf(Any["c", "n"], 3, "Int64")]
     end
 
     @testset "exports run on the XLA CPU client" begin
@@ -786,7 +797,8 @@ end
         # ... also when the write happens to change nothing for the example: echoes are decided
         # from the module's structure, not by comparing values
         @test_throws JuliaBridge.ExportError export_lux(target, ClampsParameter(), (; w=fill(0.5f0, 3, 2)), NamedTuple(), x)
-        # a plain Int in the state that the model changes
+        # a plain Int in the state that the model changes, also inside a struct
+        @test_throws JuliaBridge.ExportError export_lux(target, BumpsStructCounter(), (; w=ones(Float32, 3, 2)), (; c=Counter(0)), x)
         @test_throws JuliaBridge.ExportError export_lux(target, CountsCalls(), NamedTuple(), (; count=0), x)
         # numbers and non-numeric arrays outside the state
         @test_throws JuliaBridge.NonReactantLeafError export_lux(target, KeepsCount(), (; w=ones(Float32, 3, 2), n=3), NamedTuple(), x)
