@@ -93,10 +93,12 @@ function export_model(
     st_mode = mode === :test ? Lux.testmode(copy_rngs(st)) : Lux.trainmode(copy_rngs(st))
     # One conversion per tree (R src/Tracing.jl:2118-2171): an array shared between x and ps/st
     # becomes one argument per role, each with its own path; within ps (or st) a shared array
-    # stays one argument with `tied_paths`.
-    xr = Reactant.to_rarray(x; client)
-    psr = Reactant.to_rarray(ps; client)
-    str = Reactant.to_rarray(st_mode; client)
+    # stays one argument with `tied_paths`, also when it is a Reactant array (`host_tied`).
+    check_numbers_not_tied(ps, "parameter tree ps")
+    check_numbers_not_tied(st_mode, "state tree st")
+    xr = Reactant.to_rarray(host_tied(x); client)
+    psr = Reactant.to_rarray(host_tied(ps); client)
+    str = Reactant.to_rarray(host_tied(st_mode); client)
     check_leaves(xr, "input x")
     check_leaves(psr, "parameter tree ps")
     check_leaves(str, "state tree st"; static_ok=true)

@@ -825,6 +825,14 @@ end
         @test ps.a == w && ps.b == w
         ps2, _ = load_params(dir, (; a=w, b=w), NamedTuple())
         @test ps2.a == w && ps2.b == w
+        # The same tie made of one Reactant array: to_rarray would copy it twice (item 3).
+        wr = Reactant.to_rarray(w)
+        dir_r = export_lux(joinpath(TMP, "tied_reactant.bundle"), UsesTwice(), (; a=wr, b=wr), NamedTuple(), x)
+        params_r = [a for a in read_manifest(dir_r)["arguments"] if a["role"] == "parameter"]
+        @test length(params_r) == 1 && params_r[1]["path"] == ["a"] && params_r[1]["tied_paths"] == [["b"]]
+        check_bundle(dir_r)
+        n = Reactant.to_rarray(2.0f0; track_numbers=true)
+        @test_throws JuliaBridge.ExportError export_lux(joinpath(TMP, "tied_number.bundle"), UsesTwice(), (; a=n, b=n), NamedTuple(), x)
         # A state array reached twice cannot be returned at both places (spec §3.5).
         v = ones(Float32, 3, 2)
         target = joinpath(TMP, "tied_state.bundle")
