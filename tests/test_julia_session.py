@@ -295,3 +295,22 @@ def test_missing_session_never_imports_juliacall(tmp_path: Path) -> None:
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert not seen["juliacall"]
     assert "juliacall" in seen["error"]
+
+
+def test_the_julia_spelling_directory_first_is_the_same_call(
+    fake_juliacall: types.SimpleNamespace, tmp_path: Path
+) -> None:
+    model, ps, st, x = julia_objects()
+    out = tmp_path / "j.bundle"
+    juliabridge.export_lux(out, model, ps, st, x, progress=False)
+    (call,) = fake_juliacall.bridge.calls
+    assert call["out"] == str(out.resolve())
+    assert (call["model"], call["ps"], call["st"], call["inputs"]) == (model, ps, st, (x,))
+    with pytest.raises(CallArgumentError, match="got the bundle directory twice"):
+        juliabridge.export_lux(str(out), model, ps, st, x, out=out)
+    with pytest.raises(CallArgumentError, match=r"needs the bundle directory: .*out=dir"):
+        juliabridge.export_lux(model, ps, st, x)
+    with pytest.raises(CallArgumentError, match="needs at least one example input"):
+        juliabridge.export_lux(out, model, ps, st)
+    with pytest.raises(CallArgumentError, match="needs model, ps, st and an example input"):
+        juliabridge.export_lux(out, model, ps)

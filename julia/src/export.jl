@@ -52,9 +52,29 @@ Throws `ArgumentError` for bad keywords, `NonReactantLeafError` for a leaf traci
 plain number of its state, returns a state of another structure, ...).
 """
 function export_lux(dir::AbstractString, model, ps, st, inputs...; kwargs...)::String
+    haskey(kwargs, :out) && throw(
+        ArgumentError("export_lux got the bundle directory twice: \"$dir\" first and out=$(repr(kwargs[:out])); give it once"),
+    )
     isempty(inputs) && throw(ArgumentError("export_lux needs at least one example input"))
     x = length(inputs) == 1 ? only(inputs) : inputs
     return export_model(dir, model, ps, st, x; kwargs...)
+end
+
+"""
+    export_lux(model, ps, st, inputs...; out, kwargs...) -> String
+
+The same export spelled as Python's `juliabridge.export_lux(model, ps, st, x, out=dir)`: the
+bundle directory as the keyword `out`. Without `out` it throws an `ArgumentError` saying both
+spellings, where Julia would otherwise raise a `MethodError` with no hint.
+"""
+function export_lux(model, ps, st, inputs...; out=nothing, kwargs...)::String
+    out isa AbstractString || throw(
+        ArgumentError(
+            "export_lux needs the bundle directory: export_lux(dir, model, ps, st, x...) or, as in Python, export_lux(model, ps, st, x...; out=dir)" *
+            (out === nothing ? "" : "; out must be a path string, got a $(typeof(out))"),
+        ),
+    )
+    return export_lux(out, model, ps, st, inputs...; kwargs...)
 end
 
 """`export_lux` with the model input `x` given as is (a tuple stays one input structure)."""

@@ -851,6 +851,18 @@ end
         check_bundle(dir)
     end
 
+    @testset "Python's spelling, out=dir, is the same export" begin
+        x = randn(rng, Float32, 3, 2)
+        w = (; w=ones(Float32, 3, 2))
+        dir = export_lux(KeepsCount(), w, NamedTuple(), x; out=joinpath(TMP, "out_keyword.bundle"))
+        @test dir == joinpath(TMP, "out_keyword.bundle")
+        check_bundle(dir)
+        err = thrown(() -> export_lux(KeepsCount(), w, NamedTuple(), x))
+        @test err isa ArgumentError && occursin("out=dir", err.msg)
+        @test_throws ArgumentError export_lux(joinpath(TMP, "twice.bundle"), KeepsCount(), w, NamedTuple(), x; out="elsewhere")
+        @test !ispath(joinpath(TMP, "twice.bundle"))
+    end
+
     @testset "static state beyond the spec's limits is refused" begin
         x = randn(rng, Float32, 3, 2)
         target = joinpath(TMP, "static_limits.bundle")

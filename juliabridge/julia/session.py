@@ -119,7 +119,7 @@ def export_lux(
     ps: Any,
     st: Any,
     *inputs: Any,
-    out: str | os.PathLike[str],
+    out: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     name: str | None = None,
     mode: str = "test",
@@ -138,7 +138,9 @@ def export_lux(
         inputs: the example input(s): Julia arrays (Julia layout, batch last), or NumPy/JAX
             arrays in juliabridge's layout (batch first: the Julia dims reversed). Several
             inputs make ``x`` a tuple, as in ``JuliaBridge.export_lux``.
-        out: the bundle directory to write.
+        out: the bundle directory to write. Julia's spelling, the directory first
+            (``export_lux(out, model, ps, st, x)``, as ``JuliaBridge.export_lux`` takes it), is
+            accepted too.
         overwrite, name, mode, reference, vjp, metadata, allow_custom_calls,
             samples_independent: the keywords of ``JuliaBridge.export_lux``.
         progress: show a progress bar on stderr (default: when stderr is a terminal).
@@ -150,10 +152,29 @@ def export_lux(
     Raises:
         JuliaUnavailable: juliacall is not installed or not running, or JuliaBridge.jl is not
             in its Julia project.
-        CallArgumentError: an argument is not a Julia object (or array, for inputs).
+        CallArgumentError: an argument is not a Julia object (or array, for inputs), or the
+            bundle directory is missing or given twice.
         ValueError: bad options (mode, name, metadata, train mode with samples_independent).
         JuliaExportError: the export failed in Julia (the message is Julia's).
     """
+    if isinstance(model, (str, os.PathLike)):
+        if out is not None:
+            raise CallArgumentError(
+                f"export_lux got the bundle directory twice: {os.fspath(model)!r} first (Julia's "
+                f"spelling) and out={os.fspath(out)!r}; give it once"
+            )
+        # JuliaBridge.export_lux(dir, model, ps, st, x...): the same call spelled as in Julia.
+        out, model, ps, st, inputs = model, ps, st, inputs[0] if inputs else None, inputs[1:]
+        if st is None:
+            raise CallArgumentError(
+                "export_lux(dir, model, ps, st, x...) needs model, ps, st and an example input "
+                "after the bundle directory"
+            )
+    if out is None:
+        raise CallArgumentError(
+            "export_lux needs the bundle directory: export_lux(model, ps, st, x, out=dir), or "
+            "export_lux(dir, model, ps, st, x) as in Julia"
+        )
     if not inputs:
         raise CallArgumentError("export_lux needs at least one example input after model, ps, st")
     out_path = Path(out).expanduser().resolve()
