@@ -118,3 +118,24 @@ def test_the_shipped_bundles_still_load(name: str) -> None:
     b = open_bundle(example_bundle_path(name))
     claimed = {r.index: r.echo_of for r in b.manifest.results if r.echo_of is not None}
     assert all(b.module.returned_arguments.get(k) == j for k, j in claimed.items())
+
+
+def test_train_mode_without_a_batch_says_why_another_shape_is_refused(tmp_path: Path) -> None:
+    path = _train_bundle(tmp_path)
+
+    def drop_batch(m: dict) -> None:
+        m.pop("batch")
+        for entry in (*m["arguments"], *m["results"]):
+            entry.pop("batch_axis", None)
+
+    edit_manifest(path, drop_batch)
+    model = juliabridge.import_lux(path, backend="xla")
+    x = np.ones((4, 3), np.float32)  # the traced shape still runs
+    y, _ = model.apply(model.params, model.state, x)
+    assert np.asarray(y).shape == (4, 5)
+    with pytest.raises(juliabridge.CallArgumentError) as e:
+        model.apply(model.params, model.state, np.ones((6, 3), np.float32))
+    assert "x expects exactly [4, 3] (f32), got shape [6, 3]: the bundle records no batch" in str(
+        e.value
+    )
+    assert "train-mode bundle's samples are not independent" in str(e.value)
