@@ -199,6 +199,9 @@ end
 
 Base.:(==)(a::StaticLeaf, b::StaticLeaf) = a.path == b.path && isequal(a.value, b.value) && a.julia_type == b.julia_type
 
+# Base's `BitInteger` spelled out: that name is not public API.
+const BIT_INTEGERS = Union{Int8,Int16,Int32,Int64,Int128,UInt8,UInt16,UInt32,UInt64,UInt128}
+
 """
 `(value, julia_type)` of a configuration value JuliaBridge records and `load_params` rebuilds
 (see `static_value` in load.jl), or `nothing` for values it leaves alone (layers, functions).
@@ -216,7 +219,7 @@ function static_entry(v)
         return nothing
     elseif v isa Bool
         return (v, "Bool")
-    elseif v isa Base.BitInteger
+    elseif v isa BIT_INTEGERS
         return (v, string(typeof(v)))
     elseif v === nothing
         return (nothing, "Nothing")
