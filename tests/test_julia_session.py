@@ -314,3 +314,24 @@ def test_the_julia_spelling_directory_first_is_the_same_call(
         juliabridge.export_lux(out, model, ps, st)
     with pytest.raises(CallArgumentError, match="needs model, ps, st and an example input"):
         juliabridge.export_lux(out, model, ps)
+
+
+def test_the_known_crash_platform_is_named() -> None:
+    assert session.in_process_risk("Linux", "aarch64", "conda") is not None
+    assert "Reactant issue #438" in str(session.in_process_risk("Linux", "arm64", "conda"))
+    assert session.in_process_risk("Linux", "aarch64", "pip") is None
+    assert session.in_process_risk("Linux", "x86_64", "conda") is None
+    assert session.in_process_risk("Darwin", "arm64", "conda") is None
+
+
+def test_where_the_crash_is_known_the_isolated_route_is_the_default(
+    fake_juliacall: types.SimpleNamespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(session, "in_process_risk", lambda: "a known crash")
+    monkeypatch.delenv(session.IN_PROCESS_ENV, raising=False)
+    with pytest.raises(JuliaExportError, match=r"a known crash\. Export in a separate julia"):
+        juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.bundle", progress=False)
+    assert not fake_juliacall.bridge.calls
+    monkeypatch.setenv(session.IN_PROCESS_ENV, "1")
+    juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.bundle", progress=False)
+    assert len(fake_juliacall.bridge.calls) == 1
