@@ -96,21 +96,31 @@ def test_a_true_echo_loads_and_a_value_equal_by_chance_does_not(tmp_path: Path, 
     paths[echo] = []
     echoes: list[int | None] = [None, None]
     echoes[echo] = 0
-    path = write_bundle(
-        tmp_path / f"echo{echo}.bundle",
-        name="echo",
-        mlir_text=_echo_module(),
-        arguments=[ArgumentSpec("input", [], x)],
-        result_paths=paths,
-        result_echoes=echoes,
-        example_outputs=[x, x],
-    )
+
+    def write(echoes: list[int | None], paths: list[list[list[object]]]) -> Path:
+        return write_bundle(
+            tmp_path / f"echo{echo}.bundle",
+            name="echo",
+            mlir_text=_echo_module(),
+            arguments=[ArgumentSpec("input", [], x)],
+            result_paths=paths,
+            result_echoes=echoes,
+            example_outputs=[x, x],
+            overwrite=True,
+        )
+
     if echo == 0:
+        path = write(echoes, paths)
         b = open_bundle(path)
         assert b.module.returned_arguments == {0: 0}
         assert juliabridge.verify(path, backend="xla").ok
         return
     # abs(x) == x on this (non-negative) example, so a value comparison would call it an echo.
+    # The writer refuses the claim; a manifest edited to make it is refused by the reader.
+    with pytest.raises(juliabridge.SignatureMismatchError, match=r"result 1: echo_of=0, but"):
+        write(echoes, paths)
+    path = write([None, None], [[["output", 1]], [["output", 2]]])
+    edit_manifest(path, lambda m: _label_as_echo(m, 1, 0))
     with pytest.raises(
         juliabridge.SignatureMismatchError, match=r"result 1 is argument 0 .* computes it"
     ):
