@@ -71,3 +71,24 @@ function returned_arguments(mod)::Dict{Int,Int}
     end
     return found
 end
+
+"""
+`returned_arguments` of MLIR text `text`, parsed in a fresh Reactant context the way the
+artifact is made (artifact.jl `portable_artifact`): to check a written bundle's `echo_of`
+claims against its `model.mlir` (`check_manifest(m; returned=...)`).
+"""
+function returned_arguments_of_text(text::AbstractString)::Dict{Int,Int}
+    return MLIR.IR.@dispose ctx = Reactant.ReactantContext() begin
+        MLIR.IR.activate(ctx)
+        try
+            mod = parse(MLIR.IR.Module, text)                      # R src/mlir/IR/Module.jl:30-32
+            try
+                returned_arguments(mod)
+            finally
+                MLIR.IR.dispose(mod)
+            end
+        finally
+            MLIR.IR.deactivate(ctx)
+        end
+    end
+end

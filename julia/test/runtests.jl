@@ -243,6 +243,8 @@ function export_and_check(tag, model, ps, st, x; mode=:test, vjp=false)
 
     @testset "$tag: the manifest follows the spec" begin
         @test JuliaBridge.check_manifest(m) === nothing
+        # Its echo_of claims are what the written module does (spec §3.4).
+        @test JuliaBridge.check_manifest(m; returned=JuliaBridge.returned_arguments_of_text(text)) === nothing
         @test schema_issue(m) === nothing
         if PYTHON === nothing
             @test_skip "the Python reader (no Python with juliabridge here)"
@@ -875,7 +877,16 @@ end
     @testset "check_manifest refuses what the Python reader refuses" begin
         m = read_manifest(joinpath(TMP, "dense.bundle"))
         @test JuliaBridge.check_manifest(m) === nothing
-        # echo_of is checked against the module's structure (result => argument it returns).
+        # echo_of is checked against the module's structure (result => argument it returns):
+        # the block argument itself, through transposes composing to the identity, never a
+        # computed value (the cases of the Python reader's tests/test_echo_structure.py).
+        main(ret, body, res) = "func.func @main(%arg0: tensor<2x3xf32>) -> ($res) {\n$body\n  return $ret\n}\n"
+        t2 = "%0 = stablehlo.transpose %arg0, dims = [1, 0] : (tensor<2x3xf32>) -> tensor<3x2xf32>\n" *
+             "%1 = stablehlo.transpose %0, dims = [1, 0] : (tensor<3x2xf32>) -> tensor<2x3xf32>"
+        @test JuliaBridge.returned_arguments_of_text(main("%arg0 : tensor<2x3xf32>", "", "tensor<2x3xf32>")) == Dict(0 => 0)
+        @test JuliaBridge.returned_arguments_of_text(main("%1 : tensor<2x3xf32>", t2, "tensor<2x3xf32>")) == Dict(0 => 0)
+        @test isempty(JuliaBridge.returned_arguments_of_text(main("%0 : tensor<3x2xf32>", first(split(t2, '\n')), "tensor<3x2xf32>")))
+        @test isempty(JuliaBridge.returned_arguments_of_text(main("%0 : tensor<2x3xf32>", "%0 = stablehlo.abs %arg0 : tensor<2x3xf32>", "tensor<2x3xf32>")))
         @test JuliaBridge.check_manifest(m; returned=Dict{Int,Int}()) === nothing
         claim = [Dict{String,Any}("echo_of" => 0)]
         @test JuliaBridge.check_echo_claims(claim, Dict(0 => 0)) === nothing
