@@ -46,14 +46,14 @@ from tests.bundle_factory import (
     to_format2,
 )
 from tests.reference.fixture_refs import FIXTURES
-from tests.test_manifest import spec_example
+from tests.test_manifest import spec_example, spec_example_with_aliases
 
 FIXTURE_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "reactant"
 HEX = "ab" * 32
 
 
 def _mutated(change: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
-    m = copy.deepcopy(spec_example())
+    m = copy.deepcopy(spec_example_with_aliases())
     change(m)
     return m
 

@@ -230,8 +230,15 @@ def test_julia_project_is_the_checkout_julia_dir() -> None:
     compat = toml["compat"]
     # Reactant exactly: JuliaBridge relies on its internals (julia/README.md, Pins).
     assert compat["Reactant"] == "=0.2.280"
-    assert compat["Lux"] == "1.31.4"
-    assert "0.18" in compat["HDF5"]
+    # The rest of what the code was reviewed against, exactly (julia/README.md, Reproducibility).
+    assert compat["Lux"] == "=1.31.4"
+    assert (compat["LuxCore"], compat["LuxLib"], compat["MLDataDevices"]) == (
+        "=1.5.3",
+        "=1.15.9",
+        "=1.17.10",
+    )
+    assert compat["Enzyme"] == "=0.13.120"
+    assert compat["HDF5"] == "~0.17.2"  # no 0.18 exists; 0.17.x patches only
     assert compat["julia"] == "1.10"
 
 

@@ -295,3 +295,43 @@ def test_missing_session_never_imports_juliacall(tmp_path: Path) -> None:
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert not seen["juliacall"]
     assert "juliacall" in seen["error"]
+
+
+def test_the_julia_spelling_directory_first_is_the_same_call(
+    fake_juliacall: types.SimpleNamespace, tmp_path: Path
+) -> None:
+    model, ps, st, x = julia_objects()
+    out = tmp_path / "j.bundle"
+    juliabridge.export_lux(out, model, ps, st, x, progress=False)
+    (call,) = fake_juliacall.bridge.calls
+    assert call["out"] == str(out.resolve())
+    assert (call["model"], call["ps"], call["st"], call["inputs"]) == (model, ps, st, (x,))
+    with pytest.raises(CallArgumentError, match="got the bundle directory twice"):
+        juliabridge.export_lux(str(out), model, ps, st, x, out=out)
+    with pytest.raises(CallArgumentError, match=r"needs the bundle directory: .*out=dir"):
+        juliabridge.export_lux(model, ps, st, x)
+    with pytest.raises(CallArgumentError, match="needs at least one example input"):
+        juliabridge.export_lux(out, model, ps, st)
+    with pytest.raises(CallArgumentError, match="needs model, ps, st and an example input"):
+        juliabridge.export_lux(out, model, ps)
+
+
+def test_the_known_crash_platform_is_named() -> None:
+    assert session.in_process_risk("Linux", "aarch64", "conda") is not None
+    assert "Reactant issue #438" in str(session.in_process_risk("Linux", "arm64", "conda"))
+    assert session.in_process_risk("Linux", "aarch64", "pip") is None
+    assert session.in_process_risk("Linux", "x86_64", "conda") is None
+    assert session.in_process_risk("Darwin", "arm64", "conda") is None
+
+
+def test_where_the_crash_is_known_the_isolated_route_is_the_default(
+    fake_juliacall: types.SimpleNamespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(session, "in_process_risk", lambda: "a known crash")
+    monkeypatch.delenv(session.IN_PROCESS_ENV, raising=False)
+    with pytest.raises(JuliaExportError, match=r"a known crash\. Export in a separate julia"):
+        juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.bundle", progress=False)
+    assert not fake_juliacall.bridge.calls
+    monkeypatch.setenv(session.IN_PROCESS_ENV, "1")
+    juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.bundle", progress=False)
+    assert len(fake_juliacall.bridge.calls) == 1

@@ -24,6 +24,25 @@ def spec_example() -> dict[str, Any]:
     return json.loads(block.group(1).replace("<64 hex>", "0" * 64))
 
 
+def spec_example_with_aliases() -> dict[str, Any]:
+    """§7's example as a writer that sees the running statistics removed from @main writes it
+    (spec §2: readers accept both forms): results 1 and 2 become aliases of arguments 5 and 6."""
+    m = spec_example()
+    stats = m["results"][1:]
+    m["results"] = m["results"][:1]
+    m["aliases"] = [{"path": r["paths"][0], "argument": 5 + i} for i, r in enumerate(stats)]
+    return m
+
+
+def test_both_forms_of_the_spec_example_are_valid_and_say_the_same() -> None:
+    plain, aliased = parse_manifest(spec_example()), parse_manifest(spec_example_with_aliases())
+    assert [r.paths[0] for r in plain.results[1:]] == [a.path for a in aliased.aliases]
+    assert [(a.path, a.argument) for a in aliased.aliases] == [
+        (("state", "layer_2", "running_mean"), 5),
+        (("state", "layer_2", "running_var"), 6),
+    ]
+
+
 def test_spec_example_is_a_valid_manifest() -> None:
     m = parse_manifest(spec_example())
     assert [a.label for a in m.arguments][:3] == [
@@ -31,7 +50,13 @@ def test_spec_example_is_a_valid_manifest() -> None:
         "params.layer_1.weight",
         "params.layer_1.bias",
     ]
-    assert m.aliases[0].argument == 5
+    # Lux 1.31.4 returns test-mode running statistics as ordinary results (spec §3.5, §7).
+    assert [r.paths for r in m.results] == [
+        (("output",),),
+        (("state", "layer_2", "running_mean"),),
+        (("state", "layer_2", "running_var"),),
+    ]
+    assert m.aliases == () and all(r.echo_of is None for r in m.results)
     assert m.batch is not None and m.batch.samples_independent
 
 
@@ -42,7 +67,7 @@ def test_spec_documents_every_dtype() -> None:
 
 
 def _mutated(change: Any) -> dict[str, Any]:
-    m = copy.deepcopy(spec_example())
+    m = copy.deepcopy(spec_example_with_aliases())
     change(m)
     return m
 

@@ -23,7 +23,7 @@ from juliabridge.bundle import schema
 from juliabridge.bundle.manifest import parse_manifest
 from tests.bundle_factory import make_dense_bn, to_format1, to_format2
 from tests.test_julia_spec_alignment import JULIA_MANIFESTS
-from tests.test_manifest import spec_example
+from tests.test_manifest import spec_example, spec_example_with_aliases
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -106,7 +106,7 @@ def test_what_the_python_writer_writes_is_valid(
 
 
 def _mutated(change: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
-    m = copy.deepcopy(spec_example())
+    m = copy.deepcopy(spec_example_with_aliases())
     change(m)
     return m
 

@@ -11,8 +11,9 @@
 #     the target are expanded, through Reactant's own pass runner
 #     `Reactant.Compiler.run_pass_pipeline!(mod, pipeline, key)` (R src/compiler/OptimizationPasses.jl:222-229,
 #     called so from R src/Sharding.jl:627; the passes are registered by Enzyme-JAX's
-#     `initializePasses`, EJ src/enzyme_ad/jax/RegistryUtils.cpp:361, 391-395 at 51a4cd6c, the
-#     Enzyme-JAX commit Reactant 0.2.280 builds, R deps/ReactantExtra/WORKSPACE:7);
+#     `initializePasses`, EJ src/enzyme_ad/jax/RegistryUtils.cpp:361, 391-395 at f76f8763, the
+#     Enzyme-JAX commit Reactant 0.2.280 builds: R deps/ReactantExtra/WORKSPACE:7
+#     `ENZYMEXLA_COMMIT = "f76f876398835354fdeea8be96f030b60cacdd45"`);
 #  3. it is serialized with `allowOtherDialects = false`, so only StableHLO and func ops pass.
 # A module that fails any step gets no artifact (a warning): the text is always there.
 #

@@ -1,6 +1,9 @@
 # BLAKE3, the standard (unkeyed) hash function with its default 32-byte output, in plain Julia:
-# the per-dataset digest of bundle format 3 (docs/bundle-format.md §4.1). There is no
-# maintained Julia BLAKE3 package, so JuliaBridge has its own, written from the BLAKE3
+# the per-dataset digest of bundle format 3 (docs/bundle-format.md §4.1). A Julia package exists
+# (pixel27/Blake3Hash.jl, 0.2.1, depending on StaticArrays); JuliaBridge keeps its own so the
+# digest adds no dependency outside what Reactant and Lux already bring, is pinned with the
+# package, and is checked against known answers before each session's first bundle
+# (`blake3_selftest`) rather than trusted. It is written from the BLAKE3
 # specification (O'Connor, Aumasson, Neves, Wilcox-O'Hearn, "BLAKE3: one function, fast
 # everywhere", BLAKE3-team/BLAKE3-specs blake3.pdf: §2.1 constants, §2.2 the compression
 # function, §2.3-2.5 chunks, parents and the tree, §5.1.2 the chaining-value stack), with the

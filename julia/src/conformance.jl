@@ -198,10 +198,14 @@ Throw `ExportError` unless manifest `m` (as built by `build_manifest`, or as rea
 `JSON.parsefile`) follows docs/bundle-format.md as JuliaBridge writes it: format 3 (every
 dataset's digest under `blake3`), or format 2 (under `sha256`), the fallback when BLAKE3 failed
 its self-test.
+
+`returned` (result => argument, 0-based, from `returned_arguments` of the module the manifest
+describes) also checks every `echo_of` claim against the module's structure, as the Python
+reader does (spec §3.4); without it only the manifest's own rules are checked.
 """
-function check_manifest(m)
+function check_manifest(m; returned::Union{Nothing,AbstractDict{Int,Int}}=nothing)
     try
-        check_manifest_rules(m)
+        check_manifest_rules(m; returned)
     catch err
         err isa ManifestRuleError || rethrow()
         v = m isa AbstractDict ? get(m, "format_version", nothing) : nothing
@@ -211,7 +215,7 @@ function check_manifest(m)
     return nothing
 end
 
-function check_manifest_rules(m)
+function check_manifest_rules(m; returned::Union{Nothing,AbstractDict{Int,Int}}=nothing)
     top = "top level"
     m isa AbstractDict || rule_fail(top, "not a JSON object")
     get_typed(m, "format", AbstractString, top) == FORMAT || rule_fail("format", "expected $(repr(FORMAT))")
@@ -226,6 +230,7 @@ function check_manifest_rules(m)
     check_files(m)
     args = check_arguments(get_typed(m, "arguments", AbstractVector, top), scheme)
     results = check_results(get_typed(m, "results", AbstractVector, top), args)
+    returned === nothing || check_echo_claims(m["results"], returned)
     aliases = Tuple{Vector{Any},Int}[]
     for (j, al) in enumerate(get_typed(m, "aliases", AbstractVector, top))
         w = "aliases[$(j - 1)]"
@@ -364,6 +369,19 @@ function check_results(entries, args)
         push!(results, (; paths, dtype, shape))
     end
     return results
+end
+
+# Each `echo_of` is a claim about the module (spec §3.4): @main returns that block argument itself.
+function check_echo_claims(entries, returned::AbstractDict{Int,Int})
+    for (k, r) in enumerate(entries)
+        echo = get(r, "echo_of", nothing)
+        echo === nothing && continue
+        found = get(returned, k - 1, nothing)
+        found == echo && continue
+        what = found === nothing ? "computes that result" : "returns argument $found there"
+        rule_fail("results[$(k - 1)].echo_of", "claims @main result $(k - 1) is argument $echo returned unchanged, but the module $what")
+    end
+    return nothing
 end
 
 # Every output path once; every returned state path is a state argument's own path (spec §3.5).

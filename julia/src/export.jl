@@ -52,9 +52,29 @@ Throws `ArgumentError` for bad keywords, `NonReactantLeafError` for a leaf traci
 plain number of its state, returns a state of another structure, ...).
 """
 function export_lux(dir::AbstractString, model, ps, st, inputs...; kwargs...)::String
+    haskey(kwargs, :out) && throw(
+        ArgumentError("export_lux got the bundle directory twice: \"$dir\" first and out=$(repr(kwargs[:out])); give it once"),
+    )
     isempty(inputs) && throw(ArgumentError("export_lux needs at least one example input"))
     x = length(inputs) == 1 ? only(inputs) : inputs
     return export_model(dir, model, ps, st, x; kwargs...)
+end
+
+"""
+    export_lux(model, ps, st, inputs...; out, kwargs...) -> String
+
+The same export spelled as Python's `juliabridge.export_lux(model, ps, st, x, out=dir)`: the
+bundle directory as the keyword `out`. Without `out` it throws an `ArgumentError` saying both
+spellings, where Julia would otherwise raise a `MethodError` with no hint.
+"""
+function export_lux(model, ps, st, inputs...; out=nothing, kwargs...)::String
+    out isa AbstractString || throw(
+        ArgumentError(
+            "export_lux needs the bundle directory: export_lux(dir, model, ps, st, x...) or, as in Python, export_lux(model, ps, st, x...; out=dir)" *
+            (out === nothing ? "" : "; out must be a path string, got a $(typeof(out))"),
+        ),
+    )
+    return export_lux(out, model, ps, st, inputs...; kwargs...)
 end
 
 """`export_lux` with the model input `x` given as is (a tuple stays one input structure)."""
@@ -93,15 +113,20 @@ function export_model(
     st_mode = mode === :test ? Lux.testmode(copy_rngs(st)) : Lux.trainmode(copy_rngs(st))
     # One conversion per tree (R src/Tracing.jl:2118-2171): an array shared between x and ps/st
     # becomes one argument per role, each with its own path; within ps (or st) a shared array
-    # stays one argument with `tied_paths`.
-    xr = Reactant.to_rarray(x; client)
-    psr = Reactant.to_rarray(ps; client)
-    str = Reactant.to_rarray(st_mode; client)
+    # stays one argument with `tied_paths`, also when it is a Reactant array (`host_tied`).
+    check_numbers_not_tied(ps, "parameter tree ps")
+    check_numbers_not_tied(st_mode, "state tree st")
+    xr = Reactant.to_rarray(host_tied(x); client)
+    psr = Reactant.to_rarray(host_tied(ps); client)
+    str = Reactant.to_rarray(host_tied(st_mode); client)
     check_leaves(xr, "input x")
     check_leaves(psr, "parameter tree ps")
     check_leaves(str, "state tree st"; static_ok=true)
     check_not_shared("input x" => xr, "parameter tree ps" => psr, "state tree st" => str)
     static = static_leaves(str)
+    # Also the plain numbers inside other structs of st: not in the manifest, but a change to one
+    # would be frozen just the same (`check_static_unchanged`).
+    static_all = static_leaves(str; inside_structs=true)
 
     report("tracing model(x, ps, st) with Reactant")
     function checked_trace(args_in_result)
@@ -109,38 +134,40 @@ function export_model(
         check_ops(t.text, "forward"; allow_custom_calls)
         check_signature(t)
         check_state_tree(t)
-        check_static_unchanged(static, t.static_out)
+        check_static_unchanged(static_all, t.static_out)
         return t
     end
     traced = checked_trace(:all)
     datasets = Dict{Int,String}(a.index => dataset_path(a.role, a.path) for a in traced.arguments if a.role != "input")
     B = batch_size(traced.arguments)
 
-    # Run the compiled function when references are wanted, to classify results that are
-    # arguments (echo or mutation), or to probe sample independence (never in train mode, where
-    # e.g. BatchNorm mixes the samples of a batch).
-    candidates = any(r -> r.argument !== nothing, traced.results)
+    # Echoes are decided from the module's structure before anything runs (a value that merely
+    # equals its argument on the example is not one); a result that is an argument the module
+    # computes and (y, st) does not return is a lost mutation and refused here.
+    classify_echoes!(traced)
+    if any(r -> r.echo_of !== nothing && isempty(r.steps), traced.results)
+        # Arguments @main returns unchanged although (y, st) does not hold them (Reactant saw
+        # them written, e.g. passed through a @trace'd layer): strip them (the spec allows a
+        # writer to), so a reader does not copy them out of every call. Traced again keeping only
+        # the returned (y, st): the same arguments, the other results in the same order.
+        traced = checked_trace(:result)
+        classify_echoes!(traced)
+    end
+
+    # Run the compiled function when references are wanted or to probe sample independence
+    # (never in train mode, where e.g. BatchNorm mixes the samples of a batch).
     probe = samples_independent === nothing && mode === :test && B !== nothing && B >= 2
     outputs = nothing
     independent = something(samples_independent, false)
     report("running the compiled model on the example input")
     before = snapshot_candidates(traced)
-    if reference || probe || candidates
+    if reference || probe
         thunk = compile_forward(model, xr, psr, str; client)
         out = thunk(model, xr, psr, str)
-        classify_echoes!(traced, before, out)
-        if any(r -> r.echo_of !== nothing && isempty(r.steps), traced.results)
-            # Arguments Reactant returns only because it saw them written (e.g. passed through
-            # a @trace'd layer) and that came back unchanged: strip them (the spec allows a
-            # writer to), so a reader does not copy them out of every call. Traced again keeping
-            # only the returned (y, st), the same arguments, the same results in the same order.
-            traced = checked_trace(:result)
-            classify_echoes!(traced, before, out)
-        end
         outputs = result_values(out, traced)
         # An argument changed in place (and returned) no longer holds the traced value: the
         # probe would run from another point, so it is not attempted.
-        probe = probe && !mutated_in_place(traced)
+        probe = probe && !mutated_in_place(traced, before)
         probe && (independent = probe_sample_independence(thunk, model, xr, psr, str, traced, B, outputs; client))
     end
     batch = B === nothing ? nothing : (; size=B, samples_independent=independent)
@@ -202,7 +229,7 @@ function export_model(
             artifacts,
             scheme,
         )
-        check_manifest(manifest)     # never write what the reference reader would refuse
+        check_manifest(manifest; returned=traced.returned)  # never write what a reader would refuse
         write_manifest(joinpath(tmp, MANIFEST_FILE), manifest)
     end
     return target

@@ -91,10 +91,48 @@ function leaf_paths(root)::IdDict{Any,Vector{Vector{Any}}}
 end
 
 """
+`v` with every Reactant array inside its NamedTuples, Tuples and arrays replaced by a CPU
+`Array`, the same `Array` wherever the same Reactant array is reached. `Reactant.to_rarray`
+copies a Reactant array before it looks it up in its `seen` table (R src/Tracing.jl:1383-1402,
+src/Types.jl:280-297), so a Reactant array tied at two paths of `ps` would become two
+arguments and the tie would be lost; a plain `Array` is looked up first (R src/Tracing.jl:1790-1797)
+and stays one argument with `tied_paths`. Reactant numbers and arrays inside other structs
+(a `ReactantRNG`'s seed) are left as they are.
+"""
+function host_tied(v, cache::IdDict{Any,Any}=IdDict{Any,Any}())
+    if v isa Reactant.AbstractConcreteArray
+        return get!(() -> host(v), cache, v)
+    elseif v isa NamedTuple || v isa Tuple
+        return map(c -> host_tied(c, cache), v)
+    elseif v isa AbstractArray && !(eltype(v) <: Number)
+        return map(c -> host_tied(c, cache), v)
+    end
+    return v
+end
+
+"""
+Refuse a Reactant number reached at two paths of `root`: `Reactant.to_rarray` copies it
+(R src/Tracing.jl:1425-1443), so the two places would become two arguments; unlike an array
+it cannot be made a host value without freezing it.
+"""
+function check_numbers_not_tied(root, role::AbstractString)
+    for (leaf, paths) in leaf_paths(root)
+        (leaf isa Reactant.AbstractConcreteNumber && length(paths) > 1) || continue
+        throw(
+            ExportError(
+                "the same Reactant number is the $role at $(path_label(paths[1])) and at $(path_label(paths[2])); Reactant would make it two arguments, so the bundle could not keep them one value. Use a 0-dimensional array (`Reactant.to_rarray(fill(x))`) shared at both places, or a copy for one of them.",
+            ),
+        )
+    end
+    return nothing
+end
+
+"""
 Refuse a Reactant array reached from two of x, ps and st. Reactant traces a shared array once
 (R src/Tracing.jl:1398), so it would be one `@main` argument with the first role only and the
-other path would be lost. Plain arrays never get here: `export_lux` converts x, ps and st
-separately, so a plain array shared between them becomes one argument per role.
+other path would be lost. Arrays in NamedTuples/Tuples never get here: `export_lux` makes them
+host arrays (`host_tied`) and converts x, ps and st separately, so an array shared between them
+becomes one argument per role; what is left is an array inside another struct.
 """
 function check_not_shared(trees::Pair{String}...)
     owner = IdDict{Any,Tuple{String,Vector{Any}}}()
@@ -161,6 +199,9 @@ end
 
 Base.:(==)(a::StaticLeaf, b::StaticLeaf) = a.path == b.path && isequal(a.value, b.value) && a.julia_type == b.julia_type
 
+# Base's `BitInteger` spelled out: that name is not public API.
+const BIT_INTEGERS = Union{Int8,Int16,Int32,Int64,Int128,UInt8,UInt16,UInt32,UInt64,UInt128}
+
 """
 `(value, julia_type)` of a configuration value JuliaBridge records and `load_params` rebuilds
 (see `static_value` in load.jl), or `nothing` for values it leaves alone (layers, functions).
@@ -178,7 +219,7 @@ function static_entry(v)
         return nothing
     elseif v isa Bool
         return (v, "Bool")
-    elseif v isa Base.BitInteger
+    elseif v isa BIT_INTEGERS
         return (v, string(typeof(v)))
     elseif v === nothing
         return (nothing, "Nothing")
@@ -193,9 +234,12 @@ end
 """
 The static leaves of state tree `st`: non-array values directly inside its NamedTuples and
 Tuples (Lux's containers), depth-first. Values inside other structs (a `ReactantRNG`'s
-algorithm name) belong to that struct's type and are not listed.
+algorithm name, a user struct's `Int` counter) belong to that struct's type and are not listed
+in the manifest; with `inside_structs` they are also collected (by field name), so that
+`check_static_unchanged` sees a traced call change one, which Reactant would freeze as it does
+a plain number anywhere in `st`.
 """
-function static_leaves(st)::Vector{StaticLeaf}
+function static_leaves(st; inside_structs::Bool=false)::Vector{StaticLeaf}
     found = StaticLeaf[]
     function walk(v, path::Vector{Any})
         if v isa NamedTuple || v isa Tuple
@@ -204,7 +248,15 @@ function static_leaves(st)::Vector{StaticLeaf}
             end
         elseif !(v isa ReactantLeaf || v isa Reactant.TracedRArray || v isa Reactant.TracedRNumber || v isa AbstractArray)
             entry = static_entry(v)
-            entry === nothing || isempty(path) || push!(found, StaticLeaf(copy(path), entry...))
+            if entry !== nothing
+                isempty(path) || push!(found, StaticLeaf(copy(path), entry...))
+            elseif inside_structs && !is_opaque(v) && !(v isa AbstractDict) && isstructtype(typeof(v))
+                # (A Dict's own fields, e.g. its `age` counter, are bookkeeping, not configuration.)
+                for i in 1:nfields(v)
+                    isdefined(v, i) || continue
+                    walk(getfield(v, i), vcat(path, string(fieldname(typeof(v), i))))
+                end
+            end
         end
         return nothing
     end

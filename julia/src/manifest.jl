@@ -7,7 +7,10 @@ jobject(pairs::Pair...) = JSON.Object{String,Any}(pairs...)
 """sha256 of a file's bytes as 64 lowercase hex digits."""
 file_sha256(path::AbstractString)::String = bytes2hex(open(SHA.sha256, path))
 
-version_string(m::Module) = (v = pkgversion(m); v === nothing ? "unknown" : string(v))
+function version_string(m::Module)
+    v = pkgversion(m)
+    return v === nothing ? "unknown" : string(v)
+end
 
 function producer_object()
     return jobject(

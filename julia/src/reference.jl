@@ -1,5 +1,6 @@
-# Running the compiled forward function: deciding which argument-results are echoes (spec
-# `echo_of`) and refusing lost mutations, the reference outputs (spec §3.7), and the probe of
+# Deciding which argument-results are echoes (spec `echo_of`, from the module's structure) and
+# refusing lost mutations; running the compiled forward function: the reference outputs (spec
+# §3.7), and the probe of
 # whether output samples depend only on their own input sample (spec §3.6).
 
 """
@@ -24,24 +25,25 @@ function snapshot_candidates(traced::TracedForward)::Dict{Int,Array}
 end
 
 """
-Classify each result that is an argument's traced value, from the run `out` of the thunk and
-the arguments' values `before` it. Unchanged (bitwise, `isequal`) -> an echo: `echo_of` is set.
-Changed and returned in (y, st_new) -> an ordinary result. Changed and not returned -> the model
-mutates an argument in place and the bundle would silently lose it (spec §2: writers MUST
-refuse): `ExportError`. Checked on the example arguments.
+Classify each result that is an argument's traced value from the module's structure
+(`traced.returned`, echoes.jl), never from values: an in-place write that happens to leave the
+example input as it was (`clamp!` on an input already in range) is still a write, and would be
+lost for every other input. `@main` returns the block argument itself -> an echo: `echo_of` is
+set. Computed and returned in (y, st_new) -> an ordinary result. Computed and not returned ->
+the model mutates an argument in place and the bundle would lose it (spec §2: writers MUST
+refuse): `ExportError`.
 """
-function classify_echoes!(traced::TracedForward, before::Dict{Int,Array}, out)
+function classify_echoes!(traced::TracedForward)
     for r in traced.results
         r.argument === nothing && continue
         a = traced.arguments[r.argument + 1]
-        old = before[r.argument]
-        new = isempty(r.steps) ? host(a.value) : host(follow(out, first(r.steps)))
-        if size(new) == size(old) && isequal(new, old)
+        if get(traced.returned, r.index, nothing) == r.argument
             r.echo_of = a.index
-        elseif isempty(r.steps)
-            throw(
+        else
+            r.echo_of = nothing
+            isempty(r.steps) && throw(
                 ExportError(
-                    "the model mutates the $(a.role) $(path_label(a.path)) in place (Reactant returns it as @main result $(r.index)) and does not return it in (y, st): the exported module would lose that change. Return the new value in the state instead of writing into the argument.",
+                    "the model mutates the $(a.role) $(path_label(a.path)) in place (Reactant returns it as @main result $(r.index), computed by the module) and does not return it in (y, st): the exported module would lose that change. Return the new value in the state instead of writing into the argument.",
                 ),
             )
         end
@@ -49,8 +51,19 @@ function classify_echoes!(traced::TracedForward, before::Dict{Int,Array}, out)
     return nothing
 end
 
-"""True when some argument was changed in place and returned (its value after the run differs)."""
-mutated_in_place(traced::TracedForward) = any(r -> r.argument !== nothing && r.echo_of === nothing, traced.results)
+"""
+True when running the thunk changed some argument's value (Reactant writes a result it reached
+through an argument back into that argument, R src/compiler/Codegen.jl:1086-1178): the sample
+probe would then start from other values. Decides only whether to probe, never what a result is.
+"""
+function mutated_in_place(traced::TracedForward, before::Dict{Int,Array})
+    return any(traced.results) do r
+        r.argument === nothing && return false
+        now = host(traced.arguments[r.argument + 1].value)
+        old = before[r.argument]
+        return !(size(now) == size(old) && isequal(now, old))
+    end
+end
 
 """
 The CPU value of every `@main` result: fetched from the returned (y, st_new) by its path, or,

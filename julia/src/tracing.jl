@@ -22,7 +22,8 @@ option keywords (R src/CompileOptions.jl:367-374), so everything goes in here.
 The forward trace first keeps `make_mlir_fn`'s default `args_in_result=:all`
 (R src/TracedUtils.jl:307, 745-756): every argument leaf is walked as a possible result
 (`:resargs` paths, R src/TracedUtils.jl:677-697), so an argument the model mutates in place
-stays visible as an `@main` result and `classify_echoes!` can refuse it or record it as an echo.
+stays visible as an `@main` result and `classify_echoes!` can refuse it or record it as an echo
+(from the module's structure, `returned_arguments`).
 """
 export_compile_options() = Reactant.CompileOptions(; optimization_passes=:all, donated_args=:none)
 
@@ -62,7 +63,8 @@ end
 One `@main` result: where it sits in (y, st_new), its type and shape. `argument` is the 0-based
 `@main` argument whose traced value this result is (Reactant returns an argument it considers
 written to, e.g. passed through a `@trace`d layer or mutated in place); `echo_of` is set to it
-once the compiled model showed the value comes back unchanged (spec `echo_of`).
+by `classify_echoes!` when `@main` returns that block argument itself (spec `echo_of`, decided
+from the structure, never from values).
 """
 mutable struct ResultInfo
     index::Int                      # 0-based @main result number
@@ -92,6 +94,7 @@ struct TracedForward
     results::Vector{ResultInfo}
     aliases::Vector{AliasInfo}
     static_out::Vector{StaticLeaf}
+    returned::Dict{Int,Int}         # @main result => the argument it returns unchanged (echoes.jl)
 end
 
 """
@@ -125,7 +128,7 @@ function trace_forward(model, x, ps, st; client, args_in_result::Symbol=:all)::T
             check_in_types(res, arguments)
             results, aliases = result_tables(res)
             out = res.traced_result
-            TracedForward(text, arguments, results, aliases, static_leaves(out[2]))
+            TracedForward(text, arguments, results, aliases, static_leaves(out[2]; inside_structs=true), returned_arguments(mod))
         finally
             MLIR.IR.dispose(mod)
         end
@@ -190,7 +193,7 @@ order; `res.preserved_args` are (value, 0-based argument) pairs for returned val
 arguments passed through unchanged, which Reactant removed from `@main`
 (R src/compiler/Compiler.jl:1040-1056, 1163-1187). A kept result that is an argument's own
 traced value (`res.linear_args[i]`, R src/TracedUtils.jl:493-509) records that argument: it is
-an echo or a mutation, which `classify_echoes!` decides by running the compiled model.
+an echo or a mutation, which `classify_echoes!` decides from the module's structure.
 """
 function result_tables(res)
     out = res.traced_result

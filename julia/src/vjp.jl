@@ -77,7 +77,8 @@ function replace_at(t, loc::Tuple, v)
     isempty(loc) && return v
     i, rest = first(loc), Base.tail(loc)
     if t isa Tuple
-        return Base.setindex(t, replace_at(t[i], rest, v), i)
+        new = replace_at(t[i], rest, v)
+        return ntuple(j -> j == i ? new : t[j], length(t))
     elseif t isa NamedTuple
         k = i isa Integer ? keys(t)[i] : i
         return merge(t, NamedTuple{(k,)}((replace_at(getfield(t, k), rest, v),)))

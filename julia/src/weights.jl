@@ -131,11 +131,12 @@ function write_weights(
             (digests.args[a.index] = write_array!(f, datasets[a.index], values[a.index + 1], a.dtype; algorithm))
         for (group, tree) in trees
             ensure_group!(f, "/" * group)
-            foreach_node(
-                p -> ensure_group!(f, "/" * group * "/" * join(string.(p), "/")),
-                (leaf, _) -> (arg = get(by_leaf, leaf, nothing); arg === nothing || write_argument(arg)),
-                tree,
-            )
+            function write_leaf(leaf, _)
+                arg = get(by_leaf, leaf, nothing)
+                arg === nothing || write_argument(arg)
+                return nothing
+            end
+            foreach_node(p -> ensure_group!(f, "/" * group * "/" * join(string.(p), "/")), write_leaf, tree)
         end
         foreach(write_argument, (a for a in arguments if a.role != "input"))   # any the walk missed
         if examples !== nothing

@@ -384,6 +384,34 @@ def _check_signature(
             )
 
 
+def _check_echoes(manifest: Manifest, module: StableHLOModule, origin: str) -> None:
+    """Refuse an `echo_of` claim the module's structure does not make (spec §3.4).
+
+    A reader that believed a false claim would return the argument where the module computes a
+    new value (a train-mode BatchNorm's running mean labelled an echo silently keeps the old
+    one), while `verify`, which compares the module's results, would still pass. The claim
+    holds only when @main returns the block argument itself, through Reactant's boundary
+    transposes at most (`StableHLOModule.returned_arguments`); equal values do not count.
+    """
+    for r in manifest.results:
+        if r.echo_of is None:
+            continue
+        returned = module.returned_arguments.get(r.index)
+        if returned == r.echo_of:
+            continue
+        found = (
+            "computes it"
+            if returned is None
+            else f"returns argument {returned} ({manifest.arguments[returned].label}) there"
+        )
+        raise SignatureMismatchError(
+            f"{origin}: the manifest says @main result {r.index} is argument {r.echo_of} "
+            f"({manifest.arguments[r.echo_of].label}) returned unchanged (echo_of), but the "
+            f"module {found}; a reader trusting the claim would return the old value. The "
+            "manifest does not describe this module: export the bundle again"
+        )
+
+
 def open_bundle(
     path: str | os.PathLike[str],
     *,
@@ -420,6 +448,7 @@ def open_bundle(
         [r.label for r in manifest.results],
         src.origin,
     )
+    _check_echoes(manifest, module, src.origin)
     bundle = Bundle(
         root,
         manifest,

@@ -210,7 +210,8 @@ def write_bundle(
         `path`.
 
     Raises:
-        SignatureMismatchError: the specs do not match @main.
+        SignatureMismatchError: the specs do not match @main, or an echo in `result_echoes`
+            is a result @main computes.
         ManifestError: the result would not be a valid manifest.
         BundleError, SaveError: the target exists or cannot be written.
     """
@@ -259,7 +260,15 @@ def write_bundle(
         if result_batch_axes is not None and result_batch_axes[k] is not None:
             r["batch_axis"] = result_batch_axes[k]
         if result_echoes is not None and result_echoes[k] is not None:
-            r["echo_of"] = result_echoes[k]
+            echo = result_echoes[k]
+            if module.returned_arguments.get(k) != echo:
+                # The reader refuses a claim the module does not make (spec §3.4).
+                raise SignatureMismatchError(
+                    f"result {k}: echo_of={echo}, but @main does not return argument {echo} "
+                    "there unchanged (it computes that result); an echo is @main returning "
+                    "the block argument itself"
+                )
+            r["echo_of"] = echo
         results.append(r)
     manifest: dict[str, Any] = {
         "format": FORMAT,

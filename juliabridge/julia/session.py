@@ -13,9 +13,11 @@ Importing this module never imports juliacall: a session must already be running
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
+import platform
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -56,6 +58,46 @@ def _juliacall() -> ModuleType:
         "and pass jl.model, jl.ps, jl.st and the inputs. To export a Julia script instead, use "
         "juliabridge.julia.export_script or `juliabridge export SCRIPT.jl --out DIR`"
     )
+
+
+#: Set to "1" to export in-process where `in_process_risk` names a known crash.
+IN_PROCESS_ENV = "JULIABRIDGE_IN_PROCESS_EXPORT"
+
+
+def in_process_risk(
+    system: str | None = None, machine: str | None = None, installer: str | None = None
+) -> str | None:
+    """Why exporting in this process is known to risk a crash, or None where it is not known.
+
+    Reactant's PythonCall extension imports jax into the Python that juliacall runs in
+    (Reactant ext/ReactantPythonCallExt/ReactantPythonCallExt.jl:19-36), so Reactant's XLA and
+    jaxlib's XLA share one process and each initializes LLVM. Reactant issue #438 is the known
+    failure: on aarch64 Linux with conda-forge's jaxlib, LLVM aborted ("64-bit code requested on
+    a subtarget that doesn't support it!"); pip's jaxlib did not (Reactant PR #450).
+
+    Args:
+        system, machine, installer: platform.system(), platform.machine() and the installer of
+            the jaxlib distribution (its INSTALLER file), for tests; read from this process when
+            None.
+
+    Returns:
+        A sentence naming the risk, or None.
+    """
+    system = system if system is not None else platform.system()
+    machine = machine if machine is not None else platform.machine()
+    if installer is None:
+        try:
+            installer = (
+                importlib.metadata.distribution("jaxlib").read_text("INSTALLER") or ""
+            ).strip()
+        except importlib.metadata.PackageNotFoundError:
+            installer = ""
+    if system == "Linux" and machine in ("aarch64", "arm64") and installer == "conda":
+        return (
+            "on aarch64 Linux with conda's jaxlib, Reactant's XLA and jaxlib's XLA in one process "
+            "crashed LLVM (Reactant issue #438)"
+        )
+    return None
 
 
 def _bridge(juliacall: ModuleType) -> Any:
@@ -119,7 +161,7 @@ def export_lux(
     ps: Any,
     st: Any,
     *inputs: Any,
-    out: str | os.PathLike[str],
+    out: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     name: str | None = None,
     mode: str = "test",
@@ -138,7 +180,9 @@ def export_lux(
         inputs: the example input(s): Julia arrays (Julia layout, batch last), or NumPy/JAX
             arrays in juliabridge's layout (batch first: the Julia dims reversed). Several
             inputs make ``x`` a tuple, as in ``JuliaBridge.export_lux``.
-        out: the bundle directory to write.
+        out: the bundle directory to write. Julia's spelling, the directory first
+            (``export_lux(out, model, ps, st, x)``, as ``JuliaBridge.export_lux`` takes it), is
+            accepted too.
         overwrite, name, mode, reference, vjp, metadata, allow_custom_calls,
             samples_independent: the keywords of ``JuliaBridge.export_lux``.
         progress: show a progress bar on stderr (default: when stderr is a terminal).
@@ -150,10 +194,31 @@ def export_lux(
     Raises:
         JuliaUnavailable: juliacall is not installed or not running, or JuliaBridge.jl is not
             in its Julia project.
-        CallArgumentError: an argument is not a Julia object (or array, for inputs).
+        CallArgumentError: an argument is not a Julia object (or array, for inputs), or the
+            bundle directory is missing or given twice.
         ValueError: bad options (mode, name, metadata, train mode with samples_independent).
-        JuliaExportError: the export failed in Julia (the message is Julia's).
+        JuliaExportError: the export failed in Julia (the message is Julia's), or this process
+            is one where running Reactant beside jaxlib is known to crash (`in_process_risk`;
+            set JULIABRIDGE_IN_PROCESS_EXPORT=1 to override).
     """
+    if isinstance(model, (str, os.PathLike)):
+        if out is not None:
+            raise CallArgumentError(
+                f"export_lux got the bundle directory twice: {os.fspath(model)!r} first (Julia's "
+                f"spelling) and out={os.fspath(out)!r}; give it once"
+            )
+        # JuliaBridge.export_lux(dir, model, ps, st, x...): the same call spelled as in Julia.
+        out, model, ps, st, inputs = model, ps, st, inputs[0] if inputs else None, inputs[1:]
+        if st is None:
+            raise CallArgumentError(
+                "export_lux(dir, model, ps, st, x...) needs model, ps, st and an example input "
+                "after the bundle directory"
+            )
+    if out is None:
+        raise CallArgumentError(
+            "export_lux needs the bundle directory: export_lux(model, ps, st, x, out=dir), or "
+            "export_lux(dir, model, ps, st, x) as in Julia"
+        )
     if not inputs:
         raise CallArgumentError("export_lux needs at least one example input after model, ps, st")
     out_path = Path(out).expanduser().resolve()
@@ -165,6 +230,13 @@ def export_lux(
         metadata=metadata,
         samples_independent=samples_independent,
     )
+    risk = in_process_risk()
+    if risk is not None and os.environ.get(IN_PROCESS_ENV) != "1":
+        raise JuliaExportError(
+            f"export_lux runs Reactant inside this Python process, and {risk}. Export in a "
+            "separate julia process instead (juliabridge export SCRIPT.jl --out DIR, or "
+            f"juliabridge.julia.export_script), or set {IN_PROCESS_ENV}=1 to try it here anyway"
+        )
     juliacall = _juliacall()
     if not isinstance(model, juliacall.ValueBase):
         raise CallArgumentError(

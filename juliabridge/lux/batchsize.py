@@ -66,6 +66,35 @@ def batch_size_of(manifest: Manifest, flat: Sequence[Any]) -> int | None:
     return n
 
 
+def check_fixed_shapes(manifest: Manifest, flat: Sequence[Any]) -> None:
+    """Refuse an input whose shape differs from the traced one when no batch size is recorded.
+
+    Without a `batch` entry (spec §3.6) the module runs only at the shapes it was traced with;
+    saying so, and why, beats the bare signature mismatch the call would raise otherwise.
+
+    Raises:
+        CallArgumentError: an input's shape is not its argument's `shape`.
+    """
+    for a in manifest.arguments:
+        if a.role != "input":
+            continue
+        got = [int(d) for d in jnp.shape(flat[a.index])]
+        if got == list(a.shape):
+            continue
+        why = (
+            "; a train-mode bundle's samples are not independent, so it cannot be split into "
+            "traced-size calls either"
+            if manifest.mode == "train"
+            else ""
+        )
+        raise CallArgumentError(
+            f"{manifest.name}: {a.label} expects exactly {list(a.shape)} ({a.dtype}), got shape "
+            f"{got}: the bundle records no batch size (docs/bundle-format.md §3.6), so it runs "
+            f"only at the shapes it was traced with{why}. Export again with the batch size you "
+            "need"
+        )
+
+
 def _chunk(x: jax.Array, axis: int, b: int, k: int) -> jax.Array:
     """(k, ...) chunks of B samples each, every chunk laid out as the module takes it.
 

@@ -18,7 +18,7 @@ from ..bundle.manifest import ArgumentEntry, Manifest
 from ..errors import CallArgumentError, JuliaBridgeError
 from ..function import ImportedFunction, all_concrete_arrays
 from ..transforms.guard import Compiled
-from .batchsize import batch_size_of, call_with_batch
+from .batchsize import batch_size_of, call_with_batch, check_fixed_shapes
 from .trees import build_tree, lookup
 
 
@@ -170,6 +170,8 @@ class LuxModel:
             }[a.role]
             flat.append(self._to_mlir(lookup(tree, a.path, root)))
         n = batch_size_of(self.manifest, flat)
+        if self.manifest.batch is None:
+            check_fixed_shapes(self.manifest, flat)
         if n is None or self.manifest.batch is None or n == self.manifest.batch.size:
             results = self.fn(*flat)
         else:
