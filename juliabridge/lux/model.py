@@ -17,7 +17,7 @@ from ..bundle.manifest import ArgumentEntry, Manifest
 from ..errors import CallArgumentError, JuliaBridgeError
 from ..function import ImportedFunction, all_concrete_arrays
 from ..transforms.guard import Compiled
-from .batchsize import batch_size_of, call_with_batch
+from .batchsize import call_any_batch
 from .trees import build_tree, lookup
 
 
@@ -168,13 +168,7 @@ class LuxModel:
                 "state": (state, "state"),
             }[a.role]
             flat.append(self._to_mlir(lookup(tree, a.path, root)))
-        n = batch_size_of(self.manifest, flat)
-        if n is None or self.manifest.batch is None or n == self.manifest.batch.size:
-            results = self.fn(*flat)
-        else:
-            results = call_with_batch(
-                self.manifest, self.fn, flat, n, batched_chunks=self.fn.traceable
-            )
+        results = call_any_batch(self.manifest, self.fn, flat, batched_chunks=self.fn.traceable)
         results = tuple(self._to_mlir(r) for r in results)  # transpose is its own inverse
         flat = [self._to_mlir(v) for v in flat]
         outs: list[tuple[tuple[Any, ...], Any]] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -23,3 +24,58 @@ def unshard_leading_axis(x: Any) -> Any:
     if not spec or spec[0] is None:
         return x
     return jax.sharding.reshard(x, NamedSharding(sharding.mesh, P(None, *spec[1:])))
+
+
+def explicit_mesh(values: Sequence[Any]) -> Any | None:
+    """The abstract mesh of the first of `values` typed with Explicit mesh axes, else None.
+
+    Only Explicit axes appear in a value's type (sharding-in-types); Auto axes are left to
+    XLA's propagation and Manual ones (inside shard_map) are local already.
+    """
+    for v in values:
+        try:
+            mesh = jax.typeof(v).sharding.mesh
+        except AttributeError:
+            continue
+        if tuple(getattr(mesh, "explicit_axes", ())):
+            return mesh
+    return None
+
+
+def spec_of(x: Any) -> P:
+    """The PartitionSpec in `x`'s type (its Explicit axes; ``P()`` for an unsharded value)."""
+    try:
+        return P(*jax.typeof(x).sharding.spec)
+    except (AttributeError, TypeError):
+        return P()
+
+
+def spec_entry(x: Any, axis: int) -> Any:
+    """The mesh axis (or tuple of axes) that axis `axis` of `x` is explicitly split over."""
+    spec = tuple(spec_of(x))
+    return spec[axis] if axis < len(spec) else None
+
+
+def spec_with(rank: int, axis: int | None, entry: Any) -> P:
+    """A PartitionSpec of `rank` dims splitting only `axis` over `entry`."""
+    return P(*[entry if i == axis else None for i in range(rank)])
+
+
+def run_with_auto_axes(
+    mesh: Any,
+    fn: Callable[..., tuple[Any, ...]],
+    args: Sequence[Any],
+    out_specs: Sequence[P],
+) -> tuple[Any, ...]:
+    """``fn(*args)`` with the mesh's Explicit axes made Auto inside, results typed `out_specs`.
+
+    An imported module is a whole program written for one device: its ops (convolutions
+    contracting a split batch in their gradients, reshapes merging a split axis) have no
+    sharding rule JAX's explicit typing accepts, while XLA's propagation partitions them.
+    `jax.sharding.auto_axes` lets XLA do that inside and pins the results' shardings at the
+    boundary, so the caller's types stay explicit.
+    """
+    shardings = tuple(NamedSharding(mesh, s) for s in out_specs)
+    axes = tuple(mesh.explicit_axes)
+    wrapped = jax.sharding.auto_axes(lambda *a: tuple(fn(*a)), axes=axes, out_sharding=shardings)
+    return tuple(wrapped(*args))
