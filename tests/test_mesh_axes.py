@@ -94,3 +94,30 @@ def test_xla_backend_values_and_placement(kind: str) -> None:
         assert cases["4x2_n4_traced_size"]["spec"] == ["data", None]
         assert cases["8_devices_n8_multiple"]["spec"] == [None, None]
         assert cases["shard_map"]["spec"] == ["data", None]
+
+
+@pytest.mark.parametrize("kind", ["explicit", "auto"])
+def test_misuses_are_typed_errors_that_say_what_to_do(kind: str) -> None:
+    pytest.importorskip("optax", reason="the training step uses optax")
+    errors = _figures(kind, "lax")["errors"]
+    indivisible = (
+        "CallArgumentError: lenet: data_parallel splits x over mesh axis 'data' of 4 devices "
+        "along its batch axis (0), so the batch must be a multiple of 4; got 6 samples. Pad "
+        "the batch to 8 (and drop the extra outputs) or call with a multiple of 4"
+    )
+    assert errors["dp_indivisible"] == indivisible
+    assert errors["dp_indivisible_jit"] == indivisible
+    assert errors["dp_missing_axis"] == (
+        "CallArgumentError: lenet: the mesh has axes ('data',), not 'batch'; pass one of them "
+        "as the batch axis, or build the mesh with an axis named 'batch'"
+    )
+    assert errors["dp_not_a_mesh"].startswith(
+        "CallArgumentError: lenet: data_parallel needs a jax.sharding.Mesh"
+    )
+    assert errors["call_params_on_other_devices"] == (
+        "CallArgumentError: lenet: the arrays of this call live on different devices "
+        "(model.params['layer_1']['bias'] on devices [4, 5, 6, 7]; x[0] on devices "
+        "[0, 1, 2, 3]); put them on one mesh, e.g. model.params = jax.device_put(model.params, "
+        "NamedSharding(mesh, P())) for inputs split over `mesh`, or use "
+        "model.data_parallel(mesh, axis), which moves them"
+    )

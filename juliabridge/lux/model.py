@@ -14,9 +14,10 @@ from .. import dtypes, progress
 from ..backends import make_backend, resolve_backend_name
 from ..bundle import Bundle, open_bundle
 from ..bundle.manifest import ArgumentEntry, Manifest
-from ..errors import CallArgumentError, JuliaBridgeError
+from ..errors import CallArgumentError, ExecutionError, JuliaBridgeError
 from ..function import ImportedFunction, all_concrete_arrays
 from ..transforms.guard import Compiled
+from ..transforms.sharding import device_conflict
 from .batchsize import call_any_batch
 from .trees import build_tree, lookup
 
@@ -195,10 +196,12 @@ class LuxModel:
 
         Returns:
             ``apply(params, state, *inputs) -> (outputs, new_state)``, each device running its
-            share of the batch.
+            share of the batch; it raises CallArgumentError for a batch that the axis's
+            device count does not divide.
 
         Raises:
-            CallArgumentError: the model's samples are not independent, or `mesh` has no `axis`.
+            CallArgumentError: the model's samples are not independent, `mesh` is not a Mesh,
+                or it has no `axis`.
         """
         from .parallel import data_parallel_apply
 
@@ -247,9 +250,26 @@ class LuxModel:
             The outputs (the new state is dropped).
 
         Raises:
-            CallArgumentError: an input is not an array or has the wrong dtype, count or shape.
+            CallArgumentError: an input is not an array or has the wrong dtype, count or shape,
+                or the inputs and ``model.params``/``model.state`` sit on different devices.
             ExecutionError: XLA failed to compile or run the program.
         """
+        try:
+            return self._call(inputs)
+        except ExecutionError as e:
+            conflict = device_conflict(
+                {"model.params": self.params, "model.state": self.state, "x": inputs}
+            )
+            if conflict is None:
+                raise
+            raise CallArgumentError(
+                f"{self.manifest.name}: the arrays of this call live on different devices "
+                f"({conflict}); put them on one mesh, e.g. model.params = "
+                "jax.device_put(model.params, NamedSharding(mesh, P())) for inputs split over "
+                "`mesh`, or use model.data_parallel(mesh, axis), which moves them"
+            ) from e
+
+    def _call(self, inputs: tuple[Any, ...]) -> Any:
         if all_concrete_arrays(inputs):
             # Straight to jax.jit's C++ dispatch; _checked_output checks the inputs whenever
             # their signature is new.

@@ -79,3 +79,23 @@ def run_with_auto_axes(
     axes = tuple(mesh.explicit_axes)
     wrapped = jax.sharding.auto_axes(lambda *a: tuple(fn(*a)), axes=axes, out_sharding=shardings)
     return tuple(wrapped(*args))
+
+
+def device_conflict(trees: dict[str, Any]) -> str | None:
+    """Where committed concrete arrays in `trees` (named by label) sit on different devices.
+
+    Returns one "label[path] on devices [...]" per distinct device set, or None when they
+    share one (uncommitted arrays go wherever the others are, so they never conflict).
+    """
+    seen: dict[tuple[int, ...], str] = {}
+    for label, tree in trees.items():
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+            if isinstance(leaf, jax.core.Tracer) or not isinstance(leaf, jax.Array):
+                continue
+            if not getattr(leaf, "committed", False):
+                continue
+            ids = tuple(sorted(d.id for d in leaf.sharding.device_set))  # type: ignore[attr-defined]
+            seen.setdefault(ids, label + jax.tree_util.keystr(path))
+    if len(seen) < 2:
+        return None
+    return "; ".join(f"{where} on devices {list(ids)}" for ids, where in seen.items())

@@ -119,6 +119,42 @@ def main(kind: str, backend: str) -> None:
         "want_spec": ["data", None],
     }
 
+    # data_parallel on this mesh, from arrays on other devices, and its misuses.
+    first4 = jax.make_mesh((4,), ("data",), axis_types=(types[0],), devices=jax.devices()[:4])
+    last4 = jax.make_mesh((4,), ("data",), axis_types=(types[0],), devices=jax.devices()[4:])
+    dp = model.data_parallel(first4, "data")
+    x8 = x16[:8]
+    (y_dp, _) = dp(
+        jax.device_put(model.params, NamedSharding(last4, P())),
+        model.state,
+        jax.device_put(x8, NamedSharding(last4, P("data"))),
+    )
+    cases["data_parallel_from_other_devices"] = {
+        "max_diff": max_diff(y_dp, want16[:8]),
+        "spec": spec(y_dp),
+        "want_spec": ["data", None],
+    }
+    errors: dict[str, str] = {}
+
+    def raised(name: str, f: Callable[[], Any]) -> None:
+        try:
+            f()
+        except Exception as e:
+            errors[name] = f"{type(e).__name__}: {e}"
+        else:
+            errors[name] = "nothing raised"
+
+    raised("dp_indivisible", lambda: dp(model.params, model.state, x16[:6]))
+    raised("dp_indivisible_jit", lambda: jax.jit(dp)(model.params, model.state, x16[:6]))
+    raised("dp_missing_axis", lambda: model.data_parallel(first4, "batch"))
+    raised("dp_not_a_mesh", lambda: model.data_parallel(first4.devices, "data"))
+    elsewhere = juliabridge.import_lux(lenet_bundle(), backend=backend)
+    elsewhere.params = jax.device_put(model.params, NamedSharding(last4, P()))
+    raised(
+        "call_params_on_other_devices",
+        lambda: elsewhere(jax.device_put(x8, NamedSharding(first4, P("data")))),
+    )
+
     # Two optax steps of softmax cross-entropy, batch of 16 split over 8 devices.
     labels = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 16)]
     tx = optax.sgd(1e-2)
@@ -153,6 +189,7 @@ def main(kind: str, backend: str) -> None:
                 "devices": jax.device_count(),
                 "backend": model.backend,
                 "cases": cases,
+                "errors": errors,
                 "train_losses": losses,
                 "train_param_max_diff": max_diff(pm, p1),
                 "train_param_spec": spec(jax.tree.leaves(pm)[0]),
