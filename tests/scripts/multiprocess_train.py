@@ -21,7 +21,7 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 import jax
 import numpy as np
 import optax
-from jax.sharding import NamedSharding
+from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 BATCH = 32
@@ -69,8 +69,10 @@ def main(process_id: int, port: int, out_dir: str, kind: str = "explicit") -> No
 
     assert jax.device_count() == 8 and jax.local_device_count() == 4, jax.devices()
     model = juliabridge.import_lux(example_bundle_path("lenet"))
-    axis_type = jax.sharding.AxisType.Explicit if kind == "explicit" else jax.sharding.AxisType.Auto
-    mesh = jax.make_mesh((8,), ("data",), axis_types=(axis_type,))
+    if kind == "explicit":
+        mesh = jax.make_mesh((8,), ("data",), axis_types=(AxisType.Explicit,))
+    else:
+        mesh = jax.make_mesh((8,), ("data",), axis_types=(AxisType.Auto,))
     x, y = data()
     local = slice(process_id * BATCH // 2, (process_id + 1) * BATCH // 2)
     xs = jax.make_array_from_process_local_data(NamedSharding(mesh, P("data")), x[local])
