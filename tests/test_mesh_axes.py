@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import require_backend
+
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "mesh_axes_check.py"
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,10 +80,12 @@ def test_lax_auto_axes_give_the_unsharded_values() -> None:
             assert case["spec"] == case["want_spec"], name
 
 
+@pytest.mark.parametrize("backend", ["xla", "enzyme"])
 @pytest.mark.parametrize("kind", ["explicit", "auto"])
-def test_xla_backend_values_and_placement(kind: str) -> None:
+def test_foreign_call_backends_values_and_placement(kind: str, backend: str) -> None:
     pytest.importorskip("optax", reason="the training step uses optax")
-    figures = _figures(kind, "xla")
+    require_backend(backend)
+    figures = _figures(kind, backend)
     _check_values(figures)
     cases = figures["cases"]
     if kind == "explicit":
@@ -89,11 +93,13 @@ def test_xla_backend_values_and_placement(kind: str) -> None:
         for name, case in cases.items():
             assert case["spec"] == case["want_spec"], name
     else:
-        # One foreign call at the traced size is partitioned by XLA; other sizes run their
-        # chunks one after another over the whole batch, so the result is replicated.
+        # One foreign call at the traced size is inlined and XLA propagates the batch split
+        # through it; other sizes run their chunks one after another (lax.map) over the whole
+        # batch, so the result is replicated. shard_map and data_parallel split the batch.
         assert cases["4x2_n4_traced_size"]["spec"] == ["data", None]
         assert cases["8_devices_n8_multiple"]["spec"] == [None, None]
         assert cases["shard_map"]["spec"] == ["data", None]
+        assert cases["data_parallel_from_other_devices"]["spec"] == ["data", None]
 
 
 @pytest.mark.parametrize("kind", ["explicit", "auto"])
