@@ -10,6 +10,7 @@ and the results cut back to N.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from ..errors import CallArgumentError
 from ..transforms.sharding import (
     explicit_mesh,
     run_with_auto_axes,
+    sharding_disagreements,
     spec_entry,
     spec_of,
     spec_with,
@@ -167,13 +169,16 @@ def call_any_batch(
     flat: list[Any],
     *,
     batched_chunks: bool = False,
+    recorded: dict[int, str] | None = None,
 ) -> tuple[jax.Array, ...]:
     """Run `fn` on `flat` whatever batch size the inputs carry, on any mesh.
 
     Inputs typed with Explicit mesh axes (``jax.make_mesh``'s default) run under
     ``auto_axes``: XLA partitions the split/pad and the module, and every result with a
     batch axis comes back split over the mesh axes the inputs' batch axis was split over
-    (the others replicated), so the caller's batch stays sharded.
+    (the others replicated), so the caller's batch stays sharded. `recorded` (the module's
+    ``mhlo.sharding`` per argument) is compared with the call's Explicit placement: a
+    disagreement is a RuntimeWarning naming both (the call's placement is what runs).
 
     Raises:
         CallArgumentError: the inputs' shapes or batch size do not fit the manifest.
@@ -188,6 +193,9 @@ def call_any_batch(
     mesh = explicit_mesh(flat)
     if mesh is None:
         return run(*flat)
+    labels = [a.label for a in manifest.arguments]
+    for line in sharding_disagreements(recorded or {}, flat, labels, mesh):
+        warnings.warn(f"{manifest.name}: {line}", RuntimeWarning, stacklevel=4)
     entry = None
     for a in manifest.arguments:
         if a.role == "input" and a.batch_axis is not None:

@@ -78,8 +78,8 @@ class LuxModel:
             "module_source": self.bundle.module_source,
             "static_state": [vars(leaf).copy() for leaf in m.static_state],
             **({"batch": vars(m.batch).copy()} if m.batch else {}),
-            # Shardings Reactant recorded on @main; juliabridge reports them and leaves the
-            # placement to the caller (jax.device_put / data_parallel).
+            # Shardings Reactant recorded on @main; the caller places arrays (jax.device_put /
+            # data_parallel), and a call under Explicit axes warns where they disagree.
             "shardings": {
                 m.arguments[i].label: s for i, s in self.bundle.module.arg_shardings.items()
             },
@@ -169,7 +169,13 @@ class LuxModel:
                 "state": (state, "state"),
             }[a.role]
             flat.append(self._to_mlir(lookup(tree, a.path, root)))
-        results = call_any_batch(self.manifest, self.fn, flat, batched_chunks=self.fn.traceable)
+        results = call_any_batch(
+            self.manifest,
+            self.fn,
+            flat,
+            batched_chunks=self.fn.traceable,
+            recorded=self.bundle.module.arg_shardings,
+        )
         results = tuple(self._to_mlir(r) for r in results)  # transpose is its own inverse
         flat = [self._to_mlir(v) for v in flat]
         outs: list[tuple[tuple[Any, ...], Any]] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -99,3 +100,62 @@ def device_conflict(trees: dict[str, Any]) -> str | None:
     if len(seen) < 2:
         return None
     return "; ".join(f"{where} on devices {list(ids)}" for ids, where in seen.items())
+
+
+def recorded_tiling(text: str, rank: int) -> tuple[int, ...] | None:
+    """Pieces per dim an ``mhlo.sharding`` string splits a rank-`rank` value into.
+
+    ``{replicated}`` is one piece per dim and ``{devices=[a,b,...]...}`` a tiling (its last
+    entry dropped when it counts replicas, ``last_tile_dim_replicate``); None for what has no
+    per-dim tiling to compare (``{maximal device=0}``, ``{manual}``, tuples).
+    """
+    t = text.strip().strip('"').strip()
+    if t == "{replicated}":
+        return (1,) * rank
+    m = re.match(r"\{devices=\[([0-9,]+)\]", t)
+    if m is None:
+        return None
+    dims = tuple(int(v) for v in m.group(1).split(","))
+    if "last_tile_dim_replicate" in t:
+        dims = dims[:-1]
+    return dims if len(dims) == rank else None
+
+
+def caller_tiling(x: Any, mesh: Any) -> tuple[int, ...]:
+    """Pieces per dim the Explicit mesh axes in `x`'s type split it into."""
+    spec = tuple(spec_of(x))
+    rank = len(jax.numpy.shape(x))
+    spec += (None,) * (rank - len(spec))
+    out = []
+    for entry in spec:
+        names = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+        pieces = 1
+        for name in names:
+            pieces *= int(mesh.shape[name])
+        out.append(pieces)
+    return tuple(out)
+
+
+def sharding_disagreements(
+    recorded: dict[int, str], args: Sequence[Any], labels: Sequence[str], mesh: Any
+) -> list[str]:
+    """One line per argument whose recorded ``mhlo.sharding`` splits it otherwise than the call.
+
+    Where they agree the call already runs as the module was sharded; where they do not, the
+    caller's placement is what runs, and the line says both.
+    """
+    lines = []
+    for i, text in sorted(recorded.items()):
+        if i >= len(args):
+            continue
+        rank = len(jax.numpy.shape(args[i]))
+        want = recorded_tiling(text, rank)
+        if want is None:
+            continue
+        got = caller_tiling(args[i], mesh)
+        if got != want:
+            lines.append(
+                f"{labels[i]}: the module records mhlo.sharding {text.strip()} (pieces per dim "
+                f"{list(want)}), the call splits it {list(got)} (spec {tuple(spec_of(args[i]))})"
+            )
+    return lines
