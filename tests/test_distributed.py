@@ -1,8 +1,8 @@
 """Past one machine on JAX's own runtime: 2 processes x 4 CPU devices, and model parallelism.
 
 The multi-process test starts two `jax.distributed` processes on localhost (gloo collectives
-on CPU), each importing the same bundle; a data-parallel training step over the global mesh must
-give what one process on one device gives.
+on CPU), each importing the same bundle; a data-parallel training step over the global mesh
+(Explicit axes, JAX's default, and Auto ones) must give what one process on one device gives.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_two_processes_data_parallel_equals_one_device(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["explicit", "auto"])
+def test_two_processes_data_parallel_equals_one_device(tmp_path: Path, kind: str) -> None:
     import juliabridge
     from juliabridge.examples.paths import example_bundle_path
 
@@ -45,6 +46,7 @@ def test_two_processes_data_parallel_equals_one_device(tmp_path: Path) -> None:
                 str(i),
                 str(port),
                 str(tmp_path),
+                kind,
             ],
             env=env,
             stdout=subprocess.PIPE,
@@ -76,6 +78,12 @@ def test_two_processes_data_parallel_equals_one_device(tmp_path: Path) -> None:
     for path, v in jax.tree_util.tree_flatten_with_path(params)[0]:
         key = "p:" + "/".join(str(k.key) for k in path)
         np.testing.assert_allclose(got[key], np.asarray(v), rtol=1e-4, atol=1e-6, err_msg=key)
+    # The logits of the global batch stay split over the 8 devices of both processes: process
+    # 0's first device holds 4 of them, the ones one process on one device gives there.
+    assert [str(e) for e in got["logits_spec"]] == ["data", "None"]
+    start = int(got["logits_shard_index"][0])
+    want = np.asarray(model(x))[start : start + 4]
+    np.testing.assert_allclose(got["logits"], want, rtol=1e-5, atol=1e-5)
 
 
 def test_model_parallel_dense_on_8_devices(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ and the results cut back to N.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,7 +20,15 @@ from jax import lax
 
 from ..bundle.manifest import Manifest
 from ..errors import CallArgumentError
-from ..transforms.sharding import unshard_leading_axis
+from ..transforms.sharding import (
+    explicit_mesh,
+    run_with_auto_axes,
+    sharding_disagreements,
+    spec_entry,
+    spec_of,
+    spec_with,
+    unshard_leading_axis,
+)
 
 
 def batch_size_of(manifest: Manifest, flat: Sequence[Any]) -> int | None:
@@ -181,3 +190,54 @@ def call_with_batch(
         _unchunk(o, r.batch_axis, n) if r.batch_axis is not None else o[0]
         for o, r in zip(outs, manifest.results)
     )
+
+
+def call_any_batch(
+    manifest: Manifest,
+    fn: Callable[..., tuple[jax.Array, ...]],
+    flat: list[Any],
+    *,
+    batched_chunks: bool = False,
+    recorded: dict[int, str] | None = None,
+) -> tuple[jax.Array, ...]:
+    """Run `fn` on `flat` whatever batch size the inputs carry, on any mesh.
+
+    Inputs typed with Explicit mesh axes (``jax.make_mesh``'s default) run under
+    ``auto_axes``: XLA partitions the split/pad and the module, and every result with a
+    batch axis comes back split over the mesh axes the inputs' batch axis was split over
+    (the others replicated), so the caller's batch stays sharded. `recorded` (the module's
+    ``mhlo.sharding`` per argument) is compared with the call's Explicit placement: a
+    disagreement is a RuntimeWarning naming both (the call's placement is what runs).
+
+    Raises:
+        CallArgumentError: the inputs' shapes or batch size do not fit the manifest.
+    """
+    n = batch_size_of(manifest, flat)
+
+    def run(*args: Any) -> tuple[jax.Array, ...]:
+        if n is None or manifest.batch is None or n == manifest.batch.size:
+            return tuple(fn(*args))
+        return call_with_batch(manifest, fn, list(args), n, batched_chunks=batched_chunks)
+
+    mesh = explicit_mesh(flat)
+    if mesh is None:
+        return run(*flat)
+    labels = [a.label for a in manifest.arguments]
+    for line in sharding_disagreements(recorded or {}, flat, labels, mesh):
+        warnings.warn(f"{manifest.name}: {line}", RuntimeWarning, stacklevel=4)
+    entry = None
+    for a in manifest.arguments:
+        if a.role == "input" and a.batch_axis is not None:
+            entry = spec_entry(flat[a.index], a.batch_axis)
+            if entry is not None:
+                break
+    state_specs = {a.path: spec_of(flat[a.index]) for a in manifest.arguments if a.role == "state"}
+    specs: list[Any] = []
+    for r in manifest.results:
+        if r.batch_axis is not None:
+            specs.append(spec_with(len(r.shape), r.batch_axis, entry))
+            continue
+        # A state result replaces the state argument at its path: it keeps that placement.
+        state = [state_specs[p[1:]] for p in r.paths if p[0] == "state" and p[1:] in state_specs]
+        specs.append(state[0] if state else spec_with(len(r.shape), None, None))
+    return run_with_auto_axes(mesh, run, flat, specs)

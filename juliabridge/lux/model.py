@@ -15,10 +15,11 @@ from .. import dtypes, progress
 from ..backends import make_backend, resolve_backend_name
 from ..bundle import Bundle, open_bundle
 from ..bundle.manifest import ArgumentEntry, Manifest
-from ..errors import CallArgumentError, JuliaBridgeError
+from ..errors import CallArgumentError, ExecutionError, JuliaBridgeError
 from ..function import ImportedFunction, all_concrete_arrays
 from ..transforms.guard import Compiled
-from .batchsize import batch_size_of, call_with_batch, check_fixed_shapes
+from ..transforms.sharding import device_conflict
+from .batchsize import call_any_batch, check_fixed_shapes
 from .trees import build_tree, lookup
 
 
@@ -78,8 +79,8 @@ class LuxModel:
             "module_source": self.bundle.module_source,
             "static_state": [vars(leaf).copy() for leaf in m.static_state],
             **({"batch": vars(m.batch).copy()} if m.batch else {}),
-            # Shardings Reactant recorded on @main; juliabridge reports them and leaves the
-            # placement to the caller (jax.device_put / data_parallel).
+            # Shardings Reactant recorded on @main; the caller places arrays (jax.device_put /
+            # data_parallel), and a call under Explicit axes warns where they disagree.
             "shardings": {
                 m.arguments[i].label: s for i, s in self.bundle.module.arg_shardings.items()
             },
@@ -169,15 +170,15 @@ class LuxModel:
                 "state": (state, "state"),
             }[a.role]
             flat.append(self._to_mlir(lookup(tree, a.path, root)))
-        n = batch_size_of(self.manifest, flat)
         if self.manifest.batch is None:
             check_fixed_shapes(self.manifest, flat)
-        if n is None or self.manifest.batch is None or n == self.manifest.batch.size:
-            results = self.fn(*flat)
-        else:
-            results = call_with_batch(
-                self.manifest, self.fn, flat, n, batched_chunks=self.fn.traceable
-            )
+        results = call_any_batch(
+            self.manifest,
+            self.fn,
+            flat,
+            batched_chunks=self.fn.traceable,
+            recorded=self.bundle.module.arg_shardings,
+        )
         results = tuple(self._to_mlir(r) for r in results)  # transpose is its own inverse
         flat = [self._to_mlir(v) for v in flat]
         outs: list[tuple[tuple[Any, ...], Any]] = []
@@ -204,10 +205,12 @@ class LuxModel:
 
         Returns:
             ``apply(params, state, *inputs) -> (outputs, new_state)``, each device running its
-            share of the batch.
+            share of the batch; it raises CallArgumentError for a batch that the axis's
+            device count does not divide.
 
         Raises:
-            CallArgumentError: the model's samples are not independent, or `mesh` has no `axis`.
+            CallArgumentError: the model's samples are not independent, `mesh` is not a Mesh,
+                or it has no `axis`.
         """
         from .parallel import data_parallel_apply
 
@@ -256,9 +259,26 @@ class LuxModel:
             The outputs (the new state is dropped).
 
         Raises:
-            CallArgumentError: an input is not an array or has the wrong dtype, count or shape.
+            CallArgumentError: an input is not an array or has the wrong dtype, count or shape,
+                or the inputs and ``model.params``/``model.state`` sit on different devices.
             ExecutionError: XLA failed to compile or run the program.
         """
+        try:
+            return self._call(inputs)
+        except ExecutionError as e:
+            conflict = device_conflict(
+                {"model.params": self.params, "model.state": self.state, "x": inputs}
+            )
+            if conflict is None:
+                raise
+            raise CallArgumentError(
+                f"{self.manifest.name}: the arrays of this call live on different devices "
+                f"({conflict}); put them on one mesh, e.g. model.params = "
+                "jax.device_put(model.params, NamedSharding(mesh, P())) for inputs split over "
+                "`mesh`, or use model.data_parallel(mesh, axis), which moves them"
+            ) from e
+
+    def _call(self, inputs: tuple[Any, ...]) -> Any:
         if all_concrete_arrays(inputs):
             # Straight to jax.jit's C++ dispatch; _checked_output checks the inputs whenever
             # their signature is new.

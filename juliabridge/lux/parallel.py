@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -31,7 +32,8 @@ def data_parallel_apply(model: Any, mesh: Mesh, axis: str) -> Callable[..., tupl
         are on), and under an outer jit it only constrains their placement.
 
     Raises:
-        CallArgumentError: the model's samples are not independent, or `mesh` has no `axis`.
+        CallArgumentError: the model's samples are not independent, `mesh` is not a Mesh or
+            has no `axis`; when called, a batch the axis's devices do not divide.
     """
     m = model.manifest
     if m.batch is None or not m.batch.samples_independent:
@@ -40,8 +42,17 @@ def data_parallel_apply(model: Any, mesh: Mesh, axis: str) -> Callable[..., tupl
             "samples are independent (manifest batch.samples_independent); this one is not "
             "(e.g. BatchNorm in train mode)"
         )
+    if not isinstance(mesh, Mesh):
+        raise CallArgumentError(
+            f"{m.name}: data_parallel needs a jax.sharding.Mesh (e.g. jax.make_mesh((n,), "
+            f"('data',))), got a {type(mesh).__name__}"
+        )
     if axis not in mesh.axis_names:
-        raise CallArgumentError(f"mesh has axes {mesh.axis_names}, not {axis!r}")
+        raise CallArgumentError(
+            f"{m.name}: the mesh has axes {tuple(mesh.axis_names)}, not {axis!r}; pass one of "
+            f"them as the batch axis, or build the mesh with an axis named {axis!r}"
+        )
+    devices = int(mesh.shape[axis])
 
     def spec(rank: int, batch_axis: int | None) -> P:
         if batch_axis is None:
@@ -49,7 +60,27 @@ def data_parallel_apply(model: Any, mesh: Mesh, axis: str) -> Callable[..., tupl
         pos = rank - 1 - batch_axis if model.layout == "julia" else batch_axis
         return P(*[axis if i == pos else None for i in range(rank)])
 
-    in_specs = [spec(len(a.shape), a.batch_axis) for a in m.arguments if a.role == "input"]
+    entries = [a for a in m.arguments if a.role == "input"]
+    in_specs = [spec(len(a.shape), a.batch_axis) for a in entries]
+
+    def check_divisible(inputs: tuple[Any, ...]) -> None:
+        # device_put would raise JAX's IndivisibleError (a ValueError) or, on Explicit axes,
+        # a bare ValueError; the batch size is known from the shapes, traced or not.
+        for a, x, s in zip(entries, inputs, in_specs):
+            shape = jnp.shape(x)
+            if axis not in s or len(shape) != len(s):
+                continue  # no batch axis, or a wrong rank the model itself reports
+            pos = tuple(s).index(axis)
+            n = int(shape[pos])
+            if n % devices:
+                fit = -(-n // devices) * devices
+                raise CallArgumentError(
+                    f"{m.name}: data_parallel splits {a.label} over mesh axis {axis!r} of "
+                    f"{devices} devices along its batch axis ({pos}), so the batch must be a "
+                    f"multiple of {devices}; got {n} samples. Pad the batch to {fit} (and "
+                    f"drop the extra outputs) or call with a multiple of {devices}"
+                )
+
     out_leaves = []
     for r in m.results:
         for p in r.paths:
@@ -92,6 +123,7 @@ def data_parallel_apply(model: Any, mesh: Mesh, axis: str) -> Callable[..., tupl
     jitted = jax.jit(run)
 
     def call(params: Any, state: Any, *inputs: Any) -> tuple[Any, Any]:
+        check_divisible(inputs)
         leaves = jax.tree.leaves((params, state, inputs))
         if not any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
             # Inside jit, device_put cannot move arrays committed to devices elsewhere (JAX

@@ -13,7 +13,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding
+from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import juliabridge
@@ -25,7 +25,14 @@ def main(tmp: str) -> None:
     model = juliabridge.import_lux(
         build_bundle("dense_chain", Path(tmp) / "d.bundle", batch=8, seed=0)
     )
-    mesh = jax.make_mesh((8,), ("model",), axis_types=(jax.sharding.AxisType.Auto,))
+    explicit = jax.make_mesh((8,), ("model",), axis_types=(AxisType.Explicit,))
+    auto = jax.make_mesh((8,), ("model",), axis_types=(AxisType.Auto,))
+    for mesh in (explicit, auto):
+        check(model, mesh)
+    print("OK", model.backend)
+
+
+def check(model, mesh) -> None:  # type: ignore[no-untyped-def]
     w = model.params["layer_1"]["weight"]  # MLIR (in, out) = (4, 16): shard the 16 outputs
     assert w.shape == (4, 16), w.shape
     sharded = jax.tree.map(lambda a: a, model.params)
@@ -39,14 +46,18 @@ def main(tmp: str) -> None:
     def loss(p):  # type: ignore[no-untyped-def]
         return jnp.sum(model.apply(p, model.state, x)[0] ** 2)
 
-    y_sharded = jax.jit(lambda p: model.apply(p, model.state, x)[0])(sharded)
+    # Reverse mode under Explicit axes needs the mesh in context (JAX's rule).
+    with jax.set_mesh(mesh):
+        y_sharded = jax.jit(lambda p: model.apply(p, model.state, x)[0])(sharded)
+        g_sharded = jax.jit(jax.grad(loss))(sharded)
     y_plain = jax.jit(lambda p: model.apply(p, model.state, x)[0])(model.params)
-    g_sharded = jax.jit(jax.grad(loss))(sharded)
     g_plain = jax.jit(jax.grad(loss))(model.params)
     np.testing.assert_allclose(np.asarray(y_sharded), np.asarray(y_plain), rtol=1e-5, atol=1e-6)
     for a, b in zip(jax.tree.leaves(g_sharded), jax.tree.leaves(g_plain), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
-    print("OK", model.backend)
+    # Each gradient keeps its parameter's sharding.
+    gw = g_sharded["layer_1"]["weight"]
+    assert tuple(gw.sharding.spec) == (None, "model"), gw.sharding.spec
 
 
 if __name__ == "__main__":
