@@ -168,7 +168,7 @@ class LuxModel:
                 "state": (state, "state"),
             }[a.role]
             flat.append(self._to_mlir(lookup(tree, a.path, root)))
-        n = batch_size_of(self.manifest, flat)
+        n = batch_size_of(self.manifest, flat, self.layout)
         if n is None or self.manifest.batch is None or n == self.manifest.batch.size:
             results = self.fn(*flat)
         else:
