@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from rich.console import Console
 from rich.table import Table
@@ -207,7 +208,12 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
     if result.ok:
         console.print(Text("OK"))
         return OK
-    console.print(Text("MISMATCH", style="red") + Text(": outputs differ from Julia's reference"))
+    whose = (
+        "Julia's reference outputs"
+        if result.made_with_julia
+        else "the bundle's reference outputs (made without Julia)"
+    )
+    console.print(Text("MISMATCH", style="red") + Text(f": outputs differ from {whose}"))
     return MISMATCH
 
 
@@ -252,15 +258,38 @@ def cmd_vjp(args: argparse.Namespace, console: Console) -> int:
 
     target = add_vjp(args.path, overwrite=args.overwrite, verify_checksums=not args.no_verify)
     console.print(
-        _t(f"wrote {target}; gradients on backend='xla' now work without enzyme-ad for this bundle")
+        _t(f"wrote {target}; gradients on backend 'xla' now need no derivation for this bundle")
     )
     return OK
 
 
 _NO_VERIFY = (
-    "skip the sha256 checks of the bundle's files (for files you changed on purpose; every "
-    "other check still runs)"
+    "skip the digest checks of the bundle's files (BLAKE3 per dataset in format 3, sha256 in "
+    "formats 1-2; for files you changed on purpose; every other check still runs)"
 )
+
+
+def _tolerance(text: str) -> float:
+    """An --rtol/--atol value: a finite number >= 0 (argparse reports others as usage errors)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value >= 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a usage error on one line of stderr, as every other error is."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``PROG: error: MESSAGE (see PROG --help)`` and exit with code 2."""
+        line = f"{self.prog}: error: {message} (see {self.prog} --help)"
+        sys.stderr.write(safe(line) + "\n")
+        sys.exit(USAGE)
+
+
 _BACKEND = (
     "backend to run the module: lax (JAX primitives), enzyme (enzyme-ad), xla, or auto (lax "
     "when every op lifts, else enzyme where importable, else xla)"
@@ -269,7 +298,7 @@ _BACKEND = (
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `juliabridge` command."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="juliabridge",
         description="Lux.jl models as JAX functions.",
         epilog="exit codes (one per error class):\n"
@@ -283,28 +312,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", help="bundle directory")
     p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     p.set_defaults(func=cmd_inspect)
-    p = sub.add_parser("verify", help="compare a bundle's outputs with Julia's reference outputs")
+    p = sub.add_parser("verify", help="compare a bundle's outputs with its reference outputs")
     p.add_argument("path", help="bundle directory")
     p.add_argument(
         "--backend", default="auto", choices=["auto", "lax", "enzyme", "xla"], help=_BACKEND
     )
     p.add_argument(
         "--rtol",
-        type=float,
+        type=_tolerance,
         default=None,
         help="relative tolerance (default: the manifest's examples.rtol, else the spec's "
         "per-dtype default)",
     )
     p.add_argument(
         "--atol",
-        type=float,
+        type=_tolerance,
         default=None,
         help="absolute tolerance (default: the manifest's examples.atol, else the spec's "
         "per-dtype default)",
     )
     p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     p.set_defaults(func=cmd_verify)
-    p = sub.add_parser("vjp", help="derive the bundle's VJP module with enzyme-ad and store it")
+    p = sub.add_parser(
+        "vjp",
+        help="derive the bundle's VJP module (through lax when every op lifts, else with "
+        "enzyme-ad) and store it",
+    )
     p.add_argument("path", help="bundle directory")
     p.add_argument("--overwrite", action="store_true", help="replace an existing VJP module")
     p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
