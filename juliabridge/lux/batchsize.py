@@ -46,11 +46,11 @@ def batch_size_of(manifest: Manifest, flat: Sequence[Any], layout: str = "mlir")
                 raise CallArgumentError(_wrong_shape(manifest.name, a, shape, julia))
             continue
         if len(shape) != len(a.shape):
-            want = list(a.shape[::-1]) if julia else list(a.shape)
-            got = list(shape[::-1]) if julia else list(shape)
+            want_dims = list(a.shape[::-1]) if julia else list(a.shape)
+            got_dims = list(shape[::-1]) if julia else list(shape)
             order = " in Julia's order (layout='julia')" if julia else ""
             raise CallArgumentError(
-                f"{a.label}: expects rank {len(a.shape)} ({want}{order}), got shape {got}"
+                f"{a.label}: expects rank {len(a.shape)} ({want_dims}{order}), got shape {got_dims}"
             )
         sizes[a.label] = shape[a.batch_axis]
     if not sizes:
