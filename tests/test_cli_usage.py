@@ -261,3 +261,35 @@ def test_usage_errors_are_one_line_in_a_fresh_process(tmp_path: Path) -> None:
     assert proc.returncode == USAGE
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "WARNING" not in ln]
     assert len(lines) == 1, proc.stderr
+
+
+# --- inspect ------------------------------------------------------------------------------------
+
+
+def test_inspect_names_echoed_results_and_static_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: an echoed result had a blank path cell, and static_state was not shown."""
+    import jax
+
+    from juliabridge.bundle.writer import ArgumentSpec, write_bundle
+
+    x = np.ones((2, 3), np.float32)
+    w = np.full((3, 4), 0.5, np.float32)
+    text = jax.jit(lambda x, w: (x @ w, x)).lower(x, w).as_text()
+    bundle = write_bundle(
+        tmp_path / "echo.bundle",
+        name="echo",
+        mlir_text=text,
+        arguments=[ArgumentSpec("input", [], x), ArgumentSpec("parameter", ["w"], w)],
+        result_paths=[[["output"]], []],
+        result_echoes=[None, 0],
+        static_state=[(["training"], False, "Val{false}")],
+    )
+    code, out, err = run_cli(["inspect", str(bundle)], capsys)
+    assert code == OK, err
+    assert "(echo of argument #0, unchanged)" in out
+    assert (
+        "static state (not arrays; model.metadata['static_state']): state.training = False " in out
+    )
+    assert "(Val{false})" in out

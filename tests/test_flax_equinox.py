@@ -226,3 +226,19 @@ def test_save_params_takes_the_equinox_module(lenet: juliabridge.LuxModel, tmp_p
         juliabridge.load_params(out)[0]["layer_1"]["bias"],
         np.asarray(lenet.params["layer_1"]["bias"]) * 2,
     )
+
+
+def test_a_lux_model_is_one_leaf_so_nnx_modules_can_hold_it(lenet: juliabridge.LuxModel) -> None:
+    """README: a LuxModel is not a pytree, because nnx refuses a static attribute holding
+    arrays; a user's module keeping the model itself works, and its trees are the pytrees."""
+
+    class Holder(nnx.Module):  # type: ignore[misc]
+        def __init__(self, model: juliabridge.LuxModel) -> None:
+            self.model = model
+
+    holder = Holder(lenet)
+    assert jax.tree.leaves(lenet) == [lenet]
+    assert not jax.tree.leaves(nnx.state(holder))  # static: nothing for nnx to train
+    with pytest.raises(TypeError):
+        jax.jit(lambda m, x: m(x))(lenet, _data(lenet)[0])
+    assert len(jax.tree.leaves(lenet.params)) == 8

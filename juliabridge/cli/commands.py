@@ -97,9 +97,11 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
     for col in ("#", "output path(s)", "MLIR shape", "dtype"):
         rt.add_column(col)
     for r in m.results:
+        # A result no output path names returns an argument unchanged (spec §3.4): say which.
+        named = ", ".join(".".join(map(str, q)) for q in r.paths)
         rt.add_row(
             _t(r.index),
-            _t(", ".join(".".join(map(str, q)) for q in r.paths)),
+            _t(named or f"(echo of argument #{r.echo_of}, unchanged)"),
             _t(list(r.shape)),
             _t(r.dtype),
         )
@@ -112,6 +114,17 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
             _t(src.dtype),
         )
     console.print(rt)
+    if m.static_state:
+        # Non-array state leaves (Val(true), ...) are not JAX leaves (spec §3.11).
+        console.print(
+            _t(
+                "static state (not arrays; model.metadata['static_state']): "
+                + ", ".join(
+                    f"state.{'.'.join(map(str, s.path))} = {s.value!r} ({s.julia_type})"
+                    for s in m.static_state
+                )
+            )
+        )
     console.print(
         _t(
             f"parameters and state: {_human_bytes(total)}; "
