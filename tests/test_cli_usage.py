@@ -293,3 +293,62 @@ def test_inspect_names_echoed_results_and_static_state(
         "static state (not arrays; model.metadata['static_state']): state.training = False " in out
     )
     assert "(Val{false})" in out
+
+
+def test_demo_says_whether_enzyme_was_installed(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: on CPython 3.12+ the [enzyme] extra installed nothing and nothing said so
+    until `juliabridge doctor`."""
+    from juliabridge.backends import enzyme
+
+    monkeypatch.setattr(enzyme, "enzyme_available", lambda: False)
+    code, out, err = run_cli(["demo", "--backend", "lax"], capsys)
+    assert code == OK, err
+    v = sys.version_info
+    assert (
+        "enzyme backend: not available (enzyme-ad has CPython 3.11 wheels only, so the [enzyme] "
+        f"extra installs nothing on Python {v.major}.{v.minor}; `juliabridge doctor` says why)"
+    ) in " ".join(out.split())
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert 'prints "enzyme backend: not available"' in readme
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert "enzyme-ad==0.0.16; python_version == '3.11'" in pyproject  # what README says
+
+
+# --- piped output -------------------------------------------------------------------------------
+
+
+def test_doctor_says_what_its_stablehlo_versions_mean(capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: "reads_from 0.9.0, writes_and_reads_up_to ..., 12_week_target 1.16.3"."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    from juliabridge.stablehlo.artifact import ARTIFACT_TARGET
+
+    code, out, _ = run_cli(["doctor"], capsys)
+    assert code == OK
+    line = next(ln for ln in out.splitlines() if ln.startswith("StableHLO: "))
+    assert line.startswith(
+        f"StableHLO: this jaxlib reads portable artifacts from StableHLO "
+        f"{stablehlo.get_minimum_version()}, up to {stablehlo.get_current_version()} (its own "
+        "version)"
+    )
+    assert line.endswith(f"juliabridge writes artifacts at {ARTIFACT_TARGET}")
+    assert "_" not in line  # no JSON keys
+
+
+def test_piped_output_never_splits_a_path(tmp_path: Path) -> None:
+    """Before: lines past 160 columns wrapped mid-word ("…/len" then "et.bundle")."""
+    deep = tmp_path / ("d" * 90) / ("e" * 90)
+    deep.mkdir(parents=True)
+    bundle = make_dense_bn(deep / "dense_bn.bundle")
+    proc = subprocess.run(
+        [sys.executable, "-m", "juliabridge", "inspect", str(bundle)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert proc.returncode == OK, proc.stderr
+    assert "module read from: text" in proc.stdout
+    assert any(str(bundle) in ln for ln in proc.stdout.splitlines()), proc.stdout

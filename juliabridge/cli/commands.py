@@ -179,7 +179,7 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
     tested = "tested" if r.jax_tested else "NOT in the tested range"
     console.print(_t(f"juliabridge {r.juliabridge}, Python {r.python}, {r.platform}"))
     console.print(_t(f"jax {r.jax} ({tested}), jaxlib {r.jaxlib}, devices: {r.devices}"))
-    console.print(_t("StableHLO: " + ", ".join(f"{k} {v}" for k, v in r.stablehlo.items())))
+    console.print(_t(_stablehlo_line(r.stablehlo)))
     for title, checks in (("backends", r.backends), ("Julia", r.julia), ("extras", r.extras)):
         table = Table(title=title)
         for col in ("name", "available", "what it gives / why not"):
@@ -190,6 +190,23 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
             )
         console.print(table)
     return OK
+
+
+#: What each StableHLO version doctor reports means (its JSON keys are kept for scripts).
+_STABLEHLO_WORDS = {
+    "reads_from": "this jaxlib reads portable artifacts from StableHLO {}",
+    "writes_and_reads_up_to": "up to {} (its own version)",
+    "12_week_target": "its 12-week compatibility target is {}",
+}
+
+
+def _stablehlo_line(versions: dict[str, str]) -> str:
+    """doctor's StableHLO facts in words, and the target juliabridge writes artifacts at."""
+    from ..stablehlo.artifact import ARTIFACT_TARGET
+
+    parts = [_STABLEHLO_WORDS.get(k, k + " {}").format(v) for k, v in versions.items()]
+    parts.append(f"juliabridge writes artifacts at {ARTIFACT_TARGET}")
+    return "StableHLO: " + ", ".join(parts)
 
 
 def cmd_verify(args: argparse.Namespace, console: Console) -> int:
@@ -241,6 +258,7 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
 
     path = example_bundle_path("lenet")
     console.print(_t(f"example bundle: {path}"))
+    console.print(_t(_enzyme_note()))
     args.path, args.no_verify = path, False
     cmd_inspect(args, console)
     model = import_lux(path, backend=args.backend)
@@ -263,6 +281,21 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
         )
     )
     return OK if result.ok else MISMATCH
+
+
+def _enzyme_note() -> str:
+    """Whether the enzyme backend is here: pip installs the [enzyme] extra's enzyme-ad on
+    CPython 3.11 only and says nothing elsewhere, so the first command run says it."""
+    from ..backends.enzyme import enzyme_available
+
+    if enzyme_available():
+        return "enzyme backend: available (enzyme-ad)"
+    v = sys.version_info
+    return (
+        f"enzyme backend: not available (enzyme-ad has CPython 3.11 wheels only, so the "
+        f"[enzyme] extra installs nothing on Python {v.major}.{v.minor}; "
+        "`juliabridge doctor` says why); lax and xla need nothing extra"
+    )
 
 
 def cmd_vjp(args: argparse.Namespace, console: Console) -> int:
@@ -381,9 +414,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as e:  # argparse: --help/--version (0) or a usage error (2)
         return int(e.code) if isinstance(e.code, int) else USAGE
-    # Rich assumes 80 columns when piped; tables of Lux paths need more to stay readable.
+    # Rich assumes 80 columns when piped; tables of Lux paths need more to stay readable, and
+    # piped lines are never wrapped (a wrapped path, "/len" then "et.bundle", cannot be grepped
+    # or pasted).
+    piped = not sys.stdout.isatty()
     console = Console(
-        width=None if sys.stdout.isatty() else 160, markup=False, highlight=False, emoji=False
+        width=160 if piped else None,
+        soft_wrap=piped,
+        markup=False,
+        highlight=False,
+        emoji=False,
     )
     try:
         return int(args.func(args, console))
