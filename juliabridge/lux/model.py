@@ -302,7 +302,8 @@ def import_lux(
             "enzyme" or "xla". See the README's backend table for what each can do.
         layout: "mlir" (default) uses the module's row-major shapes, Julia's dims reversed;
             "julia" presents params, state, inputs and outputs in Julia's dimension order.
-        verify_checksums: check the sha256 digests the manifest records (default); False
+        verify_checksums: check the digests the manifest records (default): BLAKE3 per
+            dataset in format 3 (sha256 in formats 1-2) and sha256 per module file; False
             skips them and the model records ``checksums_verified=False``.
         trust: admit ops and custom calls outside the allowlist (only for bundles you made).
 
@@ -317,6 +318,7 @@ def import_lux(
         UnsupportedModuleError / MLIRParseError: the module is refused or does not parse.
         X64DisabledError: 64-bit weights while jax_enable_x64 is off.
         BackendUnavailableError: backend="enzyme" without enzyme-ad.
+        UnsupportedOpError: backend="lax" and an op of the module does not lift.
     """
     if layout not in LAYOUTS:
         raise JuliaBridgeError(f"unknown layout {layout!r}; expected 'mlir' or 'julia'")
