@@ -40,6 +40,7 @@ def actionable(message: str, *names: str) -> None:
         "load",
         "did you mean",
         "set",
+        "fix",
     )
     assert any(v in message.lower() for v in verbs), f"no advice in: {message}"
 
