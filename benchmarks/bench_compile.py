@@ -1,6 +1,6 @@
 """Import + first compile vs jax.jit compile of the native model.
 
-    python benchmarks/bench_compile.py [--repeats 5] [--backends enzyme xla]
+    python benchmarks/bench_compile.py [--repeats 5] [--backends lax enzyme xla]
 
 For LeNet-5 and an MLP, each sample runs in a fresh Python process (so no cache of an
 earlier compile can help) that first imports the libraries and compiles an unrelated small
@@ -147,13 +147,13 @@ def main() -> None:
         child(json.loads(sys.argv[2]))
         return
     import numpy as np
-    from common import lenet_case, median, mlp_case, table, verdict, write_json
+    from common import DEFAULT_BACKENDS, lenet_case, median, mlp_case, table, verdict, write_json
 
     from juliabridge.backends.enzyme import enzyme_available
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="fresh processes per variant")
-    parser.add_argument("--backends", nargs="+", default=["enzyme", "xla"])
+    parser.add_argument("--backends", nargs="+", default=list(DEFAULT_BACKENDS))
     parser.add_argument("--quick", action="store_true", help="small models, for a smoke test")
     parser.add_argument(
         "--models", nargs="+", default=["lenet", "mlp"], choices=["lenet", "mlp"], help="models"

@@ -1,6 +1,6 @@
 """Call overhead: eager calls of an imported small MLP vs a call of the jitted native function.
 
-    python benchmarks/bench_overhead.py [--repeats 31] [--backends enzyme xla]
+    python benchmarks/bench_overhead.py [--repeats 31] [--backends lax enzyme xla]
 
 The model is tiny (Lux ``Chain(Dense(4 => 16, relu), Dense(16 => 3))``, batch 5), so the
 time per call is almost all Python and dispatch. Timed side by side, each call waiting for its
@@ -31,7 +31,17 @@ from pathlib import Path
 from typing import Any
 
 import jax
-from common import dense_chain_case, interleaved, median, spread, table, us, verdict, write_json
+from common import (
+    DEFAULT_BACKENDS,
+    dense_chain_case,
+    interleaved,
+    median,
+    spread,
+    table,
+    us,
+    verdict,
+    write_json,
+)
 
 import juliabridge
 from juliabridge.backends.enzyme import enzyme_available
@@ -133,7 +143,7 @@ def measure(case: Any, backend: str, repeats: int, want_profile: bool) -> dict[s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=31, help="timing samples per variant")
-    parser.add_argument("--backends", nargs="+", default=["enzyme", "xla"])
+    parser.add_argument("--backends", nargs="+", default=list(DEFAULT_BACKENDS))
     parser.add_argument("--profile", action="store_true", help="print cProfile summaries")
     parser.add_argument("--out", type=Path, default=None, help="results directory")
     args = parser.parse_args()

@@ -1,6 +1,6 @@
 """Runtime parity: an imported model vs the same model written natively in JAX, under jax.jit.
 
-    python benchmarks/bench_runtime.py [--repeats 31] [--backends enzyme xla]
+    python benchmarks/bench_runtime.py [--repeats 31] [--backends lax enzyme xla]
 
 For LeNet-5 and an MLP, each with the same weights on both sides, it times the jitted forward
 pass and the jitted gradient of a cross-entropy loss with respect to the parameters, on every
@@ -24,6 +24,7 @@ from typing import Any
 import jax
 import numpy as np
 from common import (
+    DEFAULT_BACKENDS,
     Case,
     cross_entropy,
     interleaved,
@@ -148,7 +149,7 @@ def measure(case: Case, backend: str, repeats: int) -> list[dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=31, help="timing samples per variant")
-    parser.add_argument("--backends", nargs="+", default=["enzyme", "xla"])
+    parser.add_argument("--backends", nargs="+", default=list(DEFAULT_BACKENDS))
     parser.add_argument("--quick", action="store_true", help="small models, for a smoke test")
     parser.add_argument("--out", type=Path, default=None, help="results directory")
     args = parser.parse_args()

@@ -35,6 +35,9 @@ REPO = Path(__file__).resolve().parents[1]
 #: 1-minute load average when the benchmark started: other jobs on the machine show up here.
 LOAD_AT_START = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 RESULTS = REPO / "benchmarks" / "results"
+#: The backends a script measures unless `--backends` says otherwise: all three, the default
+#: `lax` first (enzyme is skipped, with a note, where enzyme-ad does not import).
+DEFAULT_BACKENDS = ("lax", "enzyme", "xla")
 
 Params = dict[str, dict[str, Any]]
 

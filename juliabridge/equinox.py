@@ -60,6 +60,10 @@ class LuxModule(eqx.Module):  # type: ignore[misc]
         self.params = model.params
         self.state = model.state
 
+    def __juliabridge_trees__(self) -> tuple[Any, Any, LuxModel]:
+        """(params, state, LuxModel): this module's trees, for save_params."""
+        return self.params, self.state, self.lux
+
     def __call__(self, *inputs: Any) -> Any:
         """The model's outputs for `inputs` with this module's parameters and state.
 

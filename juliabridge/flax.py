@@ -76,6 +76,10 @@ class LuxModule(nnx.Module):  # type: ignore[misc]
         self.params = _wrap(model.params, nnx.Param)
         self.state = _wrap(model.state, LuxState)
 
+    def __juliabridge_trees__(self) -> tuple[Any, Any, LuxModel]:
+        """(params, state, LuxModel): plain trees of the current values, for save_params."""
+        return _unwrap(self.params), _unwrap(self.state), self.lux
+
     def __call__(self, *inputs: Any) -> Any:
         """The model's outputs for `inputs`; the state variables take the returned state.
 

@@ -72,7 +72,7 @@ def test_killed_save_params_leaves_the_previous_file_intact(tmp_path: Path, atte
         model = juliabridge.import_lux({str(bundle)!r}, backend="xla")
         params = {{k: dict(v) for k, v in model.params.items()}}
         params["extra"] = {{"big": np.full({BIG}, {attempt + 2}, np.float32)}}
-        juliabridge.save_params(params, {str(target)!r}, state=model.state)
+        juliabridge.save_params(params, {str(target)!r}, state=model.state, overwrite=True)
     """
     _kill_while_writing(code, target)
     # Under the final name: exactly the previous file, still loadable.
@@ -86,7 +86,7 @@ def test_killed_save_params_leaves_the_previous_file_intact(tmp_path: Path, atte
     assert leftovers[0].name.startswith(f".{target.name}{atomic.TMP_MARK}")
     assert atomic.stale_temporaries(target) == leftovers
     # ... and the next save to the same target removes it.
-    juliabridge.save_params(tuned, target, state=model.state)
+    juliabridge.save_params(tuned, target, state=model.state, overwrite=True)
     assert _temporaries(target) == []
     assert sha256_file(target) != ""
 

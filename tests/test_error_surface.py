@@ -40,6 +40,7 @@ def actionable(message: str, *names: str) -> None:
         "load",
         "did you mean",
         "set",
+        "fix",
     )
     assert any(v in message.lower() for v in verbs), f"no advice in: {message}"
 
@@ -257,6 +258,25 @@ def test_save_params_to_a_directory(tmp_path: Path) -> None:
     with pytest.raises(SaveError) as info:
         juliabridge.save_params({"w": np.ones(2, np.float32)}, tmp_path)
     actionable(str(info.value), str(tmp_path), "is a directory", "finetuned.h5")
+
+
+def test_save_params_creates_no_directory_and_replaces_no_file_unasked(tmp_path: Path) -> None:
+    """Issue 29 item 7: a typo'd directory was created, and an existing file replaced."""
+    w = {"w": np.ones(2, np.float32)}
+    with pytest.raises(SaveError) as info:
+        juliabridge.save_params(w, tmp_path / "typo" / "w.h5")
+    assert str(info.value) == (
+        f"{tmp_path / 'typo' / 'w.h5'}: the directory {tmp_path / 'typo'} does not exist; "
+        "create it first (save_params creates no directories)"
+    )
+    assert not (tmp_path / "typo").exists()
+    target = juliabridge.save_params(w, tmp_path / "w.h5")
+    with pytest.raises(SaveError) as info:
+        juliabridge.save_params({"w": np.zeros(2, np.float32)}, target)
+    assert str(info.value) == f"{target}: already exists; pass overwrite=True to replace it"
+    np.testing.assert_array_equal(juliabridge.load_params(target)[0]["w"], np.ones(2))
+    juliabridge.save_params({"w": np.zeros(2, np.float32)}, target, overwrite=True)
+    np.testing.assert_array_equal(juliabridge.load_params(target)[0]["w"], np.zeros(2))
 
 
 def test_save_params_with_a_value_julia_cannot_hold(tmp_path: Path) -> None:

@@ -185,3 +185,60 @@ def test_import_options_only_with_a_path(lenet: juliabridge.LuxModel) -> None:
     for cls in (EqxModule, NnxModule):
         with pytest.raises(juliabridge.JuliaBridgeError, match="only apply when a bundle path"):
             cls(lenet, backend="xla")
+
+
+# --- save_params on the wrappers (issue 29 item 7) -----------------------------------------------
+
+
+def _assert_saved(path: Path, params: object, state: object) -> None:
+    got_params, got_state = juliabridge.load_params(path)
+    assert _max_diff(got_params, params) == 0.0
+    if jax.tree.leaves(state):
+        assert _max_diff(got_state, state) == 0.0
+
+
+def test_save_params_takes_the_flax_module(lenet: juliabridge.LuxModel, tmp_path: Path) -> None:
+    """Before: "params.: a LuxModule of numpy dtype object cannot be saved"."""
+    from juliabridge.flax import LuxModule
+
+    module = LuxModule(lenet)
+    # Trained values, not the import's: the saved file must hold what the module holds now.
+    module.params["layer_1"]["bias"].set_value(module.params["layer_1"]["bias"].get_value() + 1)
+    out = juliabridge.save_params(module, tmp_path / "flax.h5")
+    want = nnx.to_pure_dict(nnx.state(module.params))
+    _assert_saved(out, want, lenet.state)
+    np.testing.assert_array_equal(
+        juliabridge.load_params(out)[0]["layer_1"]["bias"],
+        np.asarray(lenet.params["layer_1"]["bias"]) + 1,
+    )
+
+
+def test_save_params_takes_the_equinox_module(lenet: juliabridge.LuxModel, tmp_path: Path) -> None:
+    from juliabridge.equinox import LuxModule
+
+    module = LuxModule(lenet)
+    module = eqx.tree_at(
+        lambda m: m.params["layer_1"]["bias"], module, module.params["layer_1"]["bias"] * 2
+    )
+    out = juliabridge.save_params(module, tmp_path / "eqx.h5")
+    _assert_saved(out, module.params, module.state)
+    np.testing.assert_array_equal(
+        juliabridge.load_params(out)[0]["layer_1"]["bias"],
+        np.asarray(lenet.params["layer_1"]["bias"]) * 2,
+    )
+
+
+def test_a_lux_model_is_one_leaf_so_nnx_modules_can_hold_it(lenet: juliabridge.LuxModel) -> None:
+    """README: a LuxModel is not a pytree, because nnx refuses a static attribute holding
+    arrays; a user's module keeping the model itself works, and its trees are the pytrees."""
+
+    class Holder(nnx.Module):  # type: ignore[misc]
+        def __init__(self, model: juliabridge.LuxModel) -> None:
+            self.model = model
+
+    holder = Holder(lenet)
+    assert jax.tree.leaves(lenet) == [lenet]
+    assert not jax.tree.leaves(nnx.state(holder))  # static: nothing for nnx to train
+    with pytest.raises(TypeError):
+        jax.jit(lambda m, x: m(x))(lenet, _data(lenet)[0])
+    assert len(jax.tree.leaves(lenet.params)) == 8

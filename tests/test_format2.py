@@ -656,6 +656,46 @@ def test_text_that_does_not_parse_falls_back_to_the_artifact(bundle: Path) -> No
     assert open_bundle(bundle, trust=True).module_source == "artifact"
 
 
+def test_an_edited_unverified_text_is_never_replaced_by_the_artifact(bundle: Path) -> None:
+    """Issue 29 item 9: with verify_checksums=False and a model.mlir edited into garbage, the
+    import quietly loaded model.mlirbc, the module as exported, undoing the edit unseen."""
+    text = (bundle / "model.mlir").read_text()
+    (bundle / "model.mlir").write_text(text.replace("return ", "return ,, ", 1))  # sha not resealed
+    with pytest.raises(juliabridge.MLIRParseError) as e:
+        open_bundle(bundle, verify_checksums=False)
+    assert str(e.value).endswith(
+        "The text differs from the one exported (its sha256 is not the manifest's), so the "
+        "portable artifact model.mlirbc, the module as exported, is not read in its place; fix "
+        "the text, or restore it to use the artifact"
+    )
+    # An edit that parses is what runs, and inspect says the artifact is not its fallback.
+    (bundle / "model.mlir").write_text(text)
+    _doubled_text(bundle)
+    edit_manifest(bundle, lambda m: m["module"].update(sha256="0" * 64))
+    b = open_bundle(bundle, verify_checksums=False)
+    assert b.module_source == "text"
+    assert b.module_source_note.endswith(
+        "the portable artifact model.mlirbc is not read in its place"
+    )
+    np.testing.assert_allclose(
+        _output(bundle, verify_checksums=False),
+        2 * dense_bn_reference(dense_bn_arrays()),
+        rtol=1e-5,
+    )
+    # Restored: the unchanged text falls back as before.
+    (bundle / "model.mlir").write_text(text)
+    edit_manifest(bundle, lambda m: m["module"].update(sha256=sha256_file(bundle / "model.mlir")))
+    _broken_text(bundle)
+    assert open_bundle(bundle, verify_checksums=False).module_source == "artifact"
+
+
+def test_an_edited_text_the_artifact_overrides_is_warned_about(bundle: Path) -> None:
+    _newer_writer(bundle)
+    (bundle / "model.mlir").write_text((bundle / "model.mlir").read_text() + "// edited\n")
+    with pytest.warns(RuntimeWarning, match="changed since export, but this bundle's portable"):
+        open_bundle(bundle, verify_checksums=False)
+
+
 def test_text_and_artifact_both_unreadable_names_both(bundle: Path) -> None:
     _broken_text(bundle)
     (bundle / "model.mlirbc").write_bytes(b"ML\xefR not really bytecode")

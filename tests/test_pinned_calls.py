@@ -220,6 +220,42 @@ def test_julia_ordered_input_to_an_mlir_model_is_refused_with_a_hint(tmp_path: P
         model(np.zeros((4, 2, 3)))
 
 
+def test_mlir_ordered_input_to_a_julia_model_is_advised_in_julia_terms(tmp_path: Path) -> None:
+    # Issue 29 item 6: the message named the module's internal shape and advised
+    # layout='julia', the option already in use.
+    jl = juliabridge.import_lux(_layout_bundle(tmp_path), layout="julia")
+    with pytest.raises(CallArgumentError) as e:
+        jl(np.zeros((4, 2, 3), np.float32))
+    assert str(e.value) == (
+        "layout: x expects an array of shape (3, 2, N) in Julia's order (f32) (any batch size N "
+        "on axis 2; traced with N=4), got shape [4, 2, 3]. The dims look like the MLIR "
+        "(row-major) order, but this model was imported with layout='julia', which takes "
+        "Julia's order: pass x.T, or import with layout='mlir'."
+    )
+    with pytest.raises(CallArgumentError) as e:
+        jl(np.zeros((3, 5, 4), np.float32))
+    assert "got shape [3, 5, 4]." in str(e.value) and "layout='mlir'" not in str(e.value)
+
+
+def test_a_julia_model_without_a_batch_axis_reports_shapes_in_julia_order(tmp_path: Path) -> None:
+    x = np.zeros((2, 3), np.float32)
+    spec = Spec(
+        name="nobatch",
+        mlir=lower(lambda x: (x + np.float32(1),), x),
+        args=[Arg("input", [], x)],
+        results=[Res([["output"]], (2, 3), "f32")],
+    )
+    jl = juliabridge.import_lux(write(tmp_path / "n.bundle", spec), layout="julia")
+    np.testing.assert_array_equal(jl(x.T), (x + 1).T)
+    with pytest.raises(CallArgumentError) as e:
+        jl(x)
+    assert str(e.value) == (
+        "nobatch: x expects an array of shape (3, 2) in Julia's order (f32), got shape [2, 3]. "
+        "The dims look like the MLIR (row-major) order, but this model was imported with "
+        "layout='julia', which takes Julia's order: pass x.T, or import with layout='mlir'."
+    )
+
+
 def test_a_params_tree_missing_a_leaf_names_the_path(tmp_path: Path) -> None:
     model = juliabridge.import_lux(_layout_bundle(tmp_path))
     x = np.zeros((4, 2, 3), np.float32)

@@ -209,7 +209,7 @@ def test_saving_keeps_the_temporary_of_a_live_writer_and_removes_a_dead_ones(
         os.kill(writer.pid, signal.SIGKILL)
         writer.wait()
     # Now that writer is gone: the next save removes its leftover, and only that one.
-    juliabridge.save_params({"w": np.zeros(2, np.float32)}, target)
+    juliabridge.save_params({"w": np.zeros(2, np.float32)}, target, overwrite=True)
     assert not live.exists()
     assert other_host.exists()
     params, _ = juliabridge.load_params(target)

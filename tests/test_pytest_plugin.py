@@ -117,6 +117,36 @@ def test_layouts_and_state(lenet: juliabridge.LuxModel) -> None:
         compare_with_julia(lambda x: lenet(x), SHIPPED, with_state=True)
 
 
+def test_a_state_pair_without_with_state_says_what_to_pass(lenet: juliabridge.LuxModel) -> None:
+    # Issue 29 item 10: a candidate written after Lux's model(x, ps, st) returns (y, st); the
+    # caller saw numpy's "setting an array element with a sequence".
+    with pytest.raises(CallArgumentError) as e:
+        compare_with_julia(lambda x: lenet.apply(lenet.params, lenet.state, x), SHIPPED)
+    assert str(e.value) == (
+        "lenet: the model's output is one array, but the candidate returned a tuple of 2; if "
+        "it returns (y, new_state) as Lux does, pass with_state=True (the state is compared "
+        "too), else return y alone"
+    )
+
+
+def test_a_failure_report_shows_the_callers_line_not_the_helpers_source(tmp_path: Path) -> None:
+    (tmp_path / "test_pair.py").write_text(
+        "import numpy as np\n"
+        "from juliabridge.examples.paths import example_bundle_path\n"
+        "from juliabridge.testing import assert_matches_julia\n\n"
+        "def test_pair():\n"
+        "    assert_matches_julia(lambda x: (np.zeros((4, 10), np.float32), {}),\n"
+        "                         example_bundle_path('lenet'))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = run_pytest(tmp_path, env, "-p", "no:cacheprovider", "test_pair.py")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "pass with_state=True" in out, out
+    assert "setting an array element" not in out, out
+    assert "def compare_with_julia" not in out and "def assert_matches_julia" not in out, out
+
+
 def test_wrong_shapes_and_kinds_are_reported(lenet: juliabridge.LuxModel) -> None:
     report = compare_with_julia(lambda x: np.zeros((4, 9), np.float32), SHIPPED)
     assert not report.ok

@@ -757,11 +757,30 @@ def load_manifest(path: Path) -> Manifest:
         if text.startswith(f"{MANIFEST_NAME}: "):
             text = f"{path}: " + text[len(MANIFEST_NAME) + 2 :]
         if not isinstance(e, BundleVersionError):
-            text = f"{text.rstrip('.')}. {_MANIFEST_ADVICE}"
+            text = f"{text.rstrip('.')}. {manifest_advice(obj)}"
         raise type(e)(text) from None
 
 
-_MANIFEST_ADVICE = (
-    "The manifest does not follow docs/bundle-format.md; export the bundle again "
-    "(JuliaBridge.export_lux) or fix the entry named"
-)
+#: How to write a bundle again, by the producer.tool that wrote it (spec §3.2).
+_REWRITE = {
+    "JuliaBridge.jl": "export the bundle again with JuliaBridge.export_lux",
+    "juliabridge-python": "write the bundle again with juliabridge.bundle.writer.write_bundle",
+}
+
+
+def manifest_advice(obj: object) -> str:
+    """The advice a manifest refusal ends with: fix the entry, or rewrite the bundle with the
+    tool that wrote it (read from the unvalidated `obj`, only to choose the words)."""
+    producer = obj.get("producer") if isinstance(obj, dict) else None
+    tool = producer.get("tool") if isinstance(producer, dict) else None
+    rewrite = _REWRITE.get(tool) if isinstance(tool, str) else None
+    if rewrite is None:
+        rewrite = (
+            "have the tool that wrote it follow the spec"
+            if not isinstance(tool, str)
+            else f"have the tool that wrote it ({tool[:60]!r}) follow the spec"
+        )
+    return (
+        "The manifest does not follow docs/bundle-format.md: fix the entry named above, or "
+        f"{rewrite}."
+    )

@@ -50,6 +50,8 @@ class ModuleSource:
     note: str
     #: The artifact to read instead when `text` does not parse (see `parse_source`).
     fallback: ArtifactFallback | None = None
+    #: Why an artifact the bundle has is not the fallback (the text was edited), for messages.
+    no_fallback: str = ""
 
 
 def parse_source(src: ModuleSource, *, trust: bool) -> tuple[StableHLOModule, ModuleSource]:
@@ -72,6 +74,8 @@ def parse_source(src: ModuleSource, *, trust: bool) -> tuple[StableHLOModule, Mo
     except MLIRParseError as e:
         fb = src.fallback
         if fb is None:
+            if src.no_fallback:
+                raise MLIRParseError(f"{e}. {src.no_fallback}") from e
             raise
         (text,) = artifact.deserialize([fb.data], [str(fb.path)], isolated=fb.isolated)
         if not isinstance(text, str):
@@ -191,18 +195,45 @@ def read_module_sources(
             _check_sha(path, hashlib.sha256(data).hexdigest(), art.sha256)
         described = f"VHLO target {art.target}, written at StableHLO {art.stablehlo_version}"
         if newer := artifact.newer_writer_reason(art.stablehlo_version):
+            text_sha = _hash_file(text_path, key, dir_fd)
             if verify:  # the text is not parsed, but it is part of the bundle: check it
-                _check_sha(text_path, _hash_file(text_path, key, dir_fd), ref.sha256)
+                _check_sha(text_path, text_sha, ref.sha256)
+            elif ref.sha256 is not None and text_sha != ref.sha256:
+                warnings.warn(
+                    f"{text_path}: changed since export, but this bundle's portable artifact "
+                    f"{art.file} is read instead ({newer}); the change has no effect",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
             pending.append((key, data, path))
             notes[key] = f"portable artifact {art.file} ({described}): {newer}"
             continue
+        text_data = _read(text_path, key, MAX_MODULE_BYTES, dir_fd)
+        text_sha = hashlib.sha256(text_data).hexdigest()
+        if verify:
+            _check_sha(text_path, text_sha, ref.sha256)
+        fallback: ArtifactFallback | None = ArtifactFallback(data, path, described, isolated)
+        no_fallback = ""
+        if ref.sha256 is not None and text_sha != ref.sha256:
+            # Unverified and changed since export: the artifact holds the module as it was
+            # before the change, so reading it instead would quietly undo the edit.
+            fallback = None
+            no_fallback = (
+                f"The text differs from the one exported (its sha256 is not the manifest's), "
+                f"so the portable artifact {art.file}, the module as exported, is not read in "
+                "its place; fix the text, or restore it to use the artifact"
+            )
         out[key] = ModuleSource(
-            _read_text(text_path, key, ref, verify, dir_fd),
+            _text(text_path, text_data),
             str(text_path),
             TEXT,
             f"the text, written at StableHLO {art.stablehlo_version}, which this jaxlib "
-            f"reads; the portable artifact {art.file} is read only if the text does not parse",
-            ArtifactFallback(data, path, described, isolated),
+            f"reads; the portable artifact {art.file} is read only if the text does not parse"
+            if fallback is not None
+            else "the text, changed since export (not verified: --no-verify); the portable "
+            f"artifact {art.file} is not read in its place",
+            fallback,
+            no_fallback,
         )
     texts = artifact.deserialize(
         [d for _, d, _ in pending], [str(p) for _, _, p in pending], isolated=isolated

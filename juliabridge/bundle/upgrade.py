@@ -204,9 +204,13 @@ def cmd_upgrade(args: argparse.Namespace, console: Any) -> int:
             "nothing to do"
         )
         return 0
-    console.print(
-        f"{report.path}: upgraded from format {report.from_version} to {report.to_version}:"
+    # A format-3 bundle that only gains artifacts keeps its format: say so, not "3 to 3".
+    what = (
+        f"upgraded from format {report.from_version} to {report.to_version}"
+        if report.from_version != report.to_version
+        else f"format {report.to_version} kept; added"
     )
+    console.print(f"{report.path}: {what}:", markup=False, highlight=False)
     for line in report.changes:
         console.print(f"  {line}", markup=False, highlight=False)
     return 0
@@ -217,6 +221,10 @@ def add_upgrade_parser(sub: Any) -> None:
     p = sub.add_parser(
         "upgrade",
         help="upgrade a bundle to the current format in place (digests, portable artifacts)",
+        description="Bring a bundle to format 3 in place: a format-1 or format-2 bundle gains "
+        "BLAKE3 per-dataset digests, and any bundle gains portable artifacts (model.mlirbc) of "
+        "modules that have none. The bundle is fully verified first; weights and module text "
+        "are not rewritten, and readers see the old bundle or the new one, never a mixture.",
     )
-    p.add_argument("path")
+    p.add_argument("path", help="bundle directory to upgrade (changed in place)")
     p.set_defaults(func=cmd_upgrade)

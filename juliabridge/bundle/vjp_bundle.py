@@ -1,8 +1,10 @@
-"""`juliabridge vjp BUNDLE`: derive a bundle's VJP module once with Enzyme and store it.
+"""`juliabridge vjp BUNDLE`: derive a bundle's VJP module once and store it.
 
-After this, gradients on backend='xla' need no enzyme-ad: any Python, any machine. Enzyme runs
-in a separate process (transforms/sandbox.py); files are written atomically, with the umask's
-permissions, and every failure is a JuliaBridgeError.
+The VJP is derived through the lax backend (JAX's own differentiation rules) when every op of
+the module lifts, else with Enzyme where enzyme-ad imports; Enzyme runs in a separate process
+(transforms/sandbox.py). After this, gradients on backend='xla' need neither: any Python, any
+machine. Files are written atomically, with the umask's permissions, and every failure is a
+JuliaBridgeError.
 """
 
 from __future__ import annotations
@@ -12,9 +14,18 @@ import os
 from pathlib import Path
 
 from .. import progress
-from ..backends.enzyme import EnzymeBackend
-from ..errors import BundleError, JuliaBridgeError, SaveError, TransformError
-from ..stablehlo import parse_module
+from ..backends.enzyme import EnzymeBackend, enzyme_available
+from ..backends.lax import LaxBackend
+from ..errors import (
+    BackendUnavailableError,
+    BundleError,
+    JuliaBridgeError,
+    SaveError,
+    TransformError,
+    UnsupportedModuleError,
+)
+from ..stablehlo import StableHLOModule, parse_module
+from ..transforms.derive import vjp_module_text
 from . import open_bundle
 from .atomic import clean_stale, fsync_dir, temp_path
 from .checksum import sha256_file
@@ -43,37 +54,64 @@ def _atomic_write(path: Path, data: bytes) -> None:
         ) from e
 
 
+def derive_vjp_text(module: StableHLOModule, where: str) -> tuple[str, str]:
+    """The VJP module's text (spec §5) and how it was derived: "lax" or "Enzyme".
+
+    Raises:
+        BackendUnavailableError: the module does not lift onto lax and enzyme-ad is not
+            importable here.
+        TransformError: Enzyme cannot derive the VJP.
+    """
+    try:
+        lifted = LaxBackend(module)
+    except UnsupportedModuleError as e:
+        why_not_lax = str(e)
+    else:
+        return vjp_module_text(lifted.call, module.arguments, module.results), "lax"
+    if not enzyme_available():
+        raise BackendUnavailableError(
+            f"{where}: the VJP module cannot be derived here: the lax backend cannot lift the "
+            f"module ({why_not_lax}) and enzyme-ad is not importable (its wheels are for "
+            "CPython 3.11: pip install 'juliabridge[enzyme]' there and run juliabridge vjp "
+            "there), or export with JuliaBridge.export_lux(...; vjp=true)"
+        )
+    with progress.spinner(f"{where}: deriving the VJP module with Enzyme"):
+        return EnzymeBackend(module).vjp_module_text(), "Enzyme"
+
+
 def add_vjp(
     path: str | os.PathLike[str], *, overwrite: bool = False, verify_checksums: bool = True
 ) -> Path:
-    """Derive the VJP module with Enzyme (needs enzyme-ad) and record it in the manifest.
+    """Derive the VJP module (through lax, else Enzyme) and record it in the manifest.
 
     Args:
         path: the bundle directory.
         overwrite: replace a VJP module the bundle already has.
-        verify_checksums: check the bundle's sha256 checksums before deriving.
+        verify_checksums: check the bundle's digests (BLAKE3 per dataset in format 3,
+            sha256 in formats 1-2) before deriving.
 
     Returns:
         The path of the written VJP module.
 
     Raises:
-        BundleError (and subclasses) for the bundle, BackendUnavailableError without
-        enzyme-ad, TransformError when Enzyme cannot derive the VJP, SaveError when writing
-        fails.
+        BundleError (and subclasses) for the bundle; SaveError when it already has a VJP
+        module and not `overwrite`, or when writing fails; BackendUnavailableError when the
+        module does not lift onto lax and enzyme-ad is absent; TransformError when Enzyme
+        cannot derive the VJP.
     """
     bundle = open_bundle(path, verify_checksums=verify_checksums)
     if bundle.manifest.vjp is not None and not overwrite:
-        raise BundleError(
+        # Not a malformed bundle: a refusal to replace a file, like any write refused.
+        raise SaveError(
             f"{bundle.root}: already has a VJP module ({bundle.manifest.vjp.file}); pass "
             "overwrite=True (--overwrite) to derive it again"
         )
-    with progress.spinner(f"{bundle.root.name}: deriving the VJP module with Enzyme"):
-        text = EnzymeBackend(bundle.module).vjp_module_text()
+    text, how = derive_vjp_text(bundle.module, str(bundle.root))
     try:
         parse_module(text)  # refuse to store anything the loader would refuse
     except JuliaBridgeError as e:
         raise TransformError(
-            f"{bundle.root}: the VJP module Enzyme produced would not load: {e}"
+            f"{bundle.root}: the VJP module {how} produced would not load: {e}"
         ) from e
     target = bundle.root / VJP_FILE
     manifest_path = bundle.root / MANIFEST_NAME

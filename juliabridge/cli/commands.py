@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from rich.console import Console
 from rich.table import Table
@@ -106,9 +107,11 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
     for col in ("#", "output path(s)", "MLIR shape", "dtype"):
         rt.add_column(col)
     for r in m.results:
+        # A result no output path names returns an argument unchanged (spec §3.4): say which.
+        named = ", ".join(".".join(map(str, q)) for q in r.paths)
         rt.add_row(
             _t(r.index),
-            _t(", ".join(".".join(map(str, q)) for q in r.paths)),
+            _t(named or f"(echo of argument #{r.echo_of}, unchanged)"),
             _t(list(r.shape)),
             _t(r.dtype),
         )
@@ -121,6 +124,17 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
             _t(src.dtype),
         )
     console.print(rt)
+    if m.static_state:
+        # Non-array state leaves (Val(true), ...) are not JAX leaves (spec §3.11).
+        console.print(
+            _t(
+                "static state (not arrays; model.metadata['static_state']): "
+                + ", ".join(
+                    f"state.{'.'.join(map(str, s.path))} = {s.value!r} ({s.julia_type})"
+                    for s in m.static_state
+                )
+            )
+        )
     console.print(
         _t(
             f"parameters and state: {_human_bytes(total)}; "
@@ -175,7 +189,7 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
     tested = "tested" if r.jax_tested else "NOT in the tested range"
     console.print(_t(f"juliabridge {r.juliabridge}, Python {r.python}, {r.platform}"))
     console.print(_t(f"jax {r.jax} ({tested}), jaxlib {r.jaxlib}, devices: {r.devices}"))
-    console.print(_t("StableHLO: " + ", ".join(f"{k} {v}" for k, v in r.stablehlo.items())))
+    console.print(_t(_stablehlo_line(r.stablehlo)))
     for title, checks in (("backends", r.backends), ("Julia", r.julia), ("extras", r.extras)):
         table = Table(title=title)
         for col in ("name", "available", "what it gives / why not"):
@@ -186,6 +200,23 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
             )
         console.print(table)
     return OK
+
+
+#: What each StableHLO version doctor reports means (its JSON keys are kept for scripts).
+_STABLEHLO_WORDS = {
+    "reads_from": "this jaxlib reads portable artifacts from StableHLO {}",
+    "writes_and_reads_up_to": "up to {} (its own version)",
+    "12_week_target": "its 12-week compatibility target is {}",
+}
+
+
+def _stablehlo_line(versions: dict[str, str]) -> str:
+    """doctor's StableHLO facts in words, and the target juliabridge writes artifacts at."""
+    from ..stablehlo.artifact import ARTIFACT_TARGET
+
+    parts = [_STABLEHLO_WORDS.get(k, k + " {}").format(v) for k, v in versions.items()]
+    parts.append(f"juliabridge writes artifacts at {ARTIFACT_TARGET}")
+    return "StableHLO: " + ", ".join(parts)
 
 
 def cmd_verify(args: argparse.Namespace, console: Console) -> int:
@@ -217,7 +248,12 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
     if result.ok:
         console.print(Text("OK"))
         return OK
-    console.print(Text("MISMATCH", style="red") + Text(": outputs differ from Julia's reference"))
+    whose = (
+        "Julia's reference outputs"
+        if result.made_with_julia
+        else "the bundle's reference outputs (made without Julia)"
+    )
+    console.print(Text("MISMATCH", style="red") + Text(f": outputs differ from {whose}"))
     return MISMATCH
 
 
@@ -241,6 +277,7 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
 
     path = example_bundle_path("lenet")
     console.print(_t(f"example bundle: {path}"))
+    console.print(_t(_enzyme_note()))
     args.path, args.no_verify = path, False
     cmd_inspect(args, console)
     model = import_lux(path, backend=args.backend)
@@ -265,21 +302,59 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     return OK if result.ok else MISMATCH
 
 
+def _enzyme_note() -> str:
+    """Whether the enzyme backend is here: pip installs the [enzyme] extra's enzyme-ad on
+    CPython 3.11 only and says nothing elsewhere, so the first command run says it."""
+    from ..backends.enzyme import enzyme_available
+
+    if enzyme_available():
+        return "enzyme backend: available (enzyme-ad)"
+    v = sys.version_info
+    return (
+        f"enzyme backend: not available (enzyme-ad has CPython 3.11 wheels only, so the "
+        f"[enzyme] extra installs nothing on Python {v.major}.{v.minor}; "
+        "`juliabridge doctor` says why); lax and xla need nothing extra"
+    )
+
+
 def cmd_vjp(args: argparse.Namespace, console: Console) -> int:
     """Derive and store a bundle's VJP module, for gradients without enzyme-ad."""
     from ..bundle.vjp_bundle import add_vjp
 
     target = add_vjp(args.path, overwrite=args.overwrite, verify_checksums=not args.no_verify)
     console.print(
-        _t(f"wrote {target}; gradients on backend='xla' now work without enzyme-ad for this bundle")
+        _t(f"wrote {target}; gradients on backend 'xla' now need no derivation for this bundle")
     )
     return OK
 
 
 _NO_VERIFY = (
-    "skip the sha256 checks of the bundle's files (for files you changed on purpose; every "
-    "other check still runs)"
+    "skip the digest checks of the bundle's files (BLAKE3 per dataset in format 3, sha256 in "
+    "formats 1-2; for files you changed on purpose; every other check still runs)"
 )
+
+
+def _tolerance(text: str) -> float:
+    """An --rtol/--atol value: a finite number >= 0 (argparse reports others as usage errors)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value >= 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a usage error on one line of stderr, as every other error is."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``PROG: error: MESSAGE (see PROG --help)`` and exit with code 2."""
+        line = f"{self.prog}: error: {message} (see {self.prog} --help)"
+        sys.stderr.write(safe(line) + "\n")
+        sys.exit(USAGE)
+
+
 _BACKEND = (
     "backend to run the module: lax (JAX primitives), enzyme (enzyme-ad), xla, or auto (lax "
     "when every op lifts, else enzyme where importable, else xla)"
@@ -288,7 +363,7 @@ _BACKEND = (
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `juliabridge` command."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="juliabridge",
         description="Lux.jl models as JAX functions.",
         epilog="exit codes (one per error class):\n"
@@ -302,28 +377,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", help="bundle directory, or a Reactant export_to_enzymejax directory")
     p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     p.set_defaults(func=cmd_inspect)
-    p = sub.add_parser("verify", help="compare a bundle's outputs with Julia's reference outputs")
+    p = sub.add_parser("verify", help="compare a bundle's outputs with its reference outputs")
     p.add_argument("path", help="bundle directory")
     p.add_argument(
         "--backend", default="auto", choices=["auto", "lax", "enzyme", "xla"], help=_BACKEND
     )
     p.add_argument(
         "--rtol",
-        type=float,
+        type=_tolerance,
         default=None,
         help="relative tolerance (default: the manifest's examples.rtol, else the spec's "
         "per-dtype default)",
     )
     p.add_argument(
         "--atol",
-        type=float,
+        type=_tolerance,
         default=None,
         help="absolute tolerance (default: the manifest's examples.atol, else the spec's "
         "per-dtype default)",
     )
     p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     p.set_defaults(func=cmd_verify)
-    p = sub.add_parser("vjp", help="derive the bundle's VJP module with enzyme-ad and store it")
+    p = sub.add_parser(
+        "vjp",
+        help="derive the bundle's VJP module (through lax when every op lifts, else with "
+        "enzyme-ad) and store it",
+    )
     p.add_argument("path", help="bundle directory")
     p.add_argument("--overwrite", action="store_true", help="replace an existing VJP module")
     p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
@@ -361,9 +440,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as e:  # argparse: --help/--version (0) or a usage error (2)
         return int(e.code) if isinstance(e.code, int) else USAGE
-    # Rich assumes 80 columns when piped; tables of Lux paths need more to stay readable.
+    # Rich assumes 80 columns when piped; tables of Lux paths need more to stay readable, and
+    # piped lines are never wrapped (a wrapped path, "/len" then "et.bundle", cannot be grepped
+    # or pasted).
+    piped = not sys.stdout.isatty()
     console = Console(
-        width=None if sys.stdout.isatty() else 160, markup=False, highlight=False, emoji=False
+        width=160 if piped else None,
+        soft_wrap=piped,
+        markup=False,
+        highlight=False,
+        emoji=False,
     )
     try:
         return int(args.func(args, console))

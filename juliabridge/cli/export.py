@@ -35,7 +35,7 @@ def add_export_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="export a Lux model defined in a Julia script to a bundle (needs Julia)",
         description=DESCRIPTION,
     )
-    p.add_argument("script", type=Path, help="Julia script defining model, ps, st and x")
+    p.add_argument("script", type=_script, help="Julia script defining model, ps, st and x")
     p.add_argument("--out", "-o", type=Path, required=True, help="bundle directory to write")
     p.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
     p.add_argument("--vjp", action="store_true", help="also export the pullback module")
@@ -55,6 +55,15 @@ def add_export_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=_command)
     return p
+
+
+def _script(text: str) -> Path:
+    """The SCRIPT argument: an existing file, else a usage error (exit 2) before Julia starts."""
+    path = Path(text).expanduser()
+    if not path.is_file():
+        what = "is a directory, not a Julia script" if path.is_dir() else "no such file"
+        raise argparse.ArgumentTypeError(f"{text}: {what}")
+    return path
 
 
 def _one_line(message: str) -> str:

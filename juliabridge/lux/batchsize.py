@@ -31,18 +31,37 @@ from ..transforms.sharding import (
 )
 
 
-def batch_size_of(manifest: Manifest, flat: Sequence[Any]) -> int | None:
-    """The batch size N the inputs carry, or None when the manifest records no batch axis."""
+def batch_size_of(manifest: Manifest, flat: Sequence[Any], layout: str = "mlir") -> int | None:
+    """The batch size N the inputs carry, or None when the manifest records no batch axis.
+
+    `flat` holds the arrays in the module's (MLIR) order; `layout` is the order the caller
+    passed them in ("julia": each input was transposed from Julia's order), so a wrong shape
+    is reported as the caller wrote it, with advice for the layout in use.
+
+    Raises:
+        CallArgumentError: an input has the wrong rank or non-batch dims, or the inputs
+            disagree on the batch size.
+    """
+    julia = layout == "julia"
     sizes = {}
     for a in manifest.arguments:
-        if a.role == "input" and a.batch_axis is not None:
-            shape = jnp.shape(flat[a.index])
-            if len(shape) != len(a.shape):
-                raise CallArgumentError(
-                    f"{a.label}: expects rank {len(a.shape)} ({list(a.shape)}), got shape "
-                    f"{list(shape)}"
-                )
-            sizes[a.label] = shape[a.batch_axis]
+        if a.role != "input":
+            continue
+        shape = tuple(int(d) for d in jnp.shape(flat[a.index]))
+        if a.batch_axis is None:
+            # Under layout="julia" the module's own check would see (and report) the
+            # transposed array; check it here, in the caller's order.
+            if julia and shape != tuple(a.shape):
+                raise CallArgumentError(_wrong_shape(manifest.name, a, shape, julia))
+            continue
+        if len(shape) != len(a.shape):
+            want_dims = list(a.shape[::-1]) if julia else list(a.shape)
+            got_dims = list(shape[::-1]) if julia else list(shape)
+            order = " in Julia's order (layout='julia')" if julia else ""
+            raise CallArgumentError(
+                f"{a.label}: expects rank {len(a.shape)} ({want_dims}{order}), got shape {got_dims}"
+            )
+        sizes[a.label] = shape[a.batch_axis]
     if not sizes:
         return None
     if len(set(sizes.values())) > 1:
@@ -57,39 +76,33 @@ def batch_size_of(manifest: Manifest, flat: Sequence[Any]) -> int | None:
         rest = [d for i, d in enumerate(got) if i != a.batch_axis]
         want = [d for i, d in enumerate(a.shape) if i != a.batch_axis]
         if rest != want:
-            dims = ["N" if i == a.batch_axis else str(d) for i, d in enumerate(a.shape)]
-            hint = ""
-            # Julia's order is the MLIR order reversed, batch axis included: compare the
-            # reversed input's other dims, whatever batch size it carries.
-            flipped = got[::-1]
-            if [d for i, d in enumerate(flipped) if i != a.batch_axis] == want:
-                hint = (
-                    " The dims look reversed: inputs use the MLIR (row-major) order, Julia's "
-                    "dims reversed; pass x.T or import with layout='julia'."
-                )
-            raise CallArgumentError(
-                f"{manifest.name}: {a.label} expects tensor<{'x'.join(dims)}x{a.dtype}> (any "
-                f"batch size N on axis {a.batch_axis}; traced with N={a.shape[a.batch_axis]}), "
-                f"got shape {list(got)}.{hint}"
-            )
+            raise CallArgumentError(_wrong_shape(manifest.name, a, got, julia))
     return n
 
 
-def check_fixed_shapes(manifest: Manifest, flat: Sequence[Any]) -> None:
+def check_fixed_shapes(manifest: Manifest, flat: Sequence[Any], layout: str = "mlir") -> None:
     """Refuse an input whose shape differs from the traced one when no batch size is recorded.
 
     Without a `batch` entry (spec §3.6) the module runs only at the shapes it was traced with;
     saying so, and why, beats the bare signature mismatch the call would raise otherwise.
 
+    `flat` is in the module's order; under ``layout="julia"`` both shapes are written in
+    Julia's order, as the caller passed them.
+
     Raises:
         CallArgumentError: an input's shape is not its argument's `shape`.
     """
+    julia = layout == "julia"
     for a in manifest.arguments:
         if a.role != "input":
             continue
         got = [int(d) for d in jnp.shape(flat[a.index])]
         if got == list(a.shape):
             continue
+        want = list(a.shape)
+        order = ""
+        if julia:
+            got, want, order = got[::-1], want[::-1], " in Julia's order"
         why = (
             "; a train-mode bundle's samples are not independent, so it cannot be split into "
             "traced-size calls either"
@@ -97,11 +110,59 @@ def check_fixed_shapes(manifest: Manifest, flat: Sequence[Any]) -> None:
             else ""
         )
         raise CallArgumentError(
-            f"{manifest.name}: {a.label} expects exactly {list(a.shape)} ({a.dtype}), got shape "
+            f"{manifest.name}: {a.label} expects exactly {want} ({a.dtype}{order}), got shape "
             f"{got}: the bundle records no batch size (docs/bundle-format.md §3.6), so it runs "
             f"only at the shapes it was traced with{why}. Export again with the batch size you "
             "need"
         )
+
+
+def _wrong_shape(name: str, a: Any, got: tuple[int, ...], julia: bool) -> str:
+    """The message for input `a` given an array of module-order shape `got`.
+
+    Under layout="julia" both shapes are written in Julia's order (the caller's), and the
+    advice names the other layout, never the one already in use.
+    """
+    axis = a.batch_axis
+    dims = ["N" if i == axis else str(d) for i, d in enumerate(a.shape)]
+    # Julia's order is the MLIR order reversed, batch axis included: compare the reversed
+    # input's other dims, whatever batch size it carries.
+    flipped = got[::-1]
+    want_rest = [d for i, d in enumerate(a.shape) if i != axis]
+    if axis is None:
+        looks_reversed = len(got) > 1 and flipped == tuple(a.shape)
+    else:
+        looks_reversed = [d for i, d in enumerate(flipped) if i != axis] == want_rest
+    if julia:
+        jdims = dims[::-1]
+        batch = (
+            ""
+            if axis is None
+            else f" (any batch size N on axis {len(a.shape) - 1 - axis}; traced with "
+            f"N={a.shape[axis]})"
+        )
+        hint = (
+            " The dims look like the MLIR (row-major) order, but this model was imported with "
+            "layout='julia', which takes Julia's order: pass x.T, or import with "
+            "layout='mlir'."
+            if looks_reversed
+            else ""
+        )
+        return (
+            f"{name}: {a.label} expects an array of shape ({', '.join(jdims)}) in Julia's order "
+            f"({a.dtype}){batch}, got shape {list(flipped)}.{hint}"
+        )
+    batch = (
+        "" if axis is None else f" (any batch size N on axis {axis}; traced with N={a.shape[axis]})"
+    )
+    hint = (
+        " The dims look reversed: inputs use the MLIR (row-major) order, Julia's dims "
+        "reversed; pass x.T or import with layout='julia'."
+        if looks_reversed
+        else ""
+    )
+    want = f"tensor<{'x'.join(dims)}x{a.dtype}>"
+    return f"{name}: {a.label} expects {want}{batch}, got shape {list(got)}.{hint}"
 
 
 def _chunk(x: jax.Array, axis: int, b: int, k: int) -> jax.Array:
@@ -199,6 +260,7 @@ def call_any_batch(
     *,
     batched_chunks: bool = False,
     recorded: dict[int, str] | None = None,
+    layout: str = "mlir",
 ) -> tuple[jax.Array, ...]:
     """Run `fn` on `flat` whatever batch size the inputs carry, on any mesh.
 
@@ -208,11 +270,12 @@ def call_any_batch(
     (the others replicated), so the caller's batch stays sharded. `recorded` (the module's
     ``mhlo.sharding`` per argument) is compared with the call's Explicit placement: a
     disagreement is a RuntimeWarning naming both (the call's placement is what runs).
+    `layout` is the order the caller passed the inputs in, for messages (`batch_size_of`).
 
     Raises:
         CallArgumentError: the inputs' shapes or batch size do not fit the manifest.
     """
-    n = batch_size_of(manifest, flat)
+    n = batch_size_of(manifest, flat, layout)
 
     def run(*args: Any) -> tuple[jax.Array, ...]:
         if n is None or manifest.batch is None or n == manifest.batch.size:

@@ -171,13 +171,14 @@ class LuxModel:
             }[a.role]
             flat.append(self._to_mlir(lookup(tree, a.path, root)))
         if self.manifest.batch is None:
-            check_fixed_shapes(self.manifest, flat)
+            check_fixed_shapes(self.manifest, flat, self.layout)
         results = call_any_batch(
             self.manifest,
             self.fn,
             flat,
             batched_chunks=self.fn.traceable,
             recorded=self.bundle.module.arg_shardings,
+            layout=self.layout,
         )
         results = tuple(self._to_mlir(r) for r in results)  # transpose is its own inverse
         flat = [self._to_mlir(v) for v in flat]
@@ -333,7 +334,8 @@ def import_lux(
             "enzyme" or "xla". See the README's backend table for what each can do.
         layout: "mlir" (default) uses the module's row-major shapes, Julia's dims reversed;
             "julia" presents params, state, inputs and outputs in Julia's dimension order.
-        verify_checksums: check the sha256 digests the manifest records (default); False
+        verify_checksums: check the digests the manifest records (default): BLAKE3 per
+            dataset in format 3 (sha256 in formats 1-2) and sha256 per module file; False
             skips them and the model records ``checksums_verified=False``.
         trust: admit ops and custom calls outside the allowlist (only for bundles you made).
         outputs: (export directories) the @main results that are the outputs, in order, when
@@ -356,6 +358,7 @@ def import_lux(
         UnsupportedModuleError / MLIRParseError: the module is refused or does not parse.
         X64DisabledError: 64-bit weights while jax_enable_x64 is off.
         BackendUnavailableError: backend="enzyme" without enzyme-ad.
+        UnsupportedOpError: backend="lax" and an op of the module does not lift.
     """
     if layout not in LAYOUTS:
         raise JuliaBridgeError(f"unknown layout {layout!r}; expected 'mlir' or 'julia'")

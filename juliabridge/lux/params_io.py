@@ -18,7 +18,7 @@ from .. import dtypes
 from ..bundle import safefile
 from ..bundle.manifest import MANIFEST_NAME, LuxPath, load_manifest
 from ..bundle.weights import ReadRequest, open_weights, write_weights
-from ..errors import BundleError, CallArgumentError, ChecksumError, UnsafeBundleError
+from ..errors import BundleError, CallArgumentError, ChecksumError, SaveError, UnsafeBundleError
 
 WEIGHTS_FORMAT = "juliabridge.weights"
 WEIGHTS_FORMAT_VERSION = 1
@@ -61,6 +61,7 @@ def save_params(
     *,
     state: Any = None,
     layout: str | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Write params (and state) atomically to an HDF5 file JuliaBridge.load_params reads.
 
@@ -68,24 +69,32 @@ def save_params(
     it, flushed, then renamed): a crash or kill midway leaves any previous file untouched.
 
     Args:
-        model_or_params: a LuxModel (its params, state and layout are used unless given) or a
-            params tree (nested dicts keyed by Lux names).
-        path: the file to write (an existing file is replaced).
+        model_or_params: a LuxModel, or the Flax or Equinox ``LuxModule`` wrapping one (their
+            params, state and layout are used unless given), or a params tree (nested dicts
+            keyed by Lux names).
+        path: the file to write, in a directory that exists (none is created).
         state: the state tree to write (default: the model's, or none for a params tree).
         layout: "mlir" or "julia", the layout of the arrays given (default: the model's, or
             "mlir").
+        overwrite: replace a file already at `path` (default: refuse).
 
     Returns:
         The path written.
 
     Raises:
-        SaveError: writing failed (also an OSError), or `path` is a directory.
+        SaveError: writing failed (also an OSError), `path` is a directory, its directory
+            does not exist, or a file is there and not `overwrite`.
         CallArgumentError: an unknown layout, a key that is not a Lux field name, or a leaf
             that is not an array of a bundle dtype.
     """
     from .model import LuxModel
 
-    if isinstance(model_or_params, LuxModel):
+    wrapped = getattr(model_or_params, "__juliabridge_trees__", None)
+    if callable(wrapped):  # juliabridge.flax / juliabridge.equinox LuxModule
+        params, own_state, lux = wrapped()
+        state = own_state if state is None else state
+        layout = layout or lux.layout
+    elif isinstance(model_or_params, LuxModel):
         params = model_or_params.params
         state = model_or_params.state if state is None else state
         layout = layout or model_or_params.layout
@@ -107,12 +116,26 @@ def save_params(
                 )
             arrays["/" + "/".join([group, *map(str, p)])] = (arr, t)
     target = Path(path)
+    _check_target(target, overwrite)
     write_weights(
         target,
         arrays,
         root_attrs={"format": WEIGHTS_FORMAT, "format_version": WEIGHTS_FORMAT_VERSION},
     )
     return target
+
+
+def _check_target(target: Path, overwrite: bool) -> None:
+    """Refuse a missing directory (a typo would create a tree) and, unless `overwrite`, a file
+    already there (fine-tuned weights are not silently replaced)."""
+    parent = target.parent
+    if not parent.is_dir():
+        raise SaveError(
+            f"{target}: the directory {parent} does not exist; create it first (save_params "
+            "creates no directories)"
+        )
+    if os.path.lexists(target) and not target.is_dir() and not overwrite:
+        raise SaveError(f"{target}: already exists; pass overwrite=True to replace it")
 
 
 def load_params(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any]]:

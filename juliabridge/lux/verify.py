@@ -33,6 +33,8 @@ class VerifyReport:
         rtol: the relative tolerance used (the manifest's, or its dtype default).
         atol: the absolute tolerance used.
         checks: one ResultCheck per reference output (result, max_abs, max_rel, ok).
+        made_with_julia: whether Julia computed the reference outputs (the manifest's
+            producer.made_with_julia); False for bundles written by other tools.
     """
 
     bundle: str
@@ -40,6 +42,7 @@ class VerifyReport:
     rtol: float
     atol: float
     checks: list[ResultCheck] = field(default_factory=list)
+    made_with_julia: bool = True
 
     @property
     def ok(self) -> bool:
@@ -92,17 +95,25 @@ def verify(
 
     Args:
         path: the bundle directory.
-        backend: "enzyme", "xla" or "auto" (as in import_lux).
-        rtol, atol: tolerances; default to the manifest's ``examples`` values.
-        verify_checksums: check the files' sha256 first (False: skip, for edited files).
+        backend: "auto", "lax", "enzyme" or "xla" (as in import_lux).
+        rtol, atol: tolerances, finite and >= 0; default to the manifest's ``examples``
+            values.
+        verify_checksums: check the files' digests first (BLAKE3 per dataset in format 3,
+            sha256 in formats 1-2; False: skip, for edited files).
 
     Returns:
         A VerifyReport; ``.ok`` is False when any result is out of tolerance.
 
     Raises:
         JuliaBridgeError (a subclass): everything import_lux raises; BundleError when the
-        bundle has no examples; ExecutionError when XLA fails to compile or run the module.
+        bundle has no examples; ExecutionError when XLA fails to compile or run the module;
+        JuliaBridgeError itself for a negative, infinite or NaN tolerance.
     """
+    for name, tol in (("rtol", rtol), ("atol", atol)):
+        # A NaN tolerance fails every comparison, a negative one every nonzero error: either
+        # ends in a MISMATCH that says nothing about the model.
+        if tol is not None and not (0 <= tol < float("inf")):
+            raise JuliaBridgeError(f"{name} must be a finite number >= 0, got {tol!r}")
     model = import_lux(path, backend=backend, verify_checksums=verify_checksums)
     m = model.manifest
     examples = model.bundle.read_examples()
@@ -143,4 +154,5 @@ def verify(
         got = np.asarray(results[k])
         max_abs, max_rel, ok = _compare(got, want, rtol, atol)
         checks.append(ResultCheck(m.results[k].label, max_abs, max_rel, ok))
-    return VerifyReport(str(path), model.fn.backend_name, rtol, atol, checks)
+    made = bool(getattr(m.producer, "made_with_julia", True))
+    return VerifyReport(str(path), model.fn.backend_name, rtol, atol, checks, made)

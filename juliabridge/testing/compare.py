@@ -208,9 +208,18 @@ def _compare_path(
     name = ".".join(str(s) for s in path)
     head = dataclasses.replace(head, name=name)
     try:
-        got = np.asarray(lookup(tree, tuple(path[1:]), str(path[0])))
+        value = lookup(tree, tuple(path[1:]), str(path[0]))
     except CallArgumentError:
         return dataclasses.replace(head, problem=f"the candidate returns no {name}")
+    try:
+        got = np.asarray(value)
+        if got.dtype == object:
+            raise ValueError("not one array")
+    except (TypeError, ValueError):
+        return dataclasses.replace(
+            head,
+            problem=f"the candidate's {name} is a {type(value).__name__}, not an array",
+        )
     if layout == "julia":
         got = got.T
     want = np.asarray(want)
@@ -222,6 +231,23 @@ def _compare_path(
         )
     found = compare_arrays(got, want, rtol=head.rtol, atol=head.atol)
     return dataclasses.replace(head, **found)
+
+
+def _refuse_a_state_pair(m: Manifest, value: Any) -> None:
+    """Refuse a ``(y, new_state)`` pair from a candidate not declared `with_state`.
+
+    Lux's ``model(x, ps, st)`` returns such a pair, so a candidate written after it is the
+    common case; without this, numpy's "setting an array element with a sequence" was all
+    the caller saw.
+    """
+    __tracebackhide__ = True
+    single = any(tuple(p) == ("output",) for r in m.results for p in r.paths)
+    if single and isinstance(value, (tuple, list)):
+        raise CallArgumentError(
+            f"{m.name}: the model's output is one array, but the candidate returned a "
+            f"{type(value).__name__} of {len(value)}; if it returns (y, new_state) as Lux does, "
+            "pass with_state=True (the state is compared too), else return y alone"
+        )
 
 
 def _open(bundle: Any, candidate: Any) -> Bundle:
@@ -277,6 +303,7 @@ def compare_with_julia(
     """
     from ..lux.model import LuxModel
 
+    __tracebackhide__ = True  # a failure report shows the caller's line, not this source
     b = _open(bundle, candidate)
     m = b.manifest
     examples = b.read_examples()
@@ -306,6 +333,7 @@ def compare_with_julia(
                 )
             trees = {"output": value[0], "state": value[1]}
         else:
+            _refuse_a_state_pair(m, value)
             trees = {"output": value}
     else:
         raise JuliaBridgeError(
@@ -340,6 +368,8 @@ def assert_matches_julia(
     element (got vs Julia) and how many elements are outside the tolerance. Returns the report
     when everything matches.
     """
+    # pytest leaves this helper's frames (and their source) out of a failure report.
+    __tracebackhide__ = True
     report = compare_with_julia(
         candidate, bundle, rtol=rtol, atol=atol, with_state=with_state, layout=layout
     )
