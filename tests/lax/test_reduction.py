@@ -684,6 +684,45 @@ def test_select_and_scatter_other_scatter_bodies_differentiate(scatter: str) -> 
     check_hvp(fn, [x, s, init], 1)
 
 
+#: Geometries of padded pools (operand, window, strides, padding, the dimension XLA's CPU
+#: expansion visits slowest, or None where its order is not the plain rule below).
+TIE_GEOMETRIES = [
+    ((5, 6), (3, 3), (1, 1), [(1, 1), (0, 0)], 0),
+    ((4, 3, 5), (2, 2, 3), (1, 1, 1), [(0, 0), (1, 0), (0, 0)], 1),
+    ((2, 1, 4, 5), (1, 1, 2, 2), (1, 1, 2, 2), [(0, 0), (0, 0), (0, 1), (1, 0)], 3),
+    ((4, 5), (2, 2), (1, 1), [(0, 0), (0, 1)], 1),
+    ((1, 2, 5, 5), (1, 1, 3, 3), (1, 1, 1, 1), [(0, 0), (0, 0), (1, 1), (1, 1)], None),
+    ((1, 2, 6, 6), (1, 1, 3, 3), (1, 1, 2, 2), [(0, 0), (0, 0), (1, 1), (1, 1)], None),
+    ((5, 6), (3, 3), (1, 1), [(0, 0), (1, 1)], None),
+]
+
+
+@pytest.mark.parametrize("geometry", TIE_GEOMETRIES, ids=lambda g: f"{g[0]}{g[3]}")
+@pytest.mark.parametrize("select", ["GE", "GT", "LE", "LT"])
+def test_padded_select_and_scatter_ties_follow_xla(geometry: tuple, select: str) -> None:
+    # The gradient of a padded max pool after a ReLU: many tied zeros per window. The spec
+    # leaves the tie open; XLA's CPU compiler expands the op into a reduce_window over
+    # (value, position) pairs, whose visiting order decides. Observed (jax 0.10.2 and 0.12, by
+    # encoding the visiting order in an integer reduce_window and by one-hot sources): row-
+    # major without padding, and with padding on one side of one dimension that dimension
+    # varies slowest; two-sided padding of a minor dimension follows no rule found here, so
+    # those geometries are checked against XLA alone (lax emits XLA's very expansion).
+    shape, window, strides, padding, outer = geometry
+    src = tuple((n + lo + hi - w) // st + 1 for n, w, st, (lo, hi) in
+                zip(shape, window, strides, padding))  # fmt: skip
+    text = sas_text(select, "add", shape, src, "f64", window, strides, padding)
+    zero = np.float64(0)
+    for seed in range(2):
+        rng = np.random.default_rng(seed)
+        x = np.maximum(np.round(rng.standard_normal(shape)), 0)
+        s = rng.standard_normal(src)
+        want = None
+        if outer is not None:
+            want = [ref.select_and_scatter(select, "add", x, s, zero, window, strides, padding,
+                                           outer=outer)]  # fmt: skip
+        check_module(text, [x, s, zero], interpreter=False, expected=want)
+
+
 def test_select_and_scatter_unsupported_scatter_body_is_a_typed_error() -> None:
     shape, src, window, strides, padding = SAS_GEOMETRIES[0]
     text = sas_text("GE", "subtract", shape, src, "f32", window, strides, padding)
