@@ -125,16 +125,24 @@ def select_and_scatter(
     window: Sequence[int],
     strides: Sequence[int],
     padding: Sequence[tuple[int, int]],
+    outer: int | None = None,
 ) -> np.ndarray:
     """XLA's SelectAndScatter: per window, walk positions in row-major order skipping padding,
-    keep the current pick while select(current, candidate); then combine sources into picks."""
+    keep the current pick while select(current, candidate); then combine sources into picks.
+
+    `outer`: a dimension whose window offset varies slowest (the rest row-major), the order
+    XLA's CPU expansion visits windows in for some padded geometries (observed, see
+    tests/lax/test_reduction.py)."""
     dtype = operand.dtype
     out = np.full(operand.shape, wide(np.asarray(init, dtype))[()], wide(operand).dtype)
     x = wide(operand)
     sel, fn = _SELECT[select], OPS[scatter]
     for w in np.ndindex(*source.shape):
         best = None
-        for off in np.ndindex(*window):
+        offsets = list(np.ndindex(*window))
+        if outer is not None:
+            offsets.sort(key=lambda o: o[outer])  # stable: row-major within
+        for off in offsets:
             pos = tuple(i * st + o - lo for i, st, o, (lo, _) in zip(w, strides, off, padding))
             if not all(0 <= p < s for p, s in zip(pos, operand.shape)):
                 continue

@@ -1382,6 +1382,28 @@ def test_grad_and_jvp_match_finite_differences() -> None:
     np.testing.assert_array_equal(g_convert, np.ones(5))
 
 
+def test_grad_and_jvp_with_respect_to_scalar_clamp_bounds() -> None:
+    # lax.clamp's own rule with a scalar bound selected between shapes and raised; the lift
+    # broadcasts the bounds first. d/dlo = #(x < lo), d/dhi = #(x > hi), d/dx = #(lo < x < hi).
+    from .transform_checks import check_grad, check_jvp, lax_fn
+
+    tt = "tensor<6xf64>"
+    text = module(
+        [tt, "tensor<f64>", "tensor<f64>"],
+        [f"%0 = stablehlo.clamp %a1, %a0, %a2 : (tensor<f64>, {tt}, tensor<f64>) -> {tt}"],
+        [("%0", tt)],
+    )
+    fn = lax_fn(text)
+    x = np.array([-2.0, -0.7, 0.1, 0.3, 1.2, 3.0])
+    lo, hi = np.array(-0.5), np.array(1.0)
+    g = jax.grad(lambda a, b, c: fn(a, b, c)[0].sum(), argnums=(0, 1, 2))(x, lo, hi)
+    np.testing.assert_array_equal(g[0], ((x > lo) & (x < hi)).astype(float))
+    assert float(g[1]) == np.sum(x < lo) and float(g[2]) == np.sum(x > hi)
+    for wrt in ([1], [2], [0, 1, 2]):
+        check_jvp(fn, [x, lo, hi], wrt)
+        check_grad(fn, [x, lo, hi], wrt)
+
+
 def test_vmap_is_batched_and_equals_stacked_samples() -> None:
     fn = juliabridge.load_mlir(_smooth_module(), backend="lax")
     x, y, hi, p = _smooth_args()

@@ -68,9 +68,9 @@ def test_rng_bit_generator_matches_xla_bit_for_bit(algorithm: str, words: int) -
     text = module([st], body, outs)
     state = np.array([0x0123456789ABCDEF, 42, 7][:words], np.uint64)
     got = run_lax(text, [state])
-    # XLA hands back signed and float outputs of this op with the unsigned type of their
-    # width (its translation draws them so); the bits are what must agree.
-    _same_bits(got, run_xla(text, [state]), f"{algorithm}[{words}] lax vs xla", dtypes=False)
+    # XLA handed back signed and float outputs with the unsigned type of their width; the
+    # xla backend now draws them as lax does (backends/lax/rewrite.py), so types agree too.
+    _same_bits(got, run_xla(text, [state]), f"{algorithm}[{words}] lax vs xla")
     assert [g.dtype for g in got[1::2]] == [dt(t) for t in OUT_TYPES]
     _same_bits(run_lax(text, [state], jit=False), got, "eager vs jit")
     # The state advances, and differently sized outputs advance it differently.
@@ -121,6 +121,42 @@ def test_rng_bit_generator_float_bits_are_the_integer_bits() -> None:
     f = run_lax(_rbg("PHILOX", 2, "tensor<8xf32>"), [state])[1]
     u = run_lax(_rbg("PHILOX", 2, "tensor<8xui32>"), [state])[1]
     assert f.view(np.uint32).tolist() == u.tolist()
+
+
+def _backends() -> list[str]:
+    import importlib.util
+
+    return ["xla", "lax"] + (["enzyme"] if importlib.util.find_spec("enzyme_ad") else [])
+
+
+@pytest.mark.parametrize("backend", _backends())
+@pytest.mark.parametrize(("out", "raw"), [("f32", "ui32"), ("i32", "ui32"), ("i64", "ui64"),
+                                          ("f64", "ui64"), ("f16", "ui16")])  # fmt: skip
+def test_rng_bit_generator_signed_and_float_bits_on_every_backend(
+    backend: str, out: str, raw: str
+) -> None:
+    # On the xla and enzyme backends these came back as arrays of dtype uint32/uint64 (XLA's
+    # translation of the op), so a consumer saw integers where the module declares floats.
+    # Reference: jax.lax.rng_bit_generator's unsigned bits of the same state, reinterpreted.
+    st, shape = "tensor<2xui64>", "tensor<2x3x"
+    text = module(
+        [st],
+        [
+            f"%s, %b = stablehlo.rng_bit_generator %a0, algorithm = PHILOX : ({st}) -> ({st}, {shape}{out}>)",
+            f"%c = stablehlo.add %b, %b : {shape}{out}>",
+        ],
+        [("%s", st), ("%b", f"{shape}{out}>"), ("%c", f"{shape}{out}>")],
+    )
+    state = np.array([11, 0xFFFF], np.uint64)
+    _, want = jax.jit(
+        lambda s: jax.lax.rng_bit_generator(s, (2, 3), dt(raw), jax.lax.RandomAlgorithm.RNG_PHILOX)
+    )(state)
+    want = np.asarray(want).view(dt(out))
+    got = [np.asarray(r) for r in juliabridge.load_mlir(text, backend=backend)(state)]
+    assert got[1].dtype == dt(out) and got[2].dtype == dt(out)
+    assert got[1].tobytes() == want.tobytes()
+    with np.errstate(over="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(got[2], (want + want).astype(dt(out)))
 
 
 @pytest.mark.parametrize(

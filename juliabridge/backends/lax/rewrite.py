@@ -11,6 +11,9 @@ XLA orders complex numbers differently from the spec (spec.md#maximum, #compare:
 lexicographic order of (real, imag)): its `maximum`/`minimum`/`clamp` compare real parts only, its
 ordered `compare` (LT/LE/GT/GE) gave wrong values in jax 0.10.2 and fails to compile in 0.12.
 So before a module reaches XLA (xla and enzyme backends) those ops are rewritten the same way.
+So is a `rng_bit_generator` with signed or float bits: XLA returned those as an array of the
+unsigned type of their width (a float result came back with dtype uint32); the lax lift draws
+the unsigned bits and bitcasts them, which are the same bits in the declared type.
 """
 
 from __future__ import annotations
@@ -39,7 +42,10 @@ _PREFIX = "__juliabridge_lifted"
 
 
 def misread_by_xla(op: ir.Operation) -> bool:
-    """Whether XLA computes `op` differently from the spec: a complex max, min, clamp or order."""
+    """Whether XLA computes `op` differently from the spec: a complex max, min, clamp or order,
+    or a `rng_bit_generator` whose bits are not an unsigned integer type."""
+    if op.name == "stablehlo.rng_bit_generator" and len(op.results) == 2:
+        return not _unsigned(op.results[1].type) and not _inside_map(op)
     if op.name not in XLA_MISREAD_OPS or not op.operands:
         return False
     t = op.operands[0].type
@@ -51,6 +57,12 @@ def misread_by_xla(op: ir.Operation) -> bool:
     ):
         return False
     return not _inside_map(op)
+
+
+def _unsigned(t: ir.Type) -> bool:
+    if not isinstance(t, ir.RankedTensorType) or not isinstance(t.element_type, ir.IntegerType):
+        return False
+    return bool(ir.IntegerType(t.element_type).is_unsigned)
 
 
 def _inside_map(op: ir.Operation) -> bool:

@@ -209,7 +209,7 @@ def generic_reduction(
 
     @jax.custom_jvp
     def reduce_(*a: Any) -> tuple[Any, ...]:
-        return tuple(apply(a[:n], a[n:], lambda x, y: tuple(body(*x, *y))))
+        return per_sample_inits(apply, body, n, a)
 
     def jvp(primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
         fl = [k for k in range(n) if inexact[k]]
@@ -238,6 +238,37 @@ def generic_reduction(
 
     reduce_.defjvp(jvp)
     return list(reduce_(*args))
+
+
+def per_sample_inits(
+    apply: Apply, body: Callable[..., Sequence[Any]], n: int, args: Sequence[Any]
+) -> tuple[Any, ...]:
+    """`apply(args[:n], args[n:], body)`, batchable when the init values are batched.
+
+    JAX batches a generic reduce or reduce_window only over its operands: an XLA reduction
+    takes one scalar init per operand, so a batch of inits is no single reduction. Under
+    jax.vmap with batched inits the samples therefore run one after another (`lax.map`), each
+    the very reduction a per-sample call runs, since a body that is no monoid gives results
+    that depend on where the init enters; with unbatched inits JAX's own batching applies.
+    """
+
+    def plain(*a: Any) -> tuple[Any, ...]:
+        return tuple(apply(a[:n], a[n:], lambda x, y: tuple(body(*x, *y))))
+
+    fn = jax.custom_batching.custom_vmap(plain)
+
+    def rule(size: int, batched: Sequence[bool], *a: Any) -> tuple[Any, Any]:
+        if not any(batched[n:]):
+            axes = tuple(0 if b else None for b in batched)
+            outs = jax.vmap(plain, in_axes=axes)(*a)
+        else:
+            full = tuple(x if b else jnp.broadcast_to(x, (size, *jnp.shape(x))) for x, b in
+                         zip(a, batched))  # fmt: skip
+            outs = lax.map(lambda xs: plain(*xs), full)
+        return tuple(outs), tuple(True for _ in outs)
+
+    fn.def_vmap(rule)
+    return tuple(fn(*args))
 
 
 def _zero_tangent(x: Any) -> Any:

@@ -4,11 +4,13 @@ The max-pool gradient, the form Enzyme and JAX emit (select GE or LE, scatter ad
 padding), is JAX's own select_and_scatter_add primitive, reached through the public API as
 the VJP of a max/min reduce_window; it lowers to the very same op and JAX differentiates it.
 
-Everything else is computed from the definition, as XLA and the reference interpreter do it:
-walk each window's positions in row-major order, skipping padding, and keep the current pick
-unless ``select(current, candidate)`` is false; then combine the source values into the picked
-positions, starting from the init value, with the scatter body's monoid. That is built from
-select, slice and scatter, so JAX differentiates it too (the picks are integers).
+Everything else is computed as XLA's CPU compiler expands the op: a reduce_window over
+(value, position) pairs picks one position per window, keeping the current pick unless
+``select(current, candidate)`` is false, in the order XLA's reduce_window visits the window
+(which decides ties, where the spec leaves the choice open); then the source values are
+combined into the picked positions, starting from the init value, with the scatter body's
+monoid. JAX differentiates that with respect to the source and the init (the picks are
+integers).
 
 JAX's primitive is not used with padding: it pads with -inf, so a window whose real elements
 are -inf or NaN next to padding would send its source value to a padding position, which XLA
@@ -18,7 +20,6 @@ never does.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -107,43 +108,50 @@ class _Geometry:
         """Operand index of window offset 0 in dimension d, per window."""
         return np.arange(self.n[d]) * self.strides[d] - self.padding[d][0]
 
-    def _valid(self, offset: Sequence[int], shape: Sequence[int]) -> np.ndarray:
-        masks = [
-            (s + o >= 0) & (s + o < size)
-            for s, o, size in ((self._starts(d), offset[d], shape[d]) for d in range(len(shape)))
-        ]
-        out = np.ones(self.n, bool)
-        for d, m in enumerate(masks):
-            out &= m.reshape([-1 if e == d else 1 for e in range(len(shape))])
-        return out
+    def select(self, operand: Any, keep_current: Any) -> tuple[Any, Any]:
+        """(offset index picked per window, whether the window has any real element).
 
-    def select(self, operand: Any, keep_current: Any) -> tuple[Any, np.ndarray]:
-        """(offset index picked per window, whether the window has any real element)."""
+        The selection is XLA's own expansion of select_and_scatter (its CPU compiler rewrites
+        every select_and_scatter so): a reduce_window over (value, position) pairs starting
+        from (any, -1) that keeps the accumulated pair when ``select(acc, candidate)`` holds
+        and it is a real element, or when the candidate is padding. Which element a tie picks
+        then depends on the order XLA's reduce_window visits a window (seen on CPU: row-major,
+        except that the last dimension with positive padding varies slowest), so the same
+        reduce_window is emitted here and XLA visits it in that very order.
+        """
+        rank = len(self.window)
         shape = operand.shape
-        padded = lax.pad(
-            operand, np.zeros((), operand.dtype), [(lo, hi, 0) for lo, hi in self.padding]
+        iotas = [lax.broadcasted_iota(np.int32, shape, d) for d in range(rank)]
+        none = np.array(-1, np.int32)
+
+        def body(acc: Any, cand: Any) -> tuple[Any, ...]:
+            real_acc, real_cand = lax.ne(acc[1], none), lax.ne(cand[1], none)
+            kept = jnp.logical_and(keep_current(acc[0], cand[0]), real_acc)
+            keep = jnp.logical_or(kept, jnp.logical_not(real_cand))
+            return tuple(lax.select(keep, a, c) for a, c in zip(acc, cand))
+
+        # Values at padding never decide (a padding candidate is never taken), so the value
+        # init is a constant: a batched init operand then leaves this reduction unbatched.
+        found = lax.reduce_window(
+            (lax.stop_gradient(operand), *iotas),
+            (np.zeros((), operand.dtype), *([none] * rank)),
+            body,
+            self.window,
+            self.strides,
+            self.padding,
         )
-        keep = jax.vmap(keep_current)
-        current = picked = None
-        have = np.zeros(self.n, bool)
-        for k, offset in enumerate(self.offsets):
-            valid = self._valid(offset, shape)
-            limit = [o + (c - 1) * s + 1 for o, c, s in zip(offset, self.n, self.strides)]
-            candidate = lax.slice(padded, offset, limit, self.strides)
-            if current is None or picked is None:
-                current, picked = candidate, jnp.zeros(self.n, np.int32)
-            else:
-                kept = keep(current.reshape(-1), candidate.reshape(-1)).reshape(self.n)
-                take = jnp.logical_and(valid, jnp.logical_or(~have, jnp.logical_not(kept)))
-                current = lax.select(take, candidate, current)
-                picked = lax.select(take, jnp.full(self.n, k, np.int32), picked)
-            have |= valid
-        return picked, have
+        have = lax.ne(found[1], none)
+        picked = jnp.zeros(self.n, np.int32)
+        for d in range(rank):
+            start = self._starts(d).reshape([-1 if e == d else 1 for e in range(rank)])
+            offset = found[1 + d] - start.astype(np.int32)
+            picked = picked * self.window[d] + offset
+        return lax.select(have, picked, jnp.zeros(self.n, np.int32)), have
 
     def scatter(
         self,
         shape: tuple[int, ...],
-        picks: tuple[Any, np.ndarray],
+        picks: tuple[Any, Any],
         source: Any,
         init: Any,
         kind: str,

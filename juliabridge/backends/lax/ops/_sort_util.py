@@ -1,13 +1,12 @@
-"""Helpers for sort: recognising lexicographic LT/GT comparators, sorting by keys with
-`lax.sort`, and a sorting network driven by any other comparator."""
+"""Helpers for sort: recognising lexicographic LT/GT comparators, deciding where `lax.sort`
+may claim them, and sorting by keys with `lax.sort`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -104,6 +103,17 @@ def comparator_keys(view: OpView) -> list[Key] | None:
     return _keys(ops[-1].operands[0], args)
 
 
+def claimable(view: OpView, keys: Sequence[Key]) -> bool:
+    """Whether `lax.sort` by `keys` is the comparator's order on every input: integer and i1
+    keys, and float keys under TOTALORDER (a strict weak order either way). A plain float or
+    complex compare is none on NaN, where XLA's result depends on its sorting algorithm."""
+    for k in keys:
+        dtype = view.tensor(view.operand_types[k.operand]).dtype
+        if jnp.issubdtype(dtype, jnp.inexact) and not k.total:
+            return False
+    return True
+
+
 def _key_values(x: Any, key: Key) -> Any:
     """Values whose ascending order (JAX's: -0 ties +0, NaNs last) is the key's order."""
     if key.total:
@@ -123,69 +133,3 @@ def sort_by_keys(xs: Sequence[Any], keys: Sequence[Key], dim: int, stable: bool)
     front = [_key_values(xs[k.operand], k) for k in keys]
     out = lax.sort((*front, *xs), dimension=dim, is_stable=stable, num_keys=len(keys))
     return list(out[len(keys) :])
-
-
-def _stages(size: int) -> np.ndarray:
-    """The bitonic network's stages for `size` (a power of two) as rows (k, j, mirror): compare
-    position i with i ^ (k - 1) when mirror (the first step of merging blocks of k), else
-    with i ^ j; every comparator puts the smaller element at the lower position."""
-    rows, k = [], 2
-    while k <= size:
-        rows.append((k, k // 2, 1))
-        j = k // 4
-        while j >= 1:
-            rows.append((k, j, 0))
-            j //= 2
-        k *= 2
-    return np.array(rows, np.int32)
-
-
-def sort_network(xs: Sequence[Any], less: Callable[..., Any], dim: int) -> list[Any]:
-    """A stable sort along `dim` driven by `less(lhs0, rhs0, lhs1, rhs1, ...)`.
-
-    A bitonic network over the dim padded to a power of two, one stage per step of a scan
-    (so the program stays small whatever the length): each stage pairs every position with
-    a partner, evaluates the comparator vmapped over all pairs and exchanges with `select`,
-    so JAX batches it and differentiates it (the tangent is permuted with the values). Ties
-    are broken by original position, which makes the result the stable sort for any
-    comparator that is a strict weak order (spec.md#sort asks no more of one).
-    """
-    n = xs[0].shape[dim]
-    if n <= 1:
-        return list(xs)
-    moved = [jnp.moveaxis(x, dim, -1) for x in xs]
-    batch = moved[0].shape[:-1]
-    rows = int(np.prod(batch, dtype=np.int64))
-    size = 1 << (n - 1).bit_length()
-    state = [
-        lax.pad(lax.reshape(x, (rows, n)), lax.full((), 0, x.dtype), [(0, 0, 0), (0, size - n, 0)])
-        for x in moved
-    ]
-    state.append(lax.broadcasted_iota(np.int32, (rows, size), 1))
-    stages = jnp.asarray(_stages(size))
-    cmp = jax.vmap(lambda *v: less(*v))
-    here = lax.iota(np.int32, size)
-
-    def before(a: list[Any], b: list[Any]) -> Any:
-        """a sorts before b: real elements first, then the comparator, then position."""
-        # One comparator call on (a, b) and (b, a) side by side.
-        lhs = [lax.concatenate([x.reshape(-1), y.reshape(-1)], 0) for x, y in zip(a, b)]
-        rhs = [lax.concatenate([y.reshape(-1), x.reshape(-1)], 0) for x, y in zip(a, b)]
-        both = cmp(*[v for pair in zip(lhs[:-1], rhs[:-1]) for v in pair]).reshape(2, rows, size)
-        ab, ba = both[0], both[1]
-        pa, pb = a[-1], b[-1]
-        return (pa < n) & ((pb >= n) | ab | (~ba & (pa < pb)))
-
-    def stage(s: Any, state: tuple[Any, ...]) -> tuple[Any, ...]:
-        k, j, mirror = stages[s, 0], stages[s, 1], stages[s, 2]
-        partner = lax.select(mirror == 1, here ^ (k - 1), here ^ j)
-        low = lax.broadcast_in_dim(here < partner, (rows, size), (1,))
-        other = [jnp.take(x, partner, axis=1) for x in state]
-        first = [lax.select(low, o, x) for x, o in zip(state, other)]
-        second = [lax.select(low, x, o) for x, o in zip(state, other)]
-        swap = before(first, second)
-        return tuple(lax.select(swap, o, x) for x, o in zip(state, other))
-
-    state = list(lax.fori_loop(0, len(stages), stage, tuple(state)))
-    out = [lax.reshape(x[:, :n], (*batch, n)) for x in state[:-1]]
-    return [jnp.moveaxis(o, -1, dim) for o in out]

@@ -207,19 +207,23 @@ def clamp(view: OpView) -> Impl:
     own clamp compares real parts only); on i1, max/min are or/and.
     """
     dtype = view.result.dtype
+
+    def full(b: Any, x: Any) -> Any:
+        # A scalar bound is broadcast before the op: lax.clamp's own derivative with respect
+        # to a scalar bound selects between a scalar and a full-shape value, and JAX refuses
+        # that ("select cases must have the same shapes").
+        return lax.broadcast_in_dim(b, x.shape, ()) if b.ndim < x.ndim else b
+
     if dtype == np.bool_ or is_complex(dtype):
         hi_of, lo_of = (
             (lax.bitwise_and, lax.bitwise_or) if dtype == np.bool_ else (lax.min, lax.max)
         )
 
         def spelled_out(lo: Any, x: Any, hi: Any) -> list[Any]:
-            lo, hi = (
-                lax.broadcast_in_dim(b, x.shape, ()) if b.ndim < x.ndim else b for b in (lo, hi)
-            )
-            return [hi_of(lo_of(x, lo), hi)]
+            return [hi_of(lo_of(x, full(lo, x)), full(hi, x))]
 
         return spelled_out
-    return lambda lo, x, hi: [lax.clamp(lo, x, hi)]
+    return lambda lo, x, hi: [lax.clamp(full(lo, x), x, full(hi, x))]
 
 
 @lifts("stablehlo.select")

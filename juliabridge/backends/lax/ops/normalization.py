@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
@@ -23,7 +24,8 @@ class _Norm:
 
     def __init__(self, view: OpView) -> None:
         t = view.operand
-        if t.dtype.kind != "f":
+        # bf16 and the ml_dtypes floats have numpy kind "V"; the spec allows every float type.
+        if not jnp.issubdtype(t.dtype, jnp.floating):
             raise view.error(f"the operand has element type {t}; batch norm is defined on floats")
         self.fi = view.get_int("feature_index")
         if not 0 <= self.fi < t.rank:

@@ -38,6 +38,7 @@ from ._reduction_util import (
     is_int,
     monoid_kind,
     padding_pairs,
+    per_sample_inits,
 )
 from ._select_scatter_util import select_and_scatter_impl
 
@@ -133,8 +134,11 @@ def _monoid_reduce(
 
 def _lax_reduce(body: Any, n: int, dims: tuple[int, ...], args: Sequence[Any]) -> list[Any]:
     """JAX's generic reduce with the StableHLO body as its computation (lowers to the same op)."""
-    out = lax.reduce(tuple(args[:n]), tuple(args[n:]), lambda a, b: tuple(body(*a, *b)), dims)
-    return list(out)
+
+    def apply(ops: Sequence[Any], inits: Sequence[Any], comp: Any) -> Any:
+        return lax.reduce(tuple(ops), tuple(inits), comp, dims)
+
+    return list(per_sample_inits(apply, body, n, args))
 
 
 def _generic_reduce(view: OpView, n: int, dims: tuple[int, ...], dtypes: list[np.dtype]) -> Impl:

@@ -7,10 +7,12 @@ are reversed by a transform that keeps ties tied, so a stable sort stays stable 
 StableHLO's would; TOTALORDER keys are sorted by their totalOrder integer. JAX differentiates
 and batches `lax.sort`.
 
-Any other comparator (e.g. `isless(abs(a), abs(b))` from `sort(x; by=abs)`) drives a bitonic
-sorting network built from the comparator region itself (see _sort_util.sort_network): exact
-for every comparator that is a strict weak order, batched by vmap and differentiable in both
-modes, so no transformation is lost.
+Those keys are claimed only where `lax.sort` gives XLA's result for every input: integer and
+Boolean keys, and float keys under TOTALORDER. A plain float or complex LT/GT is no strict weak
+order on data with NaN (NaN compares false), and XLA's result then depends on its sorting
+algorithm. Those, and any other comparator (e.g. `isless(abs(a), abs(b))` from
+`sort(x; by=abs)`), run as XLA's sort with the comparator region itself (_sort_exact.py),
+batched by vmap and differentiable in both modes.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from typing import Any
 
 from ..registry import Impl, OpView, lifts
 from ._indexing_util import flag
-from ._sort_util import comparator_keys, sort_by_keys, sort_network
+from ._sort_exact import sort_with_comparator
+from ._sort_util import claimable, comparator_keys, sort_by_keys
 
 
 @lifts("stablehlo.sort", regions=True)
@@ -33,10 +36,12 @@ def sort(view: OpView) -> Impl:
         raise view.error(f"dimension {view.get_int('dimension', -1)} is outside rank {rank}")
     stable = flag(view, "is_stable")
     keys = comparator_keys(view)
+    if keys is not None and not claimable(view, keys):
+        keys = None
 
     def impl(regions: Any, *xs: Any) -> list[Any]:
         if keys is not None:
             return sort_by_keys(xs, keys, dim, stable)
-        return sort_network(xs, lambda *pairs: regions[0](*pairs)[0], dim)
+        return sort_with_comparator(xs, lambda *pairs: regions[0](*pairs)[0], dim, stable)
 
     return impl
