@@ -404,6 +404,168 @@ def text_attack(draw: st.DrawFn, base: str, long_run: bool) -> Attack:
     return Attack(_edit(base, body), f"{kind} of {size} bytes", None)
 
 
+def _checked(base: str, body: list[str], value: str, want: list[int] | list[float], t: str) -> str:
+    """`body`, then the count of elements of `value` (type `t`, 1-D) that differ from `want`
+    added to the output: a wrong value changes the output, a right one leaves it exact."""
+    n = len(want)
+    et = re.sub(r"^tensor<(?:\d+x)*", "", t)[:-1]
+    shown = ", ".join(map(str, want)) if et != "f32" else ", ".join(f"{w:.1f}" for w in want)
+    lines = [
+        *body,
+        f"%hw = stablehlo.constant dense<[{shown}]> : {t}",
+        f"%hd = stablehlo.compare NE, {value}, %hw : ({t}, {t}) -> tensor<{n}xi1>",
+        f"%hc = stablehlo.convert %hd : (tensor<{n}xi1>) -> tensor<{n}xf32>",
+        "%hi = stablehlo.constant dense<0.0> : tensor<f32>",
+        f"%hs = stablehlo.reduce(%hc init: %hi) applies stablehlo.add across dimensions = [0] "
+        f": (tensor<{n}xf32>, tensor<f32>) -> tensor<f32>",
+        "%hb = stablehlo.broadcast_in_dim %hs, dims = [] : (tensor<f32>) -> tensor<5x3xf32>",
+        "%ho = stablehlo.add %18, %hb : tensor<5x3xf32>",
+    ]
+    return base.replace(
+        RETURN, "".join(f"    {ln}\n" for ln in lines) + "    return %ho : tensor<5x3xf32>\n", 1
+    )
+
+
+def _xla_division(x: int, y: int, dtype: np.dtype, remainder: bool) -> int:
+    """XLA's integer division: x / 0 = -1 (all bits set), x % 0 = x, INT_MIN / -1 = INT_MIN,
+    INT_MIN % -1 = 0, else truncation toward zero."""
+    info = np.iinfo(dtype)
+    if y == 0:
+        return x if remainder else (-1 if info.min < 0 else int(info.max))
+    if info.min < 0 and x == info.min and y == -1:
+        return 0 if remainder else x
+    q = abs(x) // abs(y) * (1 if (x >= 0) == (y >= 0) else -1)
+    return x - q * y if remainder else q
+
+
+_HUGE = [(1 << 63) - 2, (1 << 62) + 3, 1 << 61, (1 << 58) // 3]
+
+
+def _padded(x: list[int], low: int, high: int, interior: int) -> list[float]:
+    spread = np.zeros(len(x) + (len(x) - 1) * interior, np.float32)
+    spread[:: interior + 1] = x
+    full = np.concatenate([np.zeros(max(low, 0)), spread, np.zeros(max(high, 0))])
+    return [float(v) for v in full[max(-low, 0) : len(full) - max(-high, 0)]]
+
+
+@st.composite
+def host_eval_attack(draw: st.DrawFn, base: str) -> Attack:
+    """What XLA evaluates on the host (issue 27): integer division of constants (by 0, by -1,
+    folded divisors), and pad/reduce_window/dynamic_pad extents near int64's range."""
+    kind = draw(st.sampled_from(["division", "division", "pad", "reduce_window", "dynamic_pad"]))
+    if kind == "division":
+        name = draw(st.sampled_from(["i8", "i16", "i32", "ui8", "ui32"]))
+        dtype = np.dtype(("u" if name[0] == "u" else "") + "int" + name.lstrip("ui"))
+        info = np.iinfo(dtype)
+        pool = (
+            [int(info.min), int(info.max), 0, 1, -1, 7, -7, 3]
+            if info.min < 0
+            else [0, 1, 7, 200 % (int(info.max) + 1), int(info.max)]
+        )
+        n = draw(st.integers(1, 4))
+        xs = draw(st.lists(st.sampled_from(pool), min_size=n, max_size=n))
+        trap = [0, -1] if info.min < 0 else [0]  # what XLA's folder must never divide by
+        ys = draw(
+            st.lists(
+                st.one_of(st.sampled_from(trap), st.sampled_from(pool)), min_size=n, max_size=n
+            )
+        )
+        splat = draw(st.booleans())
+        if splat:
+            ys = [ys[0]] * n
+        op = draw(
+            st.sampled_from(
+                [
+                    "stablehlo.divide",
+                    "stablehlo.remainder",
+                    "chlo.broadcast_divide",
+                    "chlo.broadcast_remainder",
+                ]
+            )
+        )
+        folded = draw(st.booleans())
+        t = f"tensor<{n}x{name}>"
+        body = [
+            f"%hx = stablehlo.constant dense<[{', '.join(map(str, xs))}]> : {t}",
+            f"%hy = stablehlo.constant dense<[{', '.join(map(str, ys))}]> : {t}",
+        ]
+        div = "%hy"
+        if folded:  # a divisor that is a constant only once XLA folds y + 0 * y
+            body += [
+                f"%hz = stablehlo.constant dense<0> : {t}",
+                f"%hm = stablehlo.multiply %hz, %hy : {t}",
+                f"%hf = stablehlo.add %hy, %hm : {t}",
+            ]
+            div = "%hf"
+        if op.startswith("chlo"):
+            body.append(f"%hq = {op} %hx, {div} : ({t}, {t}) -> {t}")
+        else:
+            body.append(f"%hq = {op} %hx, {div} : {t}")
+        want = [_xla_division(x, y, dtype, "remainder" in op) for x, y in zip(xs, ys)]
+        return Attack(
+            _checked(base, body, "%hq", want, t),
+            f"{op} {name} {xs} by {ys}{' folded' if folded else ''}",
+            None,
+        )
+    n = draw(st.integers(1, 4))
+    x = list(range(1, n + 1))
+    huge = draw(st.booleans())
+    interior = draw(st.sampled_from(_HUGE if huge and draw(st.booleans()) else [0, 1, 2]))
+    if kind == "reduce_window" and interior > 2:
+        interior = (1 << 62) - 1  # base dilation b = interior + 1
+    low = draw(st.sampled_from([-v for v in _HUGE] + _HUGE if huge else [-2, -1, 0, 1, 3]))
+    if kind == "dynamic_pad":  # i32 operands (the fuzz child runs without x64): small only
+        low, interior = max(-1, min(low, 3)), min(interior, 2)
+    out = draw(st.integers(0, 6))
+    high = out - low - n - interior * (n - 1)
+    clamped = not -(1 << 63) <= high < (1 << 63)
+    if clamped:  # the verifier then refuses the declared result (a parse error)
+        high = -(1 << 63) if high < 0 else (1 << 63) - 1
+    if kind == "dynamic_pad" and not -(1 << 31) <= high < (1 << 31):
+        high, clamped = 0, True
+    t_in = f"tensor<{n}xf32>"
+    t_out = f"tensor<{out}xf32>"
+    body = [
+        f"%hx = stablehlo.constant dense<[{', '.join(f'{v}.0' for v in x)}]> : {t_in}",
+        "%hp = stablehlo.constant dense<0.0> : tensor<f32>",
+    ]
+    if kind == "pad":
+        body.append(
+            f"%hr = stablehlo.pad %hx, %hp, low = [{low}], high = [{high}], interior = "
+            f"[{interior}] : ({t_in}, tensor<f32>) -> {t_out}"
+        )
+    elif kind == "dynamic_pad":
+        body += [
+            f"%hl = stablehlo.constant dense<[{low}]> : tensor<1xi32>",
+            f"%hh = stablehlo.constant dense<[{high}]> : tensor<1xi32>",
+            f"%hn = stablehlo.constant dense<[{interior}]> : tensor<1xi32>",
+            f"%hr = stablehlo.dynamic_pad %hx, %hp, %hl, %hh, %hn : ({t_in}, tensor<f32>, "
+            f"tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> {t_out}",
+        ]
+    else:
+        body.append(
+            f'%hr = "stablehlo.reduce_window"(%hx, %hp) ({{\n'
+            "    ^bb0(%a: tensor<f32>, %b: tensor<f32>):\n"
+            "      %s = stablehlo.add %a, %b : tensor<f32>\n"
+            "      stablehlo.return %s : tensor<f32>\n"
+            f"    }}) {{window_dimensions = array<i64: 1>, base_dilations = array<i64: "
+            f"{interior + 1}>, padding = dense<[[{low}, {high}]]> : tensor<1x2xi64>}} : "
+            f"({t_in}, tensor<f32>) -> {t_out}"
+        )
+    what = f"{kind} of {n} low {low} high {high} interior {interior} -> {out}"
+    # The rule of contracts.check_extents: |value| x (largest dimension + 1) <= 2^58.
+    scale = max(n, out) + 1
+    extents = [low, high, interior + (kind == "reduce_window")]
+    rule_ok = all(abs(v) * scale <= 1 << 58 for v in extents)
+    summed = _edit(base, [*body, *_sum_f32("%hr", t_out)], sink="%zs")
+    if clamped or not rule_ok:
+        return Attack(summed, what, CONTRACT)
+    if max(abs(low), abs(high), interior) > 64 or out == 0:
+        return Attack(summed, what, None)  # within the rule: XLA compiles it (no reference)
+    padded = _padded(x, low, high, interior)
+    return Attack(_checked(base, body, "%hr", padded, t_out), what, None)
+
+
 def module_attacks(base: str, long_run: bool = False) -> st.SearchStrategy[Attack]:
     """One attack of any class."""
     return st.one_of(
@@ -414,6 +576,7 @@ def module_attacks(base: str, long_run: bool = False) -> st.SearchStrategy[Attac
         collective_attack(base),
         budget_attack(base, long_run),
         text_attack(base, long_run),
+        host_eval_attack(base),
     )
 
 

@@ -11,8 +11,10 @@ BACKEND_SPLIT). It must end in one of two ways:
   dtype;
 - a juliabridge.JuliaBridgeError subclass with a non-empty message.
 
-Cases of the `module_attacks` family (tests/fuzz_attacks.py: the attack classes of issue 11 as
-strategies) also say whether the module breaks a rule; those must end in the error classes the
+Cases of the `host_eval` family (issue 27: integer division of constants by 0 or INT_MIN by -1,
+paddings and dilations near 2^63) must either be refused by the rule or run with the base's
+numbers (each adds to the output how many of its values differ from numpy's). Cases of the
+`module_attacks` family (tests/fuzz_attacks.py: the attack classes of issue 11 as strategies) also say whether the module breaks a rule; those must end in the error classes the
 rule names, never load. Cases of the `cli` family run ``juliabridge inspect/verify`` in the
 child on a bundle with hostile strings (terminal control sequences, rich markup) plus another
 family's mutation; the command must exit with the code the library's outcome maps to
@@ -76,6 +78,7 @@ from tests.fuzz_attacks import (
     MEMORY_LIMIT,
     Attack,
     assert_no_terminal_codes,
+    host_eval_attack,
     hostile_text,
     module_attacks,
 )
@@ -90,7 +93,7 @@ LONG = os.environ.get("JB_FUZZ_LONG", "") not in ("", "0")
 
 #: Share of the cases each family gets.
 SHARES = {
-    "manifest_tree": 0.19,
+    "manifest_tree": 0.15,
     "manifest_semantic": 0.12,
     "manifest_text": 0.05,
     "hdf5_bytes": 0.14,
@@ -98,6 +101,7 @@ SHARES = {
     "mlir": 0.14,
     "files": 0.05,
     "module_attacks": 0.16,
+    "host_eval": 0.04,
     "cli": 0.10,
 }
 #: Share of each family's cases per backend. A new backend is one more entry here.
@@ -1261,6 +1265,23 @@ def module_attack_cases(draw: st.DrawFn, base: Base) -> Case:
 
 
 @st.composite
+def host_eval_cases(draw: st.DrawFn, base: Base) -> Case:
+    """What XLA evaluates on the host (issue 27): constant division, extents near 2^63."""
+    attack: Attack = draw(host_eval_attack(_BaseText(base.mlir.decode())))
+    return Case(
+        "host_eval",
+        attack.what,
+        mlir=attack.text.encode(),
+        reseal=True,
+        # A valid case computes the base's function (its checks add 0 when right): numbers
+        # are compared with the reference.
+        module_same=attack.must_fail is None,
+        must_fail=attack.must_fail,
+        grad=draw(st.integers(0, 9)) == 0,
+    )
+
+
+@st.composite
 def cli_cases(draw: st.DrawFn, base: Base) -> Case:
     """Hostile strings in the manifest, maybe another family's mutation, through the CLI."""
     inner: Case = draw(
@@ -1368,6 +1389,11 @@ def test_fuzz_files(backend: str, base: Base, runner: Runner) -> None:
 @pytest.mark.parametrize("backend", FUZZ_BACKENDS)
 def test_fuzz_module_attacks(backend: str, base: Base, runner: Runner) -> None:
     fuzz("module_attacks", backend, module_attack_cases, base, runner)
+
+
+@pytest.mark.parametrize("backend", FUZZ_BACKENDS)
+def test_fuzz_host_eval(backend: str, base: Base, runner: Runner) -> None:
+    fuzz("host_eval", backend, host_eval_cases, base, runner)
 
 
 @pytest.mark.parametrize("backend", FUZZ_BACKENDS)

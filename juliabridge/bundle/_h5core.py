@@ -58,6 +58,26 @@ MAX_EXPANSION = 1100
 #: size plus EXPANSION_SLACK: compression is allowed, a decompression bomb is not.
 EXPANSION_FACTOR = 16
 EXPANSION_SLACK = 256 << 20
+#: A chunk may hold at most this many times its dataset's bytes plus CHUNK_SLACK: a chunk
+#: larger than its dataset needs is never useful, and it is what a one-chunk decompression bomb
+#: claims so that its inflation passes the per-chunk bound (h5py picks chunks no larger than
+#: the dataset; a small dataset may keep a chunk shape of a few KiB written for larger ones).
+CHUNK_FACTOR = 4
+CHUNK_SLACK = 1 << 20
+
+
+def chunk_too_large(name: str, chunk_bytes: int, nbytes: int) -> str | None:
+    """Why a chunk of `chunk_bytes` is refused for a dataset of `nbytes`, or None."""
+    if chunk_bytes <= CHUNK_FACTOR * nbytes + CHUNK_SLACK:
+        return None
+    return (
+        f"dataset {name} is stored in chunks of {chunk_bytes} bytes for {nbytes} bytes of "
+        f"data, more than {CHUNK_FACTOR} times its size plus {CHUNK_SLACK >> 20} MiB; such a "
+        "chunk is forged (a decompression bomb's), so it is not inflated. Write the weights "
+        "with chunks no larger than the dataset (or uncompressed)"
+    )
+
+
 #: HDF5 filters this reader applies (all built into libhdf5/h5py, none loaded as a plugin).
 FILTERS = {1: "deflate", 2: "shuffle", 3: "fletcher32", 32000: "lzf"}
 COMPRESSING = frozenset({1, 32000})
@@ -263,6 +283,9 @@ class Reader:
         chunk_bytes = native.itemsize
         for c in chunk or ():
             chunk_bytes *= int(c)
+        too_large = chunk_too_large(name, chunk_bytes, nbytes) if chunk else None
+        if too_large:
+            raise Problem("limit", too_large)
         try:
             dcpl = obj.id.get_create_plist()
             early = dcpl.get_layout() == h5d.COMPACT or (

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import childproc
 from ..errors import BundleError, JuliaBridgeError
 
 #: "0" reads HDF5 in this process (no protection from a hanging or crashing libhdf5);
@@ -45,18 +46,8 @@ DEFAULT_TIMEOUT = 60.0
 #: Frames: one type byte (J = JSON, D = data), an 8-byte little-endian length, the payload
 #: (the same struct as ``_h5core._HEAD``; a test checks they agree).
 HEAD = struct.Struct("<cQ")
-#: Environment variables the child keeps (the dynamic loader's, the locale, a temp dir).
-KEEP_ENV = (
-    "PATH",
-    "LD_LIBRARY_PATH",
-    "DYLD_LIBRARY_PATH",
-    "DYLD_FALLBACK_LIBRARY_PATH",
-    "LANG",
-    "LC_ALL",
-    "LC_CTYPE",
-    "TMPDIR",
-    "SYSTEMROOT",
-)
+#: Environment variables the child keeps (childproc's, the same for every helper).
+KEEP_ENV = childproc.KEEP_ENV
 SEND_FDS = hasattr(socket, "send_fds") and hasattr(socket, "socketpair") and os.name == "posix"
 
 
@@ -90,16 +81,15 @@ def script() -> str:
 
 def child_env() -> dict[str, str]:
     """The child's environment: what loading libraries needs, nothing a bundle could use."""
-    env = {k: v for k, v in os.environ.items() if k in KEEP_ENV}
     # One thread is plenty, and no filter plugin is ever loaded (only built-in filters).
-    env.update(
-        OPENBLAS_NUM_THREADS="1",
-        OMP_NUM_THREADS="1",
-        MKL_NUM_THREADS="1",
-        HDF5_PLUGIN_PATH=os.devnull,
-        PYTHONDONTWRITEBYTECODE="1",
+    return childproc.helper_env(
+        {
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "HDF5_PLUGIN_PATH": os.devnull,
+        }
     )
-    return env
 
 
 class Garbled(Exception):
@@ -126,20 +116,19 @@ class WorkerProcess:
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the child
         self.sock: socket.socket | None = None
         theirs: socket.socket | None = None
-        argv = [sys.executable, "-I", script()]
+        args: list[str] = []
         if SEND_FDS:
             self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            argv.append(str(theirs.fileno()))
+            args.append(str(theirs.fileno()))
         try:
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
+            # The outer cap is the machine's memory; the reader lowers its own soft limit to
+            # what each read needs (_h5core._limit_memory) and can never pass this one.
+            self.proc = childproc.start(
+                script(),
+                args,
+                memory=childproc.physical_memory(),
                 stderr=self.stderr,
-                bufsize=0,
-                env=child_env(),
-                cwd=os.path.abspath(os.sep),
-                close_fds=True,
+                extra_env=child_env(),
                 pass_fds=(theirs.fileno(),) if theirs is not None else (),
             )
         except BaseException:

@@ -84,6 +84,25 @@ _IEEE = {  # size: (exponent location, exponent size, mantissa location, mantiss
 }
 
 
+#: A chunk may hold at most CHUNK_FACTOR times its dataset's bytes plus CHUNK_SLACK (the same
+#: rule as ``_h5core.chunk_too_large``, which runs where this module is not importable; a test
+#: checks that the two agree).
+CHUNK_FACTOR = 4
+CHUNK_SLACK = 1 << 20
+
+
+def chunk_too_large(name: str, chunk_bytes: int, nbytes: int) -> str | None:
+    """Why a chunk of `chunk_bytes` is refused for a dataset of `nbytes`, or None."""
+    if chunk_bytes <= CHUNK_FACTOR * nbytes + CHUNK_SLACK:
+        return None
+    return (
+        f"dataset {name} is stored in chunks of {chunk_bytes} bytes for {nbytes} bytes of "
+        f"data, more than {CHUNK_FACTOR} times its size plus {CHUNK_SLACK >> 20} MiB; such a "
+        "chunk is forged (a decompression bomb's), so it is not inflated. Write the weights "
+        "with chunks no larger than the dataset (or uncompressed)"
+    )
+
+
 class Unsupported(Exception):
     """A structure this reader does not parse; libhdf5 (sandboxed) reads the file instead."""
 
@@ -160,6 +179,7 @@ class Layout:
     offset: int | None = None
     size: int = 0
     data: bytes | None = None
+    chunk_bytes: int | None = None  # chunked: bytes of one chunk, where the message says
 
 
 @dataclass
@@ -686,10 +706,35 @@ class H5Metadata:
             offset, size = c.addr(), c.length()
             return Layout("contiguous", offset=offset if self._defined(offset) else None, size=size)
         if cls == 2:
-            return Layout("chunked")
+            return Layout("chunked", chunk_bytes=self._chunk_bytes(c, version))
         if cls == 3 and version == 4:
             return Layout("virtual")
         raise Unsupported(f"layout class {cls}")
+
+    @staticmethod
+    def _chunk_bytes(c: _Cursor, version: int) -> int | None:
+        """Bytes of one chunk: the product of the chunk's dimensions, whose last entry is the
+        element size (layout message versions 3 and 4); None where the fields are not there."""
+        try:
+            if version == 3:
+                ndims = c.u8()
+                c.addr()
+                sizes = [c.u32() for _ in range(ndims)]
+            else:
+                c.u8()  # flags
+                ndims = c.u8()
+                width = c.u8()
+                if not 1 <= width <= 8:
+                    return None
+                sizes = [c.uint(width) for _ in range(ndims)]
+        except Problem:
+            return None
+        if not sizes:
+            return None
+        total = 1
+        for n in sizes:
+            total *= n
+        return total
 
     def _one(self, info: DatasetInfo, kind: int, what: str) -> Message | None:
         found = [m for m in info.messages if m.kind == kind]
@@ -871,6 +916,13 @@ class H5Metadata:
         nbytes = native.itemsize * int(np.prod(got, dtype=object))
         layout = info.layout
         if layout.kind == "chunked":
+            too_large = (
+                chunk_too_large(name, layout.chunk_bytes, nbytes)
+                if layout.chunk_bytes is not None
+                else None
+            )
+            if too_large:  # refused here, before libhdf5's process sees the file
+                raise Problem("limit", too_large)
             raise Unsupported(f"{name} is chunked")
         early, fill = self.fill(info)
         unwritten = (

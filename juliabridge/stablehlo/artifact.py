@@ -12,14 +12,13 @@ to crash the caller.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from jaxlib.mlir.dialects import stablehlo as _stablehlo
 
+from .. import childproc
 from ..errors import MLIRParseError, UnsupportedModuleError
 from ..jaxinternals import make_context
 
@@ -147,17 +146,22 @@ def _in_process(artifact: bytes, origin: str) -> str | MLIRParseError:
         return MLIRParseError(f"{origin}: not a readable StableHLO portable artifact ({e})")
 
 
+def child_memory(artifact_bytes: int) -> int:
+    """The artifact reader's memory cap: 2 GiB + 64 bytes per artifact byte, at most the
+    machine's physical memory (a module in MLIR's context takes tens of times its bytecode;
+    the text sent back is at most 1 GiB)."""
+    return min(childproc.physical_memory(), (2 << 30) + 64 * artifact_bytes)
+
+
 def _in_child(artifacts: list[bytes], origins: list[str]) -> list[str | MLIRParseError]:
     framed = b"".join(len(a).to_bytes(8, "little") + a for a in artifacts)
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     try:
-        done = subprocess.run(
-            [sys.executable, "-P", str(_CHILD)],
+        done = childproc.run(
+            str(_CHILD),
             input=framed,
-            capture_output=True,
             timeout=CHILD_TIMEOUT,
-            env=env,
-            check=False,
+            memory=child_memory(len(framed)),
+            extra_env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
         )
     except subprocess.TimeoutExpired:
         why = f"the artifact reader process took more than {CHILD_TIMEOUT:.0f} s and was stopped"

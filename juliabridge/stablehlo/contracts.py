@@ -20,6 +20,16 @@ of op pass the verifier and still crash or hang the process:
   orders them) holds no data and is allowed without them. A module runs on one device here,
   so a collective naming another replica or partition can only fail or wait.
 
+- **Host-evaluated extents.** XLA computes shapes, paddings, strides and dilations on the host
+  in int64 while it compiles, and aborts (SIGABRT) when that arithmetic overflows: ``pad`` with
+  ``low = 2^63 - 2`` and ``high = -(2^63 - 2)`` is valid StableHLO (their sum with the operand's
+  size is the result's), and so is the same padding of a ``reduce_window``, or as the constant
+  operands of a ``dynamic_pad``. The rule (`check_extents`): every integer an op carries as an
+  attribute, or as a constant operand that sizes its result, times one more than the op's
+  largest dimension, stays within 2^58; every product and sum of a few such terms (XLA's
+  extent formulas: ``(n - 1) * interior + low + high + n``, a dilated window, a strided output)
+  then fits in int64. Real paddings, strides and dilations are a few times a dimension at most.
+
 Every check is O(size of the op), so checking a module is linear in its size.
 """
 
@@ -615,9 +625,91 @@ def check_collective(op: ir.Operation, origin: str) -> None:
         )
 
 
-def check_op(op: ir.Operation, origin: str) -> None:
-    """The contract of one op of the module (custom calls, fft, collectives, host I/O)."""
+#: Bound on |integer extent| * (largest dimension + 1); see the module docstring.
+EXTENT_PRODUCT_LIMIT = 1 << 58
+#: Ops whose integers are values, not extents (constants), or checked by their own contract.
+_NOT_EXTENTS = frozenset(
+    {"stablehlo.constant", "chlo.constant", "chlo.constant_like", "stablehlo.custom_call"}
+)
+#: Operands (by index) whose constant values XLA evaluates as extents of the result.
+EXTENT_OPERANDS = {
+    "stablehlo.dynamic_pad": (2, 3, 4),
+    "stablehlo.real_dynamic_slice": (1, 2, 3),
+    "stablehlo.dynamic_iota": (0,),
+    "stablehlo.dynamic_broadcast_in_dim": (1,),
+    "stablehlo.dynamic_reshape": (1,),
+    "stablehlo.dynamic_conv": (2,),
+    "stablehlo.dynamic_gather": (2,),
+}
+
+
+def _attr_ints(a: ir.Attribute) -> list[int] | None:
+    """The integers of an integer, i64-array or dense-integer attribute; None for others."""
+    if isinstance(a, ir.BoolAttr):
+        return None
+    if isinstance(a, ir.IntegerAttr):
+        return [int(a.value)]
+    if isinstance(a, ir.DenseI64ArrayAttr):
+        return list(a)
+    if isinstance(a, ir.DenseIntElementsAttr):
+        t = ir.ShapedType(a.type)
+        if t.element_type == ir.IntegerType.get_signless(1):
+            return None
+        if a.is_splat:
+            return [int(ir.IntegerAttr(a.get_splat_value()).value)]
+        return [int(a[i]) for i in range(len(a))]
+    return None
+
+
+def _largest_dim(op: ir.Operation) -> int:
+    largest = 0
+    for v in (*op.operands, *op.results):
+        t = v.type
+        if isinstance(t, ir.RankedTensorType) and t.has_static_shape:
+            for d in t.shape:
+                largest = max(largest, int(d))
+    return largest
+
+
+def check_extents(op: ir.Operation, origin: str) -> None:
+    """Refuse an op whose integer attributes or extent operands would overflow XLA's int64
+    extent arithmetic (see the module docstring)."""
     name = op.name
+    if name in _NOT_EXTENTS:
+        return
+    values: list[tuple[str, int]] = []
+    for i in range(len(op.attributes)):
+        named = op.attributes[i]
+        found = _attr_ints(named.attr)
+        if found:
+            values += [(named.name, v) for v in found]
+    for k in EXTENT_OPERANDS.get(name, ()):
+        if k >= len(op.operands):
+            continue
+        owner = op.operands[k].owner
+        owner = getattr(owner, "operation", owner)  # an OpView, or a Block
+        if isinstance(owner, ir.Operation) and owner.name == "stablehlo.constant":
+            found = _attr_ints(owner.attributes["value"])
+            values += [(f"operand {k}", v) for v in found or ()]
+    if not values:
+        return
+    scale = _largest_dim(op) + 1
+    for label, v in values:
+        if abs(v) * scale > EXTENT_PRODUCT_LIMIT:
+            raise ModuleContractError(
+                f"{where(op, origin)}: {name} has {label} = {v}, too large for XLA's int64 "
+                f"extent arithmetic with dimensions up to {scale - 1} (|value| x (largest "
+                f"dimension + 1) must stay within 2^58); compiling it would abort the process. "
+                "The module is corrupt or crafted: export it again."
+            )
+
+
+def check_op(op: ir.Operation, origin: str) -> None:
+    """The contract of one op of the module (custom calls, fft, collectives, host I/O,
+    extents XLA evaluates on the host)."""
+    name = op.name
+    if len(op.attributes) or name in EXTENT_OPERANDS:
+        check_extents(op, origin)
     if name == "stablehlo.custom_call":
         check_custom_call(op, origin)
     elif name == "stablehlo.fft":

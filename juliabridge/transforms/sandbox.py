@@ -25,20 +25,24 @@ import os
 import selectors
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
 from pathlib import Path
 from typing import IO, Any
 
+from .. import childproc
 from ..errors import TransformError
 
 MODES = {"jvp": "forward-mode", "vjp": "reverse-mode"}
-_BOOT = (
-    "import sys; sys.path.insert(0, {root!r}); "
-    "from juliabridge.transforms.sandbox import serve; serve()"
-)
+#: The caller's variables the child keeps besides childproc's: how JAX reads the module.
+_PASS_ENV = ("JAX_ENABLE_X64",)
+
+
+def child_memory() -> int:
+    """The derivation child's memory cap: half this machine's physical memory (JAX and
+    enzyme-ad take about 1 GiB to start; a derivation takes a few times its module)."""
+    return childproc.physical_memory() // 2
 
 
 def debug_enabled() -> bool:
@@ -59,21 +63,16 @@ class _Child:
     def __init__(self) -> None:
         self.tmp = tempfile.mkdtemp(prefix="juliabridge-enzyme-")
         self.err: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - lives with the child
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("PYTHON", "TEST_UNDECLARED")) or k == "PYTHONHASHSEED"
-        }
         # The child only lowers: keep it off accelerators and inside its own temporary dir.
-        env.update(TMPDIR=self.tmp, JAX_PLATFORMS="cpu")
-        root = str(Path(__file__).resolve().parents[2])
-        self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", _BOOT.format(root=root)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.err,
+        env = {"TMPDIR": self.tmp, "JAX_PLATFORMS": "cpu"}
+        env.update({k: v for k, v in os.environ.items() if k in _PASS_ENV})
+        self.proc = childproc.start(
+            "juliabridge.transforms.sandbox:serve",
+            memory=child_memory(),
             cwd=self.tmp,
-            env=env,
+            extra_env=env,
+            stderr=self.err,
+            bufsize=-1,
         )
         self.pid = os.getpid()
 

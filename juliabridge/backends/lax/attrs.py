@@ -147,7 +147,9 @@ def _from_bytes(raw: bytes, want: np.dtype, shape: tuple[int, ...], size: int) -
     storage = np.dtype(np.uint8) if want == np.bool_ else want
     item = storage.itemsize
     if len(raw) == item and size != 1:
-        return np.full(shape, np.frombuffer(raw, storage)[0]).astype(want)
+        # A splat blob: one element, viewed at every position (no copy per element).
+        one = np.frombuffer(raw, storage)[:1]
+        return np.broadcast_to(((one != 0) if want == np.bool_ else one).reshape(()), shape)
     if len(raw) != item * size:
         raise AttributeError_(
             f"a dense blob of {len(raw)} bytes cannot hold {size} elements of {want}"
@@ -184,7 +186,9 @@ def _real(text: str, want: np.dtype) -> object:
 def _from_literal(body: str, want: np.dtype, shape: tuple[int, ...], size: int) -> np.ndarray:
     tokens = [_scalar(t, want) for t in _TOKEN.finditer(body)]
     if len(tokens) == 1 and size != 1:
-        tokens = tokens * size
+        # A splat: decoded once in its own width and viewed at every position (a bf16, f8 or
+        # i4 splat was a Python list of `size` elements: a 1 GB value took over 2 GB).
+        return np.broadcast_to(_from_literal(body, want, (), 1), shape)
     if len(tokens) != size:
         raise AttributeError_(f"a dense literal with {len(tokens)} values for {size} elements")
     if want.kind in "iub":

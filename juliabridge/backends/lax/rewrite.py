@@ -14,6 +14,12 @@ So before a module reaches XLA (xla and enzyme backends) those ops are rewritten
 So is a `rng_bit_generator` with signed or float bits: XLA returned those as an array of the
 unsigned type of their width (a float result came back with dtype uint32); the lax lift draws
 the unsigned bits and bitcasts them, which are the same bits in the declared type.
+
+XLA's constant folder divides integers on the host with the machine's instruction: an integer
+`divide` or `remainder` of constants by zero, or of INT_MIN by -1, killed the process with
+SIGFPE (jax 0.10.2, xla and enzyme backends; `auto` whenever it fell back). The lax lift never
+divides by those values (it selects 1 in their place and then the spec's results), so every
+integer division whose divisor is not a constant free of 0 and -1 reaches XLA as that lift too.
 """
 
 from __future__ import annotations
@@ -38,14 +44,26 @@ XLA_MISREAD_OPS = frozenset(
     {"stablehlo.maximum", "stablehlo.minimum", "stablehlo.clamp", "stablehlo.compare"}
 )
 _ORDERED = frozenset({"LT", "LE", "GT", "GE"})
+#: Integer divisions XLA's constant folder evaluates with the host's trapping instruction.
+DIVISION_OPS = frozenset(
+    {
+        "stablehlo.divide",
+        "stablehlo.remainder",
+        "chlo.broadcast_divide",
+        "chlo.broadcast_remainder",
+    }
+)
 _PREFIX = "__juliabridge_lifted"
 
 
 def misread_by_xla(op: ir.Operation) -> bool:
-    """Whether XLA computes `op` differently from the spec: a complex max, min, clamp or order,
-    or a `rng_bit_generator` whose bits are not an unsigned integer type."""
+    """Whether XLA computes `op` differently from the spec (a complex max, min, clamp or
+    order, or a `rng_bit_generator` whose bits are not an unsigned integer type) or can trap on
+    it (an integer division that may fold to one by 0 or INT_MIN / -1)."""
     if op.name == "stablehlo.rng_bit_generator" and len(op.results) == 2:
         return not _unsigned(op.results[1].type) and not _inside_map(op)
+    if op.name in DIVISION_OPS:
+        return may_trap(op) and not _inside_map(op)
     if op.name not in XLA_MISREAD_OPS or not op.operands:
         return False
     t = op.operands[0].type
@@ -63,6 +81,31 @@ def _unsigned(t: ir.Type) -> bool:
     if not isinstance(t, ir.RankedTensorType) or not isinstance(t.element_type, ir.IntegerType):
         return False
     return bool(ir.IntegerType(t.element_type).is_unsigned)
+
+
+def may_trap(op: ir.Operation) -> bool:
+    """Whether an integer division `op` could divide by 0, or INT_MIN by -1, when XLA folds it.
+
+    Only a divisor that is a `stablehlo.constant` splat of another value is safe for certain;
+    any other divisor may become such a constant by folding (`c - c`), so it counts as a risk.
+    """
+    if len(op.operands) != 2:
+        return False
+    t = op.operands[1].type
+    if not isinstance(t, ir.RankedTensorType) or not isinstance(t.element_type, ir.IntegerType):
+        return False
+    et = ir.IntegerType(t.element_type)
+    if et.width == 1:
+        return False  # i1 division is not defined (the verifier and the lifts refuse it)
+    owner = op.operands[1].owner
+    owner = getattr(owner, "operation", owner)  # an OpView, or a Block
+    if not isinstance(owner, ir.Operation) or owner.name != "stablehlo.constant":
+        return True
+    value = owner.attributes["value"]
+    if not isinstance(value, ir.DenseIntElementsAttr) or not value.is_splat:
+        return True
+    d = int(ir.IntegerAttr(value.get_splat_value()).value)
+    return d == 0 or (d == -1 and not et.is_unsigned)
 
 
 def _inside_map(op: ir.Operation) -> bool:
@@ -188,9 +231,11 @@ def _append_functions(target: ir.Module, lowered: str, name: str, ctx: ir.Contex
 
 
 __all__ = [
+    "DIVISION_OPS",
     "ENZYME_UNSAFE_OPS",
     "XLA_MISREAD_OPS",
     "before_enzyme",
+    "may_trap",
     "misread_by_xla",
     "rewrite_through_lax",
 ]

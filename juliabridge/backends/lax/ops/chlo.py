@@ -285,7 +285,7 @@ def constant_like(view: OpView) -> Impl:
         scalar = view.get_int("value")
     else:
         scalar = view.get_float("value")
-    make = constant_impl(np.full(t.shape, scalar).astype(t.dtype))
+    make = constant_impl(np.broadcast_to(np.asarray(scalar).astype(t.dtype), t.shape))
     return lambda _: make()
 
 

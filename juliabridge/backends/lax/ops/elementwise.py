@@ -378,7 +378,15 @@ def constant(view: OpView) -> Impl:
 
 
 def constant_impl(value: np.ndarray) -> Impl:
-    """The implementation of a constant op of value `value`."""
+    """The implementation of a constant op of value `value`.
+
+    A splat (one element viewed at every position, attrs.dense) becomes a broadcast of its
+    element, so neither this process nor XLA ever holds its `size` copies as a constant.
+    """
+    if value.size > 1 and not any(value.strides):
+        element = np.array(value.reshape(-1)[0], dtype=value.dtype)
+        shape = value.shape
+        return lambda: [lax.broadcast(element, shape)]
     return lambda: [value]
 
 
