@@ -31,6 +31,20 @@ class LuxState(nnx.Variable):  # type: ignore[misc]
     """A Lux state leaf (e.g. BatchNorm running mean): not trained, updated by calls."""
 
 
+def _check_named(tree: Any, what: str, model: LuxModel) -> None:
+    """Refuse trees that are not Lux-named dicts (nnx.Dict holds names, not positions)."""
+    if isinstance(tree, dict):
+        for v in tree.values():
+            _check_named(v, what, model)
+    elif isinstance(tree, (tuple, list)) or tree is None:
+        raise JuliaBridgeError(
+            f"{model.manifest.name}: juliabridge.flax.LuxModule needs {what} named by Lux paths "
+            "(a bundle written by JuliaBridge.export_lux), but this model's are positional "
+            "tuples (a Reactant export_to_enzymejax directory records positions, not names); "
+            "use the LuxModel itself, or juliabridge.equinox.LuxModule, which takes any pytree"
+        )
+
+
 def _wrap(tree: Any, kind: type) -> Any:
     if isinstance(tree, dict):
         return nnx.Dict({k: _wrap(v, kind) for k, v in tree.items()})
@@ -72,6 +86,8 @@ class LuxModule(nnx.Module):  # type: ignore[misc]
             model = import_lux(model, **import_options)
         elif import_options:
             raise JuliaBridgeError("import options only apply when a bundle path is given")
+        _check_named(model.params, "params", model)
+        _check_named(model.state, "state", model)
         self.lux = model
         self.params = _wrap(model.params, nnx.Param)
         self.state = _wrap(model.state, LuxState)

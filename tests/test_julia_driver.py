@@ -318,7 +318,7 @@ def test_environment_is_set_up_the_juliapkg_way(no_julia: Path, tmp_path: Path) 
     assert env == tmp_path / "julia_env"
     project = tomllib.loads((env / "Project.toml").read_text())
     assert project["deps"]["JuliaBridge"] == JULIABRIDGE_UUID
-    assert project["compat"]["Lux"] == "^1.31.4"
+    assert project["compat"]["Lux"] == "=1.31.4"  # the reviewed version exactly (julia/README.md)
     assert project["compat"]["Reactant"] == "=0.2.280"
     installed = log.read_text()
     assert f'path=raw"{REPO / "juliabridge" / "julia_project"}"' in installed
@@ -414,10 +414,14 @@ def test_cli_without_julia_prints_one_line(
 def test_cli_bad_script_prints_one_line(
     no_julia: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = parse(["export", str(tmp_path / "nope.jl"), "--out", str(tmp_path / "o.bundle")])
-    assert args.func(args, None) == 4  # JuliaExportError (juliabridge/exitcodes.py)
-    err = capsys.readouterr().err
-    assert err.strip() == f"juliabridge export: error: no such Julia script: {tmp_path / 'nope.jl'}"
+    # A missing script is a usage error (exit 2), found before Julia is looked for or started.
+    with pytest.raises(SystemExit) as e:
+        parse(["export", str(tmp_path / "nope.jl"), "--out", str(tmp_path / "o.bundle")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        f"juliabridge export: error: argument script: {tmp_path / 'nope.jl'}: no such file"
+    )
 
 
 def test_cli_in_a_fresh_process(no_julia: Path, tmp_path: Path) -> None:

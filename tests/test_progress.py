@@ -75,7 +75,6 @@ def test_import_lux_shows_the_loading_bar_and_stays_quiet_in_a_pipe(
 def test_vjp_shows_a_spinner_when_forced(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    pytest.importorskip("enzyme_ad.jax", reason="juliabridge vjp needs enzyme-ad")
     import shutil
 
     from juliabridge import cli
@@ -85,7 +84,7 @@ def test_vjp_shows_a_spinner_when_forced(
     monkeypatch.setenv(progress.ENV, "1")
     assert cli.main(["vjp", str(bundle), "--overwrite"]) == 0
     err = capsys.readouterr().err
-    assert "deriving the VJP module with Enzyme" in err
+    assert "deriving the VJP module through lax" in err  # LeNet lifts: no Enzyme needed
     monkeypatch.setenv(progress.ENV, "0")
     assert cli.main(["vjp", str(bundle), "--overwrite"]) == 0
     assert "deriving" not in capsys.readouterr().err

@@ -479,3 +479,93 @@ def test_two_axis_mesh_sharding(tmp_path: Path) -> None:
     assert placed[0].sharding.spec == jax.sharding.PartitionSpec("b", "a")
     want = FIXTURES["dense_matvec_slices.mlir"].reference(*inputs)[0]
     np.testing.assert_allclose(np.asarray(fn(*placed)[0]), want, rtol=1e-5, atol=1e-6)
+
+
+# --- bounds found by review: each hostile form a typed error ------------------------------
+
+
+def test_token_bomb_refused_before_parsing(tmp_path: Path) -> None:
+    # A 1M-element list literal: ast.parse of it peaks near 1 GB; the token budget stops it.
+    import tracemalloc
+
+    py = _plain_export(tmp_path)
+    text = py.read_text().replace("import os\n", "import os\nx = [" + "1," * 1_000_000 + "]\n")
+    py.write_text(text)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ManifestError, match=r"f\.py:\d+: holds more than \d+ tokens"):
+            juliabridge.load_reactant_export(tmp_path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 200 << 20
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("(6, 2)", "(" + "9" * 5000 + ", 2)"),  # int() of it: Python's int-string limit
+        ("Path: arg.1", "Path: arg." + "1" * 5000),
+        ("(6, 2)", "(\u0666, 2)"),  # an Arabic-Indic digit: not the template's ASCII
+    ],
+)
+def test_overlong_or_foreign_numbers_refused(tmp_path: Path, old: str, new: str) -> None:
+    py = _plain_export(tmp_path)
+    py.write_text(py.read_text().replace(old, new, 1))
+    with pytest.raises(ManifestError):
+        juliabridge.load_reactant_export(tmp_path)
+
+
+def test_corrupt_compressed_member_is_a_bundle_error(tmp_path: Path) -> None:
+    import zipfile
+
+    from juliabridge.reactant_export.npz import read_inputs
+    from juliabridge.stablehlo import TensorSpec
+
+    arr = np.arange(4096, dtype=np.float32)
+    path = tmp_path / "x.npz"
+    np.savez_compressed(path, arr_1=arr)
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo("arr_1.npy")
+    start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+    for i in range(start + 40, start + 80):  # inside the deflate stream
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(BundleError, match=r"arr_1\.npy"):
+        read_inputs(path, ["arr_1"], [TensorSpec((4096,), "f32")])
+
+
+@pytest.mark.parametrize(
+    ("sharding", "match"),
+    [
+        (("m", (0,), ("x",), (None, "x")), "axis size 0"),
+        (("m", (1,), ("x",), (None, "y")), "at most once"),
+        (("m", (1, 1), ("x", "x"), (None, "x")), "unique axis names"),
+    ],
+)
+def test_meshes_jax_cannot_build_refused(tmp_path: Path, sharding: Any, match: str) -> None:
+    text = _fixture("dense_matvec_slices.mlir").read_text()
+    inputs = FIXTURES["dense_matvec_slices.mlir"].make_inputs(np.random.default_rng(0))
+    args = [ArgInfo([1], inputs[0], sharding=sharding), ArgInfo([2], inputs[1])]
+    write_export(tmp_path, Export("f", text, args))
+    with pytest.raises(ManifestError, match=match):
+        juliabridge.load_reactant_export(tmp_path, backend="lax")
+
+
+def test_batch_axis_refused_for_train_mode(tmp_path: Path) -> None:
+    spec = luxmodels.batchnorm_model(mode="train", batch=6)
+    d = write_lux_export(tmp_path, spec)
+    with pytest.raises(ManifestError, match="train mode"):
+        juliabridge.import_lux(d, batch_axis=0)
+    assert juliabridge.import_lux(d).manifest.mode == "train"  # without it, it loads
+
+
+def test_flax_wrapper_refuses_positional_trees(tmp_path: Path) -> None:
+    pytest.importorskip("flax.nnx", reason="flax (the [flax] extra) is not installed")
+    import juliabridge.flax
+
+    spec = luxmodels.batchnorm_model(mode="test", batch=6)
+    model = juliabridge.import_lux(write_lux_export(tmp_path, spec))
+    with pytest.raises(juliabridge.JuliaBridgeError, match="positional"):
+        juliabridge.flax.LuxModule(model)

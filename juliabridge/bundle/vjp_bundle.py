@@ -67,7 +67,8 @@ def derive_vjp_text(module: StableHLOModule, where: str) -> tuple[str, str]:
     except UnsupportedModuleError as e:
         why_not_lax = str(e)
     else:
-        return vjp_module_text(lifted.call, module.arguments, module.results), "lax"
+        with progress.spinner(f"deriving the VJP module through lax: {where}"):
+            return vjp_module_text(lifted.call, module.arguments, module.results), "lax"
     if not enzyme_available():
         raise BackendUnavailableError(
             f"{where}: the VJP module cannot be derived here: the lax backend cannot lift the "
@@ -75,7 +76,7 @@ def derive_vjp_text(module: StableHLOModule, where: str) -> tuple[str, str]:
             "CPython 3.11: pip install 'juliabridge[enzyme]' there and run juliabridge vjp "
             "there), or export with JuliaBridge.export_lux(...; vjp=true)"
         )
-    with progress.spinner(f"{where}: deriving the VJP module with Enzyme"):
+    with progress.spinner(f"deriving the VJP module with Enzyme: {where}"):
         return EnzymeBackend(module).vjp_module_text(), "Enzyme"
 
 

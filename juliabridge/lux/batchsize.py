@@ -99,6 +99,8 @@ def check_fixed_shapes(manifest: Manifest, flat: Sequence[Any], layout: str = "m
         got = [int(d) for d in jnp.shape(flat[a.index])]
         if got == list(a.shape):
             continue
+        if julia and a.batch_axis is None:
+            raise CallArgumentError(_wrong_shape(manifest.name, a, tuple(got), julia))
         want = list(a.shape)
         order = ""
         if julia:

@@ -239,15 +239,24 @@ def load_reactant_export(
 
 
 def is_export_dir(path: str | os.PathLike[str]) -> bool:
-    """Whether `path` looks like an export (a .py, or a directory with a .py and no manifest)."""
+    """Whether `path` looks like an export (a .py, or a directory with a .py and no manifest).
+
+    False for anything that cannot be examined (not a path, unreadable): the bundle reader
+    then gives its own message for it.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        return False
     p = Path(path)
-    if p.suffix == ".py" and p.is_file():
-        return True
-    return (
-        p.is_dir()
-        and not (p / "manifest.json").exists()
-        and any(q.suffix == ".py" for q in p.iterdir())
-    )
+    try:
+        if p.suffix == ".py" and p.is_file():
+            return True
+        return (
+            p.is_dir()
+            and not (p / "manifest.json").exists()
+            and any(q.suffix == ".py" for q in p.iterdir())
+        )
+    except (OSError, ValueError):
+        return False
 
 
 __all__ = [

@@ -251,6 +251,13 @@ def build_manifest(
             echo = None  # an echoed input as an output: recorded as a result, not an echo
         results.append(ResultEntry(k, paths, spec.dtype, spec.shape, axis, echo))
     s = export.script
+    if batch_size is not None and rmap.state:
+        raise ManifestError(
+            f"{s.path}: batch_axis= serves other batch sizes by splitting the batch into "
+            "traced-size calls, but this export returns new state (train mode), whose samples "
+            "are not independent (batch statistics), so it runs only at its traced shapes; "
+            "drop batch_axis=, or export in test mode (Lux.testmode(st))"
+        )
     m = Manifest(
         name=s.function_name,
         producer=Producer(

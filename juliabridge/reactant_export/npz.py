@@ -10,9 +10,11 @@ a compression bomb cannot make the reader allocate more than the arrays the modu
 
 from __future__ import annotations
 
+import lzma
 import os
 import stat
 import zipfile
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,6 +28,19 @@ from ..stablehlo import TensorSpec
 
 #: Largest .npy header accepted (numpy's own default limit).
 MAX_HEADER_BYTES = 10000
+
+
+#: What a corrupt member raises from inside zipfile's decompressors (bz2 raises OSError).
+_DECOMPRESSION_ERRORS = (
+    zipfile.BadZipFile,
+    NotImplementedError,
+    RuntimeError,
+    zlib.error,
+    lzma.LZMAError,
+    EOFError,
+    OSError,
+    ValueError,
+)
 
 
 def _member_error(path: Path, key: str, message: str) -> BundleError:
@@ -49,7 +64,7 @@ def _read_member(
                 )
             else:
                 raise ValueError(f"unknown .npy version {version}")
-        except (ValueError, OSError, EOFError, SyntaxError, zipfile.BadZipFile) as e:
+        except (SyntaxError, *_DECOMPRESSION_ERRORS) as e:
             raise _member_error(path, key, f"not a readable .npy header ({e})") from e
         if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
             raise UnsafeBundleError(
@@ -131,7 +146,7 @@ def read_inputs(path: Path, keys: Sequence[str], specs: Sequence[TensorSpec]) ->
                     raise BundleError(f"{path}: no {key}.npy, which the .py's load_inputs reads")
                 try:
                     out.append(_read_member(zf, found, spec, path, key))
-                except (zipfile.BadZipFile, NotImplementedError, RuntimeError) as e:
+                except _DECOMPRESSION_ERRORS as e:
                     raise _member_error(path, key, f"cannot be decompressed ({e})") from e
     return out
 

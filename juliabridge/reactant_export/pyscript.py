@@ -11,17 +11,25 @@ src/serialization/EnzymeJAX.jl:230-422 (docs/reactant-export.md).
 from __future__ import annotations
 
 import ast
+import io
 import os
 import re
 import stat
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ManifestError, UnsafeBundleError
 
 #: Largest .py accepted (bytes): the template is ~400 bytes per argument, so this is far above
-#: any real export and keeps `ast.parse` of a hostile file within a bounded amount of memory.
+#: any real export.
 MAX_SCRIPT_BYTES = 64 << 20
+#: Tokens allowed per argument line of the docstring (the template writes about 60), plus a
+#: fixed allowance for the rest of the template. `ast.parse` holds ~500 bytes per token (a 2 MB
+#: list literal peaked near 1 GB), so the token count, not the byte size, bounds its memory;
+#: it is counted by the streaming tokenizer before anything is parsed.
+TOKENS_PER_ARGUMENT = 400
+TOKENS_BASE = 20_000
 
 #: Reactant's NUMPY_SIMPLE_TYPES (src/serialization/Serialization.jl:13-29) -> MLIR element type.
 #: ``complex32`` (ComplexF16) has no numpy dtype, so it is absent and refused by name.
@@ -43,9 +51,15 @@ NUMPY_TO_MLIR = {
 }
 
 _DOC_ARG = re.compile(
-    r"^\s*(arg\d+): Array of shape (\((?:\d+(?:, \d+)*,?)?\)) and dtype (\w+)\. "
-    r"Path: arg((?:\.\d+)+)\s*$"
+    # Bounded digit runs: int() of a longer one is Python's int-string limit (a raw ValueError).
+    r"^\s*(arg[0-9]{1,9}): Array of shape (\((?:[0-9]{1,18}(?:, [0-9]{1,18})*,?)?\)) "
+    r"and dtype (\w+)\. Path: arg((?:\.[0-9]{1,9})+)\s*$",
+    re.ASCII,
 )
+_ARG_NAME = re.compile(r"arg[0-9]{1,9}", re.ASCII)
+_MESH_NAME = re.compile(r"mesh[0-9]{1,9}", re.ASCII)
+#: Largest mesh axis size, and number of devices a mesh may name.
+MAX_MESH_DEVICES = 1 << 31
 _RUN = re.compile(r"^run_[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -148,7 +162,26 @@ def read_text(path: Path, limit: int = MAX_SCRIPT_BYTES) -> str:
         raise ManifestError(f"{path}: not UTF-8 text ({e})") from e
 
 
+def _check_tokens(text: str, path: Path) -> None:
+    """Refuse a .py with more tokens than its docstring's arguments explain, before `ast.parse`."""
+    budget = TOKENS_BASE + TOKENS_PER_ARGUMENT * text.count("Array of shape")
+    try:
+        for k, tok in enumerate(tokenize.generate_tokens(io.StringIO(text).readline)):
+            if k > budget:
+                raise _fail(
+                    path,
+                    tok.start[0],
+                    f"holds more than {budget} tokens, far more than the template writes for "
+                    "its arguments; it is not the .py export_to_enzymejax writes",
+                )
+    except (tokenize.TokenError, SyntaxError, ValueError):
+        # Counted up to the error, within the budget: `ast.parse` then reports the error
+        # itself, with its line (tokens past it are never parsed).
+        return
+
+
 def _parse(text: str, path: Path) -> ast.Module:
+    _check_tokens(text, path)
     try:
         return ast.parse(text, filename=str(path))
     except SyntaxError as e:
@@ -234,6 +267,46 @@ def _consts(node: ast.expr, kind: type, path: Path) -> tuple[object, ...]:
     return tuple(vals)
 
 
+def _check_mesh(
+    name: str, sizes: tuple[object, ...], names: tuple[object, ...], path: Path, line: int
+) -> None:
+    """A mesh JAX can build: one positive size per unique axis name, within a device count."""
+    total = 1
+    for d in sizes:
+        if not isinstance(d, int) or not 1 <= d <= MAX_MESH_DEVICES:
+            raise _fail(path, line, f"{name} has axis size {d!r}; sizes are positive device counts")
+        total *= d
+    if total > MAX_MESH_DEVICES:
+        raise _fail(path, line, f"{name} names {total} devices, more than any machine has")
+    if len(sizes) != len(names) or len(set(names)) != len(names):
+        raise _fail(
+            path,
+            line,
+            f"{name} has sizes {list(sizes)} for axes {list(names)}; a mesh needs one size per "
+            "axis and unique axis names",
+        )
+
+
+def _check_spec(
+    arg: str, mesh: str, spec: list[str | None], meshes: dict[str, Mesh], path: Path, line: int
+) -> None:
+    """A PartitionSpec naming only axes of a mesh defined above it, each at most once."""
+    m = meshes.get(mesh)
+    if m is None:
+        raise _fail(
+            path, line, f"{arg} is placed on {mesh}, which no jax.make_mesh line above defines"
+        )
+    used = [a for a in spec if a is not None]
+    unknown = [a for a in used if a not in m.axis_names]
+    if unknown or len(set(used)) != len(used):
+        raise _fail(
+            path,
+            line,
+            f"{arg}'s PartitionSpec {tuple(spec)} must name each axis of {mesh} "
+            f"{tuple(m.axis_names)} at most once",
+        )
+
+
 def _placements(
     main_if: ast.If, n: int, path: Path
 ) -> tuple[dict[str, Mesh], dict[int, Placement]]:
@@ -246,11 +319,12 @@ def _placements(
         if not (isinstance(target, ast.Name) and isinstance(value, ast.Call)):
             continue
         func = ast.unparse(value.func)
-        if func == "jax.make_mesh" and len(value.args) == 2 and re.match(r"mesh\d+$", target.id):
+        if func == "jax.make_mesh" and len(value.args) == 2 and _MESH_NAME.fullmatch(target.id):
             sizes = _consts(value.args[0], int, path)
             names = _consts(value.args[1], str, path)
+            _check_mesh(target.id, sizes, names, path, stmt.lineno)
             meshes[target.id] = Mesh(target.id, sizes, names)  # type: ignore[arg-type]
-        elif func == "jax.device_put" and re.match(r"arg\d+$", target.id):
+        elif func == "jax.device_put" and _ARG_NAME.fullmatch(target.id):
             k = int(target.id[3:]) - 1
             if not (0 <= k < n) or len(value.args) != 2:
                 raise _fail(path, stmt.lineno, f"{target.id} is not an argument of the function")
@@ -275,8 +349,9 @@ def _placements(
                         "(EnzymeJAX.jl:303-310), which its own .py cannot run either; "
                         "re-export with one mesh axis per dimension"
                     )
+            _check_spec(target.id, shard.args[0].id, spec, meshes, path, stmt.lineno)
             placements[k] = Placement("NamedSharding", shard.args[0].id, tuple(spec))
-        elif func == "jnp.asarray" and re.match(r"arg\d+$", target.id):
+        elif func == "jnp.asarray" and _ARG_NAME.fullmatch(target.id):
             k = int(target.id[3:]) - 1
             if 0 <= k < n:
                 placements[k] = Placement("NoSharding")
