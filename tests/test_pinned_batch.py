@@ -314,3 +314,56 @@ def test_an_unbatched_input_of_the_wrong_shape_is_not_reported_as_a_batch_proble
     with pytest.raises(CallArgumentError) as e:
         model(samples(7), np.ones(3, np.float32))
     assert str(e.value).endswith("x[2] expects tensor<2xf32> (Float32), got tensor<3xf32>.")
+
+
+def test_no_batch_section_messages_in_each_layout(tmp_path: Path) -> None:
+    root = _bundle(tmp_path)
+    edit(root, lambda m: m.pop("batch"))
+    model = juliabridge.import_lux(root)
+    with pytest.raises(CallArgumentError) as e:
+        model.apply(model.params, model.state, samples(5))
+    assert str(e.value) == (
+        "logmul: x expects exactly [4, 2] (f32), got shape [5, 2]: the bundle records no batch "
+        "size (docs/bundle-format.md §3.6), so it runs only at the shapes it was traced with. "
+        "Export again with the batch size you need"
+    )
+    jl = juliabridge.import_lux(root, layout="julia")
+    with pytest.raises(CallArgumentError) as e:
+        jl.apply(jl.params, jl.state, samples(5).T)
+    assert str(e.value).startswith(
+        "logmul: x expects exactly [2, 4] (f32 in Julia's order), got shape [2, 5]: "
+    )
+    train = _bundle(tmp_path / "t")
+    edit(train, lambda m: (m.pop("batch"), m.update(mode="train")))
+    tm = juliabridge.import_lux(train)
+    with pytest.raises(CallArgumentError, match="a train-mode bundle's samples are not indep"):
+        tm.apply(tm.params, tm.state, samples(5))
+
+
+def test_julia_layout_rank_and_shape_messages(tmp_path: Path) -> None:
+    jl = juliabridge.import_lux(_bundle(tmp_path), layout="julia")
+    with pytest.raises(CallArgumentError) as e:
+        jl(np.ones((1, 2, 5), np.float32))
+    assert str(e.value) == (
+        "x: expects rank 2 ([2, 4] in Julia's order (layout='julia')), got shape [1, 2, 5]"
+    )
+    with pytest.raises(CallArgumentError) as e:
+        jl(np.ones((3, 5), np.float32))  # neither order: no hint
+    assert str(e.value).endswith("traced with N=4), got shape [3, 5].")
+
+
+def test_explicit_mesh_keeps_batch_and_state_sharded_in_process(tmp_path: Path) -> None:
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((1,), ("data",), axis_types=(jax.sharding.AxisType.Explicit,))
+    model = _model(tmp_path, "lax")
+    x = samples(6)
+    xs = jax.device_put(x, NamedSharding(mesh, P("data", None)))
+    cs = jax.device_put(C, NamedSharding(mesh, P("data")))
+    with jax.set_mesh(mesh):
+        y, st = model.apply(model.params, {"c": cs}, xs)
+    np.testing.assert_allclose(np.asarray(y), reference(x), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(st["c"]), C + C)
+    assert y.sharding.spec == P("data", None)
+    assert st["c"].sharding.spec == P("data")

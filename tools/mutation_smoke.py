@@ -70,6 +70,9 @@ TESTS_FOR = {
 EQUIVALENT: dict[str, str] = {
     # the one caller passes batched_chunks explicitly (model.py), so the default is never used
     "juliabridge.lux.batchsize.x_call_with_batch__mutmut_1": "batched_chunks: bool = False,",
+    # layout is only ever compared with "julia": any other default string reads as "mlir"
+    "juliabridge.lux.batchsize.x_batch_size_of__mutmut_1": 'layout: str = "XXmlirXX"',
+    "juliabridge.lux.batchsize.x_check_fixed_shapes__mutmut_1": 'layout: str = "XXmlirXX"',
     # import_lux, the one maker of LuxModels, always passes layout
     "juliabridge.lux.model.xǁLuxModelǁ__init____mutmut_1": 'layout: str = "XXmlirXX",',
     # O_NOFOLLOW refuses a symlink before fstat, and fstat of a descriptor never reports one;
