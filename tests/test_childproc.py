@@ -118,7 +118,7 @@ def test_every_process_start_in_the_package_goes_through_childproc() -> None:
         bypasses
     )
     # And the three helpers do use it (the scan above would pass on code that starts nothing).
-    for rel in ("stablehlo/artifact.py", "bundle/_worker.py", "transforms/sandbox.py"):
+    for rel in ("stablehlo/artifact.py", "bundle/_worker.py", "backends/enzyme/sandbox.py"):
         text = (PACKAGE / rel).read_text()
         assert "childproc.start(" in text or "childproc.run(" in text, rel
 
@@ -217,7 +217,7 @@ def test_the_timeout_kills_a_helper(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/PID")
 def test_the_enzyme_derivation_child_starts_isolated(hostile_cwd: Path) -> None:
-    from juliabridge.transforms import sandbox
+    from juliabridge.backends.enzyme import sandbox
 
     child = sandbox._Child()
     try:

@@ -469,7 +469,7 @@ def test_mlir_dump_records_are_dropped_and_their_files_removed(
     # unless JULIABRIDGE_DEBUG=1. Other records are untouched.
     import logging
 
-    from juliabridge.transforms import guard
+    from juliabridge.backends.enzyme import dumps as guard
 
     monkeypatch.delenv("JULIABRIDGE_DEBUG", raising=False)
     loggers = [logging.getLogger("absl"), logging.getLogger()]

@@ -6,9 +6,13 @@ from ..errors import JuliaBridgeError, UnsupportedModuleError
 from ..stablehlo import StableHLOModule
 from ..stablehlo.policy import check_kernel_targets
 from .base import Backend
-from .enzyme import EnzymeBackend, enzyme_available
+from .enzyme import EnzymeBackend, derive_vjp_text, enzyme_available
 from .lax import LaxBackend
-from .xla import VjpSource, XlaBackend
+from .xla import VjpSource, XlaBackend, set_fallback_vjp
+
+# The xla backend never imports Enzyme: its VJP of a module lax cannot lift is derived by the
+# function registered here (None where enzyme-ad is not importable: a clear TransformError).
+set_fallback_vjp(derive_vjp_text)
 
 BACKENDS = ("auto", "lax", "enzyme", "xla")
 

@@ -1,8 +1,10 @@
 """The `xla` backend: the module wrapped as a jax.export.Exported (no enzyme-ad needed).
 
 Reverse mode comes from a VJP module (spec §5): one shipped in a bundle, or derived once through
-the lax backend (or with Enzyme where the module does not lift and enzyme-ad is importable).
-Forward mode is not available on this backend.
+the lax backend, or, where the module does not lift, by the fallback deriver the backend is given
+(`derive_vjp=`) or the one registered with `set_fallback_vjp` (backends/__init__.py registers
+Enzyme's, which answers None where enzyme-ad is not importable). Forward mode is not available
+on this backend. This module never imports the enzyme backend.
 """
 
 from __future__ import annotations
@@ -28,6 +30,21 @@ from ..transforms.derive import vjp_module_text
 from .lax.rewrite import misread_by_xla, rewrite_through_lax
 
 VjpSource = StableHLOModule | str | Callable[[], StableHLOModule | None] | None
+#: (module, trust) -> the VJP module's StableHLO text, or None when this deriver is unavailable.
+VjpDeriver = Callable[[StableHLOModule, bool], str | None]
+
+_fallback_vjp: VjpDeriver | None = None
+
+
+def set_fallback_vjp(derive: VjpDeriver | None) -> None:
+    """Register the deriver XlaBackend uses, when it was given none, for a VJP the lax backend
+    cannot derive (backends/__init__.py registers Enzyme's).
+
+    Args:
+        derive: (module, trust) -> VJP module text or None (unavailable); None unregisters.
+    """
+    global _fallback_vjp
+    _fallback_vjp = derive
 
 
 def _aval(spec: TensorSpec) -> jax.core.ShapedArray:
@@ -48,7 +65,12 @@ class XlaBackend:
     fallback_reason: str | None = None
 
     def __init__(
-        self, module: StableHLOModule, *, trust: bool = False, vjp_source: VjpSource = None
+        self,
+        module: StableHLOModule,
+        *,
+        trust: bool = False,
+        vjp_source: VjpSource = None,
+        derive_vjp: VjpDeriver | None = None,
     ) -> None:
         if not trust:
             # XLA calls the kernels: targets admitted only because lax lifts them are refused.
@@ -59,6 +81,7 @@ class XlaBackend:
         self.module = module
         self.trust = trust
         self.vjp_source = vjp_source
+        self.derive_vjp = derive_vjp
         # XLA orders complex numbers against the spec: those ops reach it as calls of their
         # defining formulas, lowered by JAX (lax/rewrite.py).
         compiled = rewrite_through_lax(module, misread_by_xla, trust=trust)
@@ -103,7 +126,7 @@ class XlaBackend:
         from .lax import LaxBackend
 
         # Derived once: through the lax backend (JAX's own rules; right for batch_norm_*) when
-        # the module lifts, else with Enzyme where enzyme-ad imports.
+        # the module lifts, else by the fallback deriver (Enzyme's, where enzyme-ad imports).
         try:
             lifted = LaxBackend(self.module, trust=self.trust)
         except UnsupportedModuleError as lax_error:
@@ -111,9 +134,9 @@ class XlaBackend:
         else:
             text = vjp_module_text(lifted.call, self.module.arguments, self.module.results)
             return parse_module(text, trust=True)
-        from .enzyme import EnzymeBackend, enzyme_available
-
-        if not enzyme_available():
+        derive = self.derive_vjp or _fallback_vjp
+        derived = derive(self.module, self.trust) if derive is not None else None
+        if derived is None:
             raise TransformError(
                 f"{self.module.origin}: gradients on backend='xla' need a VJP module and none "
                 "is available: the bundle carries none, the lax backend cannot lift the module "
@@ -121,8 +144,7 @@ class XlaBackend:
                 "Export with `JuliaBridge.export_lux(...; vjp=true)`, or run "
                 "`juliabridge vjp BUNDLE` once on a machine with enzyme-ad (CPython 3.11)."
             )
-        text = EnzymeBackend(self.module, trust=self.trust).vjp_module_text()
-        return parse_module(text, trust=self.trust)
+        return parse_module(derived, trust=self.trust)
 
     def vjp_function(self) -> Callable[..., tuple[jax.Array, ...]]:
         """(*primals, *cotangents) -> cotangents, through the VJP module compiled by XLA."""

@@ -2,7 +2,7 @@
 
 The VJP is derived through the lax backend (JAX's own differentiation rules) when every op of
 the module lifts, else with Enzyme where enzyme-ad imports; Enzyme runs in a separate process
-(transforms/sandbox.py). After this, gradients on backend='xla' need neither: any Python, any
+(backends/enzyme/sandbox.py). After this, gradients on backend='xla' need neither: any Python, any
 machine. Files are written atomically, with the umask's permissions, and every failure is a
 JuliaBridgeError.
 """

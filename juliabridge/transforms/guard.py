@@ -9,14 +9,13 @@ what native code prints meanwhile stays out of the user's terminal.
   in this process (enzyme-ad prints the whole module there when a pass fails, and Python's
   logging the traceback); on success what was captured is written out unchanged, on failure it
   is dropped, unless JULIABRIDGE_DEBUG=1, which disables the capture.
-- `drop_enzyme_dumps()` removes the ``/tmp/tmp*.mlir`` file enzyme-ad writes for every failed
-  pass pipeline (and the log line naming it), again unless JULIABRIDGE_DEBUG=1.
+
+enzyme-ad's dump files are dropped by the enzyme backend itself (backends/enzyme/dumps.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sys
 import tempfile
@@ -25,7 +24,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import ExecutionError, JuliaBridgeError, TransformError
-from .sandbox import debug_enabled
+
+
+def debug_enabled() -> bool:
+    """JULIABRIDGE_DEBUG=1: show what Enzyme and XLA print, keep their dump files."""
+    return os.environ.get("JULIABRIDGE_DEBUG", "").strip() not in ("", "0")
+
 
 _CAPTURE = threading.RLock()
 _depth = 0
@@ -138,26 +142,3 @@ class Compiled:
         out = self._first(*args)
         self._warm = True
         return out
-
-
-class _DumpFilter(logging.Filter):
-    """Drops enzyme-ad's "Enzyme MLIR dumped to FILE" record and deletes FILE."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if debug_enabled() or not str(record.msg).startswith("Enzyme MLIR dumped to"):
-            return True
-        if record.args:
-            args = record.args if isinstance(record.args, tuple) else (record.args,)
-            with contextlib.suppress(OSError, TypeError):
-                os.unlink(str(args[0]))
-        return False
-
-
-_FILTER = _DumpFilter()
-
-
-def drop_enzyme_dumps() -> None:
-    """Install the filter where enzyme_ad.jax.primitives logs (absl's logger; root, too)."""
-    for logger in (logging.getLogger("absl"), logging.getLogger()):
-        if _FILTER not in logger.filters:
-            logger.addFilter(_FILTER)

@@ -10,8 +10,13 @@ differentiates it with Enzyme. Three of its limits are handled here, at load tim
   than arguments, so the wrapper pads @main with unused scalar arguments.
 
 Derivatives of a module loaded without trust=True are derived by Enzyme in a separate process
-(transforms/sandbox.py: its passes crash on some valid modules) and run as checked StableHLO
-through the xla backend; with trust=True they are derived in this process, inlined by hlo_call.
+(sandbox.py, whose child runs child.py: its passes crash on some valid modules) and run as
+checked StableHLO through the xla backend; with trust=True they are derived in this process,
+inlined by hlo_call. dumps.py removes the files enzyme-ad leaves behind.
+
+This package is the whole Enzyme route: nothing below backends/ imports it, and the xla
+backend reaches it only through the VJP fallback `backends/__init__.py` registers
+(`derive_vjp_text`). It may import transforms/, stablehlo/, backends.lax and backends.xla.
 """
 
 from __future__ import annotations
@@ -23,19 +28,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import dtypes
-from ..errors import (
+from ... import dtypes
+from ...errors import (
     BackendUnavailableError,
     JuliaBridgeError,
     TransformError,
     UnsupportedModuleError,
 )
-from ..jaxinternals import current_platform, initialize_lapack
-from ..stablehlo import StableHLOModule, TensorSpec, parse_module
-from ..stablehlo.contracts import check_platform
-from ..stablehlo.policy import check_kernel_targets
-from ..transforms import sandbox
-from ..transforms.derive import (
+from ...jaxinternals import current_platform, initialize_lapack
+from ...stablehlo import StableHLOModule, TensorSpec, parse_module
+from ...stablehlo.contracts import check_platform
+from ...stablehlo.policy import check_kernel_targets
+from ...transforms.derive import (
     jvp_from_primal,
     jvp_module_text,
     jvp_signature,
@@ -43,8 +47,10 @@ from ..transforms.derive import (
     vjp_module_text,
     vjp_signature,
 )
-from ..transforms.guard import drop_enzyme_dumps
-from .lax.rewrite import before_enzyme, rewrite_through_lax
+from ..lax.rewrite import before_enzyme, rewrite_through_lax
+from ..xla import XlaBackend
+from . import sandbox
+from .dumps import drop_enzyme_dumps
 
 #: Element types hlo_call cannot take, and the type each crosses the boundary as.
 BOUNDARY_TYPES = {"f16": "f32", "i16": "i32", "ui8": "ui32", "ui16": "ui32", "i1": "i8"}
@@ -198,8 +204,6 @@ class EnzymeBackend:
 
     def _derived(self, mode: str) -> Callable[..., tuple[jax.Array, ...]]:
         """The derivative derived out of process, checked like any module, run by XLA."""
-        from .xla import XlaBackend
-
         text = sandbox.derive(self.module.text, mode, self.module.origin)
         signature = (jvp_signature if mode == "jvp" else vjp_signature)(
             self.module.arguments, self.module.results
@@ -219,3 +223,14 @@ class EnzymeBackend:
                 f"{self.module.origin}: the {sandbox.MODES[mode]} derivative Enzyme produced "
                 f"cannot be run here: {e}"
             ) from e
+
+
+def derive_vjp_text(module: StableHLOModule, trust: bool) -> str | None:
+    """The VJP of `module` as StableHLO text derived with Enzyme (out of process unless
+    `trust`), or None when enzyme-ad is not importable here.
+
+    Raises TransformError when Enzyme cannot derive it.
+    """
+    if not enzyme_available():
+        return None
+    return EnzymeBackend(module, trust=trust).vjp_module_text()

@@ -7,9 +7,9 @@ writes the module to ``/tmp/tmp*.mlir`` and about 40 lines of MLIR to stderr. So
 loaded without ``trust=True`` the derivative is *derived* in a child process (the same
 EnzymeBackend code, lowering the JVP or VJP to plain StableHLO) and only its text comes back;
 the parent parses it with every load-time check (parse_module) and runs it through XLA like
-any other module. A crash, hang or error of the child becomes a TransformError; the child's
-temporary files live in a private directory that is removed after every request, and its
-stderr is shown only with ``JULIABRIDGE_DEBUG=1``.
+any other module (the child's loop is ``child.py``). A crash, hang or error of the child
+becomes a TransformError; the child's temporary files live in a private directory that is
+removed after every request, and its stderr is shown only with ``JULIABRIDGE_DEBUG=1``.
 
 One child serves the process (started on first use, about as long as importing jax and
 enzyme-ad; a forked process starts its own); results are cached per module text and mode.
@@ -31,8 +31,9 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
-from .. import childproc
-from ..errors import TransformError
+from ... import childproc
+from ...errors import TransformError
+from ...transforms.guard import debug_enabled
 
 MODES = {"jvp": "forward-mode", "vjp": "reverse-mode"}
 #: The caller's variables the child keeps besides childproc's: how JAX reads the module.
@@ -43,11 +44,6 @@ def child_memory() -> int:
     """The derivation child's memory cap: half this machine's physical memory (JAX and
     enzyme-ad take about 1 GiB to start; a derivation takes a few times its module)."""
     return childproc.physical_memory() // 2
-
-
-def debug_enabled() -> bool:
-    """JULIABRIDGE_DEBUG=1: show what Enzyme and XLA print, keep their dump files."""
-    return os.environ.get("JULIABRIDGE_DEBUG", "").strip() not in ("", "0")
 
 
 def _timeout() -> float:
@@ -67,7 +63,7 @@ class _Child:
         env = {"TMPDIR": self.tmp, "JAX_PLATFORMS": "cpu"}
         env.update({k: v for k, v in os.environ.items() if k in _PASS_ENV})
         self.proc = childproc.start(
-            "juliabridge.transforms.sandbox:serve",
+            "juliabridge.backends.enzyme.child:serve",
             memory=child_memory(),
             cwd=self.tmp,
             extra_env=env,
@@ -203,28 +199,3 @@ def derive(module_text: str, mode: str, origin: str) -> str:
     with _LOCK:
         _CACHE[key] = text
     return text
-
-
-def serve() -> None:
-    """The child's loop: derive what each request asks, reply with the text or the error."""
-    proto = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # anything a library prints goes to stderr, never into the protocol
-    sys.stdout = sys.stderr
-    import jax
-
-    jax.config.update("jax_platforms", "cpu")
-    from ..backends.enzyme import EnzymeBackend
-    from ..stablehlo import parse_module
-
-    for line in sys.stdin:
-        req = json.loads(line)
-        try:
-            module = parse_module(req["text"], trust=True)
-            text = EnzymeBackend(module, trust=True).derivative_text(req["mode"])
-            reply: dict[str, Any] = {"ok": True, "text": text}
-        except Exception as e:  # every failure is reported to the parent, which types it
-            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-            detail = "; ".join(lines[:3])[:600] or type(e).__name__
-            reply = {"ok": False, "error": f"{type(e).__name__}: {detail}"}
-        proto.write(json.dumps(reply) + "\n")
-        proto.flush()
