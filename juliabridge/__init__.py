@@ -23,12 +23,12 @@ from .errors import (
     UnsupportedOpError,
     X64DisabledError,
 )
-from .function import ImportedFunction, load_mlir
+from .function import ImportedFunction
+from .importers import import_lux, load_mlir, load_reactant_export
 from .julia.session import export_lux
-from .lux.model import LuxModel, import_lux
+from .lux.model import LuxModel
 from .lux.params_io import load_params, save_params
-from .lux.verify import VerifyReport, verify
-from .reactant_export.directory import load_reactant_export
+from .verification import VerifyReport, verify
 
 __all__ = [
     "BackendUnavailableError",

@@ -21,7 +21,8 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         "pip install equinox"
     ) from e
 
-from .lux.model import LuxModel, import_lux
+from .importers import import_lux
+from .lux.model import LuxModel
 
 __all__ = ["LuxModule"]
 

@@ -59,7 +59,7 @@ TESTS_FOR = {
     # not tests/test_transforms.py: its `juliabridge vjp` test runs Enzyme's derivation child,
     # which dies under mutmut (docs/mutation-testing.md), so the clean run would fail
     "juliabridge/transforms/": ["tests/test_pinned_transforms.py"],
-    "juliabridge/lux/verify.py": ["tests/test_pinned_verify.py"],
+    "juliabridge/verification.py": ["tests/test_pinned_verify.py"],
     "juliabridge/lux/params_io.py": ["tests/test_pinned_params.py"],
     "juliabridge/lux/parallel.py": ["tests/test_pinned_parallel.py"],
     "juliabridge/lux/model.py": ["tests/test_pinned_calls.py", "tests/test_pinned_batch.py"],

@@ -137,7 +137,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 from juliabridge.bundle.bundle import open_bundle
 from juliabridge.lux.model import import_lux
-from juliabridge.lux.verify import verify
+from juliabridge.verification import verify
 path = sys.argv[1]
 bundle = open_bundle(path)
 # The writer skips an artifact it cannot make, with a warning (artifact.jl): only an artifact

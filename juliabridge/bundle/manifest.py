@@ -490,6 +490,11 @@ def parse_manifest(obj: Any) -> Manifest:
     return manifest
 
 
+#: Reactant's exporter (``Serialization.export_to_enzymejax``), as recorded in metadata and in
+#: converted bundles' producer; here so that readers of a producer need not import
+#: reactant_export/.
+REACTANT_EXPORTER = "Reactant.Serialization.export_to_enzymejax"
+
 PRODUCER_KEYS = (
     "tool",
     "tool_version",

@@ -46,7 +46,7 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
     """Print producer, arguments, results and sizes of a bundle (or a Reactant export)."""
     from .. import dtypes
     from ..bundle import open_bundle
-    from ..reactant_export.directory import PRODUCER as REACTANT_EXPORTER
+    from ..bundle.manifest import REACTANT_EXPORTER
     from ..reactant_export.directory import is_export_dir
 
     if is_export_dir(args.path):
@@ -221,7 +221,7 @@ def _stablehlo_line(versions: dict[str, str]) -> str:
 
 def cmd_verify(args: argparse.Namespace, console: Console) -> int:
     """Run the bundled examples; exit 1 when any result is out of tolerance."""
-    from ..lux.verify import verify
+    from ..verification import verify
 
     result = verify(
         args.path,
@@ -272,8 +272,8 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     import numpy as np
 
     from ..examples.paths import example_bundle_path
-    from ..lux.model import import_lux
-    from ..lux.verify import verify
+    from ..importers import import_lux
+    from ..verification import verify
 
     path = example_bundle_path("lenet")
     console.print(_t(f"example bundle: {path}"))

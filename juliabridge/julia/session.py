@@ -270,7 +270,7 @@ def export_lux(
         except Exception as exc:  # a juliacall.JuliaError JuliaBridge did not turn into an answer
             raise JuliaExportError(f"the export failed in Julia: {exc}") from exc
     answer = _read_answer(str(text))
-    from ..lux.model import import_lux
+    from ..importers import import_lux
 
     return import_lux(answer["path"], backend=backend)
 

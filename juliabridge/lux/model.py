@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -309,74 +308,37 @@ def _weight_bytes(m: Manifest) -> int:
     )
 
 
-def import_lux(
+def check_layout(layout: str) -> None:
+    """Refuse a layout other than "mlir" or "julia".
+
+    Raises:
+        JuliaBridgeError: an unknown layout.
+    """
+    if layout not in LAYOUTS:
+        raise JuliaBridgeError(f"unknown layout {layout!r}; expected 'mlir' or 'julia'")
+
+
+def import_bundle_lux(
     path: str | os.PathLike[str],
     *,
     backend: str = "auto",
     layout: str = "mlir",
     verify_checksums: bool = True,
     trust: bool = False,
-    outputs: Sequence[int] | None = None,
-    state_results: Mapping[int, int] | None = None,
-    positions: Sequence[int] | None = None,
-    batch_axis: int | None = None,
 ) -> LuxModel:
-    """Load a bundle directory as a LuxModel (checksums verified unless told otherwise).
-
-    A directory written by Reactant's ``Serialization.export_to_enzymejax`` (or its .py) is
-    read too, without running anything in it (docs/reactant-export.md); the last four
-    arguments apply to such directories only.
-
-    Args:
-        path: the bundle directory (``NAME.bundle``, docs/bundle-format.md).
-        backend: "auto" (default: "lax" when every op lifts, else "enzyme" where enzyme-ad
-            imports, else "xla"; ``model.metadata["backend_fallback"]`` says why), "lax",
-            "enzyme" or "xla". See the README's backend table for what each can do.
-        layout: "mlir" (default) uses the module's row-major shapes, Julia's dims reversed;
-            "julia" presents params, state, inputs and outputs in Julia's dimension order.
-        verify_checksums: check the digests the manifest records (default): BLAKE3 per
-            dataset in format 3 (sha256 in formats 1-2) and sha256 per module file; False
-            skips them and the model records ``checksums_verified=False``.
-        trust: admit ops and custom calls outside the allowlist (only for bundles you made).
-        outputs: (export directories) the @main results that are the outputs, in order, when
-            the module does not determine it.
-        state_results: (export directories) result index -> index of the st argument whose
-            new value it is.
-        positions: (export directories) the traced positions of (x, ps, st); default (2, 3, 4)
-            for a Lux layer, (1, 2, 3) for a field-less ``f(x, ps, st)``.
-        batch_axis: (export directories) the inputs' batch axis when samples are independent
-            along it, so that any batch size is served.
-
-    Returns:
-        A LuxModel: ``model.apply(params, state, *inputs) -> (outputs, new_state)``,
-        ``model(x)``, ``model.params``/``model.state`` as nested dicts by Lux name.
+    """Load a bundle directory as a LuxModel (the bundle route of juliabridge.import_lux,
+    whose docstring describes the arguments; Reactant's export directories are read by
+    reactant_export/luxmodel.py).
 
     Raises:
-        BundleError: the directory is not a readable bundle; ManifestError,
-            ChecksumError, BundleVersionError and UnsafeBundleError are its subclasses.
+        BundleError: the directory is not a readable bundle (and its subclasses).
         SignatureMismatchError: manifest, module and weights disagree.
         UnsupportedModuleError / MLIRParseError: the module is refused or does not parse.
         X64DisabledError: 64-bit weights while jax_enable_x64 is off.
         BackendUnavailableError: backend="enzyme" without enzyme-ad.
         UnsupportedOpError: backend="lax" and an op of the module does not lift.
     """
-    if layout not in LAYOUTS:
-        raise JuliaBridgeError(f"unknown layout {layout!r}; expected 'mlir' or 'julia'")
-    from ..reactant_export.directory import is_export_dir
-
-    if is_export_dir(path):
-        from ..reactant_export.luxmodel import import_export_lux
-
-        return import_export_lux(
-            path,
-            backend=backend,
-            layout=layout,
-            trust=trust,
-            outputs=outputs,
-            state_results=state_results,
-            arg_positions=positions,
-            batch_axis=batch_axis,
-        )
+    check_layout(layout)
     backend = resolve_backend_name(backend)
     # Weights are verified while they are read below (hashed as loaded), not in a pass of their
     # own; the modules are verified and parsed here, from the bytes read once.
@@ -430,4 +392,4 @@ def import_lux(
     return LuxModel(bundle, fn, params, state, layout=layout)
 
 
-__all__ = ["LuxModel", "import_lux"]
+__all__ = ["LAYOUTS", "LuxModel", "check_layout", "import_bundle_lux"]

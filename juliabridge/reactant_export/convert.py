@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .. import __version__
+from .._version import __version__
 from ..bundle.writer import ArgumentSpec, write_bundle
 from .directory import PRODUCER
 from .luxmodel import export_bundle

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..backends import make_backend, resolve_backend_name
+from ..bundle.manifest import REACTANT_EXPORTER
 from ..bundle.schema import safe_file_name
 from ..errors import BundleError, SignatureMismatchError, UnsafeBundleError
 from ..function import ImportedFunction
@@ -23,7 +24,7 @@ from . import npz
 from .pyscript import ExportScript, read_script
 
 #: Reactant's exporter, as recorded in metadata and in converted bundles' producer.
-PRODUCER = "Reactant.Serialization.export_to_enzymejax"
+PRODUCER = REACTANT_EXPORTER
 
 
 @dataclass(frozen=True)

@@ -5,17 +5,27 @@ EnzymeJAX.jl:282-290 and 303-311)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import numpy as np
 
 from ..errors import CallArgumentError
-from .directory import ReactantExport
+from .pyscript import ExportScript
+
+
+class HasScript(Protocol):
+    """What `place` reads of an export (directory.ReactantExport is one): its parsed .py.
+    A protocol, so that directory.py, which calls `place`, is not imported back."""
+
+    @property
+    def script(self) -> ExportScript:
+        """The export's .py, read as data."""
+        ...
 
 
 def place(
-    export: ReactantExport, inputs: Sequence[Any], devices: Sequence[Any] | None = None
+    export: HasScript, inputs: Sequence[Any], devices: Sequence[Any] | None = None
 ) -> tuple[Any, ...]:
     """Put `inputs` on meshes of `devices` with the .py's NamedShardings.
 

@@ -1,17 +1,37 @@
-"""Which ops and custom calls a loaded module may contain."""
+"""Which ops and custom calls a loaded module may contain.
+
+The checks take what they check (op names, custom-call targets, a `KernelTargets`), never the
+module class, so module.py imports this file and not the other way round."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..errors import UnsupportedModuleError
 from ..jaxinternals import custom_call_allowlist
 from .contracts import contract_targets
 from .lifted import lifted_targets
 
-if TYPE_CHECKING:
-    from .module import StableHLOModule
+
+class KernelTargets(Protocol):
+    """What `check_kernel_targets` reads of a module (StableHLOModule is one)."""
+
+    @property
+    def origin(self) -> str:
+        """Where the module came from, for messages."""
+        ...
+
+    @property
+    def custom_calls(self) -> tuple[str, ...]:
+        """Its custom-call targets."""
+        ...
+
+    @property
+    def custom_call_sites(self) -> Mapping[str, str]:
+        """Target -> "line L" of its first call."""
+        ...
+
 
 #: Dialects whose ops stock XLA compiles (spec §2), plus the one builtin op a module needs and
 #: the func ops of a call graph (func.constant/call_indirect make function values, which XLA
@@ -138,7 +158,7 @@ def check_custom_calls(
         )
 
 
-def check_kernel_targets(module: StableHLOModule) -> None:
+def check_kernel_targets(module: KernelTargets) -> None:
     """For a backend that calls the module's custom-call kernels (xla, enzyme): refuse the
     targets the load policy admitted only because the lax backend lifts them."""
     check_custom_calls(

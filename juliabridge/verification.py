@@ -1,4 +1,6 @@
-"""verify: run a bundle's example inputs and compare with the outputs Julia computed."""
+"""verify: run a bundle's example inputs and compare with the outputs Julia computed.
+
+It takes any source `import_lux` reads (importers.py), so it sits above it."""
 
 from __future__ import annotations
 
@@ -7,10 +9,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import BundleError, ExecutionError, JuliaBridgeError
-from ..reactant_export.directory import PRODUCER as REACTANT_EXPORTER
-from .model import import_lux
-from .trees import lookup
+from .bundle.manifest import REACTANT_EXPORTER
+from .errors import BundleError, ExecutionError, JuliaBridgeError
+from .importers import import_lux
+from .lux.trees import lookup
 
 
 @dataclass(frozen=True)

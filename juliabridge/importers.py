@@ -1,0 +1,86 @@
+"""Where the sources a model can come from meet: `import_lux` reads a bundle directory
+(lux/model.py) or a directory written by Reactant's ``export_to_enzymejax``
+(reactant_export/), and `load_mlir` a bare StableHLO module (function.py; `import_lux` of a
+file refuses it with that advice, bundle/bundle.py). Everything here sits above lux/ and
+reactant_export/; only verification, the adapters, julia/, testing/ and cli/ import it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from .function import load_mlir
+from .lux.model import LuxModel, check_layout, import_bundle_lux
+from .reactant_export.directory import is_export_dir, load_reactant_export
+from .reactant_export.luxmodel import import_export_lux
+
+
+def import_lux(
+    path: str | os.PathLike[str],
+    *,
+    backend: str = "auto",
+    layout: str = "mlir",
+    verify_checksums: bool = True,
+    trust: bool = False,
+    outputs: Sequence[int] | None = None,
+    state_results: Mapping[int, int] | None = None,
+    positions: Sequence[int] | None = None,
+    batch_axis: int | None = None,
+) -> LuxModel:
+    """Load a bundle directory as a LuxModel (checksums verified unless told otherwise).
+
+    A directory written by Reactant's ``Serialization.export_to_enzymejax`` (or its .py) is
+    read too, without running anything in it (docs/reactant-export.md); the last four
+    arguments apply to such directories only.
+
+    Args:
+        path: the bundle directory (``NAME.bundle``, docs/bundle-format.md).
+        backend: "auto" (default: "lax" when every op lifts, else "enzyme" where enzyme-ad
+            imports, else "xla"; ``model.metadata["backend_fallback"]`` says why), "lax",
+            "enzyme" or "xla". See the README's backend table for what each can do.
+        layout: "mlir" (default) uses the module's row-major shapes, Julia's dims reversed;
+            "julia" presents params, state, inputs and outputs in Julia's dimension order.
+        verify_checksums: check the digests the manifest records (default): BLAKE3 per
+            dataset in format 3 (sha256 in formats 1-2) and sha256 per module file; False
+            skips them and the model records ``checksums_verified=False``.
+        trust: admit ops and custom calls outside the allowlist (only for bundles you made).
+        outputs: (export directories) the @main results that are the outputs, in order, when
+            the module does not determine it.
+        state_results: (export directories) result index -> index of the st argument whose
+            new value it is.
+        positions: (export directories) the traced positions of (x, ps, st); default (2, 3, 4)
+            for a Lux layer, (1, 2, 3) for a field-less ``f(x, ps, st)``.
+        batch_axis: (export directories) the inputs' batch axis when samples are independent
+            along it, so that any batch size is served.
+
+    Returns:
+        A LuxModel: ``model.apply(params, state, *inputs) -> (outputs, new_state)``,
+        ``model(x)``, ``model.params``/``model.state`` as nested dicts by Lux name.
+
+    Raises:
+        BundleError: the directory is not a readable bundle; ManifestError,
+            ChecksumError, BundleVersionError and UnsafeBundleError are its subclasses.
+        SignatureMismatchError: manifest, module and weights disagree.
+        UnsupportedModuleError / MLIRParseError: the module is refused or does not parse.
+        X64DisabledError: 64-bit weights while jax_enable_x64 is off.
+        BackendUnavailableError: backend="enzyme" without enzyme-ad.
+        UnsupportedOpError: backend="lax" and an op of the module does not lift.
+    """
+    check_layout(layout)
+    if is_export_dir(path):
+        return import_export_lux(
+            path,
+            backend=backend,
+            layout=layout,
+            trust=trust,
+            outputs=outputs,
+            state_results=state_results,
+            arg_positions=positions,
+            batch_axis=batch_axis,
+        )
+    return import_bundle_lux(
+        path, backend=backend, layout=layout, verify_checksums=verify_checksums, trust=trust
+    )
+
+
+__all__ = ["import_lux", "load_mlir", "load_reactant_export"]
