@@ -37,7 +37,7 @@ from common import (
 )
 
 import juliabridge
-from juliabridge.bundle.writer import ArgumentSpec, write_bundle
+from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
 from juliabridge.examples import luxmodels as lux
 from juliabridge.stablehlo import parse_module
 

@@ -320,7 +320,7 @@ def as_format_1(bundle: Path, target: Path) -> Path:
 
     The inverse of `juliabridge upgrade` (spec §8): no artifact, no per-dataset digests.
     """
-    from juliabridge.bundle.checksum import sha256_file
+    from juliabridge.bundle.files.checksum import sha256_file
 
     manifest = _twin(bundle, target, ("weights.h5", "model.mlir"))
     manifest["format_version"] = 1

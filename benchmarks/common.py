@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from juliabridge.bundle.writer import ArgumentSpec, write_bundle
+from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
 from juliabridge.examples import luxmodels as lux
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """The one way juliabridge starts a helper process on untrusted input.
 
-The artifact reader (stablehlo/_artifact_child.py), the HDF5 reader (bundle/_h5core.py) and
+The artifact reader (stablehlo/_artifact_child.py), the HDF5 reader (bundle/weights/_h5core.py) and
 the Enzyme derivation child (backends/enzyme/sandbox.py) read bytes a bundle supplies, in C++
 libraries that can crash or allocate on them. Each starts through `start` or `run` here, so
 each gets the same four protections, never a subset:

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from juliabridge.bundle.writer import ArgumentSpec, write_bundle
+from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
 
 
 def _forward(x, w, b, scale, bias, mean, var):  # type: ignore[no-untyped-def]

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import juliabridge
-from juliabridge.bundle import atomic
-from juliabridge.bundle.checksum import sha256_file
+from juliabridge.bundle.files import atomic
+from juliabridge.bundle.files.checksum import sha256_file
 from juliabridge.errors import SaveError
 from tests.bundle_factory import dense_bn_arrays, make_dense_bn
 
@@ -96,7 +96,7 @@ def test_killed_write_bundle_leaves_the_previous_bundle_intact(tmp_path: Path) -
     before = {p.name: sha256_file(p) for p in target.iterdir()}
     code = f"""
         import jax, numpy as np
-        from juliabridge.bundle.writer import ArgumentSpec, write_bundle
+        from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
         w = np.ones({BIG}, np.float32)
         x = np.ones(3, np.float32)
         text = jax.jit(lambda x, w: x * w[:3]).lower(x, w).as_text()

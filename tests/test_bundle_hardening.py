@@ -27,11 +27,12 @@ import pytest
 from h5py import h5d, h5p, h5s, h5t
 
 import juliabridge
-from juliabridge.bundle import _h5core, _worker, atomic, fastread, h5parse, weights
 from juliabridge.bundle import bundle as bundle_mod
 from juliabridge.bundle import sources as sources_mod
-from juliabridge.bundle.checksum import sha256_file
-from juliabridge.bundle.weights import write_weights
+from juliabridge.bundle import weights
+from juliabridge.bundle.files import atomic
+from juliabridge.bundle.files.checksum import sha256_file
+from juliabridge.bundle.weights import _h5core, _worker, fastread, h5parse, write_weights
 from tests.bundle_factory import dense_bn_arrays, edit_manifest, make_dense_bn, to_format1
 
 REPO = Path(__file__).resolve().parents[1]

@@ -23,7 +23,7 @@ import pytest
 
 import juliabridge
 from juliabridge import childproc
-from juliabridge.bundle import _worker
+from juliabridge.bundle.weights import _worker
 from juliabridge.stablehlo import artifact
 
 PACKAGE = Path(juliabridge.__file__).resolve().parent
@@ -118,7 +118,7 @@ def test_every_process_start_in_the_package_goes_through_childproc() -> None:
         bypasses
     )
     # And the three helpers do use it (the scan above would pass on code that starts nothing).
-    for rel in ("stablehlo/artifact.py", "bundle/_worker.py", "backends/enzyme/sandbox.py"):
+    for rel in ("stablehlo/artifact.py", "bundle/weights/_worker.py", "backends/enzyme/sandbox.py"):
         text = (PACKAGE / rel).read_text()
         assert "childproc.start(" in text or "childproc.run(" in text, rel
 

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import juliabridge
-from juliabridge.bundle import _h5core, h5parse
+from juliabridge.bundle.weights import _h5core, h5parse
 
 REPO = Path(__file__).resolve().parents[1]
 

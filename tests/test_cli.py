@@ -47,7 +47,7 @@ def test_verify_ok_and_mismatch(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "OK" in capsys.readouterr().out
 
     # A bundle whose reference outputs disagree with its module must fail verify.
-    from juliabridge.bundle.writer import ArgumentSpec, write_bundle
+    from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
     from tests.bundle_factory import DENSE_BN_ARGUMENTS, dense_bn_arrays
 
     arrays = dense_bn_arrays()

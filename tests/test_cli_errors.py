@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from juliabridge.bundle.checksum import sha256_file
-from juliabridge.bundle.writer import ArgumentSpec, write_bundle
+from juliabridge.bundle.files.checksum import sha256_file
+from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
 from juliabridge.cli import commands as cli
 from juliabridge.exitcodes import EXIT_CODES, exit_code, safe, table_markdown, table_text
 from tests.bundle_factory import edit_manifest, make_dense_bn
@@ -293,7 +293,7 @@ def test_vjp_when_enzyme_fails_is_one_line_and_leaves_nothing_behind(
     """Before: a traceback, ~40 lines of MLIR on stderr and a /tmp/tmp*.mlir per failure (or,
     for this module, a segfault of the whole command)."""
     require_backend("enzyme")
-    from juliabridge.bundle import vjp_bundle
+    from juliabridge.bundle.write import vjp_bundle
     from juliabridge.errors import UnsupportedModuleError
 
     def refuse(module: object) -> None:

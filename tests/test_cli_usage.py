@@ -188,7 +188,7 @@ def test_vjp_derives_through_lax_without_enzyme(
 ) -> None:
     """Before (CPython 3.13): "--backend enzyme needs enzyme-ad ... or --backend xla" (exit 5),
     though vjp has no --backend; the module lifts, so lax derives the VJP."""
-    from juliabridge.bundle import vjp_bundle
+    from juliabridge.bundle.write import vjp_bundle
 
     monkeypatch.setattr(vjp_bundle, "enzyme_available", lambda: False)
     bundle = make_dense_bn(tmp_path / "b.bundle")
@@ -233,7 +233,7 @@ def test_vjp_again_is_a_refused_write_not_a_malformed_bundle(
 def test_vjp_without_lax_or_enzyme_says_what_would_work(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from juliabridge.bundle import vjp_bundle
+    from juliabridge.bundle.write import vjp_bundle
     from juliabridge.errors import UnsupportedModuleError
 
     def refuse(module: object) -> None:
@@ -272,7 +272,7 @@ def test_inspect_names_echoed_results_and_static_state(
     """Before: an echoed result had a blank path cell, and static_state was not shown."""
     import jax
 
-    from juliabridge.bundle.writer import ArgumentSpec, write_bundle
+    from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
 
     x = np.ones((2, 3), np.float32)
     w = np.full((3, 4), 0.5, np.float32)

@@ -14,7 +14,7 @@ import pytest
 
 import juliabridge
 from juliabridge.bundle.bundle import open_bundle
-from juliabridge.bundle.writer import ArgumentSpec, write_bundle
+from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
 from juliabridge.examples.luxmodels import build_bundle
 from juliabridge.examples.paths import example_bundle_path, example_names
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import juliabridge
-from juliabridge.bundle.checksum import sha256_file
+from juliabridge.bundle.files.checksum import sha256_file
 from juliabridge.errors import SaveError
 from tests.bundle_factory import dense_bn_arrays, edit_manifest, make_dense_bn
 
@@ -210,7 +210,7 @@ def test_manifest_and_module_disagree(bundle: Path) -> None:
 def test_weights_disagree_with_the_manifest(bundle: Path) -> None:
     import h5py
 
-    from juliabridge.bundle.checksum import sha256_file
+    from juliabridge.bundle.files.checksum import sha256_file
 
     with h5py.File(bundle / "weights.h5", "a") as f:
         del f["/params/layer_1/bias"]
@@ -224,7 +224,7 @@ def test_weights_disagree_with_the_manifest(bundle: Path) -> None:
 
 
 def test_module_that_does_not_parse_points_at_the_line(bundle: Path) -> None:
-    from juliabridge.bundle.checksum import sha256_file
+    from juliabridge.bundle.files.checksum import sha256_file
 
     text = (bundle / "model.mlir").read_text().replace("stablehlo.sqrt", "stablehlo.sqrtt")
     (bundle / "model.mlir").write_text(text)
@@ -344,7 +344,7 @@ def test_hessian_on_xla_is_a_transform_error(bundle: Path) -> None:
 
 def test_a_custom_call_this_platform_lacks_is_typed_everywhere(bundle: Path) -> None:
     """Before: verify() and the first call raised jaxlib's raw JaxRuntimeError."""
-    from juliabridge.bundle.checksum import sha256_file
+    from juliabridge.bundle.files.checksum import sha256_file
     from tests.bundle_factory import edit_manifest
 
     call = (

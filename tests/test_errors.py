@@ -164,7 +164,7 @@ def test_no_main() -> None:
 
 
 def test_x64_weights_refused_before_truncation(tmp_path: Path) -> None:
-    from juliabridge.bundle.writer import ArgumentSpec, write_bundle
+    from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
 
     w = np.arange(3.0)
     with jax.enable_x64(True):

@@ -34,9 +34,9 @@ import pytest
 
 import juliabridge
 from juliabridge.bundle import open_bundle, parse_manifest
-from juliabridge.bundle.checksum import sha256_file
-from juliabridge.bundle.digest import canonical_bytes, dataset_digest
-from juliabridge.bundle.writer import ArgumentSpec, write_bundle
+from juliabridge.bundle.files.checksum import sha256_file
+from juliabridge.bundle.files.digest import canonical_bytes, dataset_digest
+from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
 from juliabridge.stablehlo import artifact
 from tests.bundle_factory import (
     dense_bn_arrays,

@@ -42,9 +42,9 @@ from jaxlib.mlir.dialects import stablehlo as _stablehlo
 import juliabridge
 from juliabridge import dtypes
 from juliabridge.bundle import manifest as spec
-from juliabridge.bundle import schema, writer
-from juliabridge.bundle.digest import dataset_digest
-from juliabridge.bundle.manifest import parse_manifest
+from juliabridge.bundle.files.digest import dataset_digest
+from juliabridge.bundle.manifest import parse_manifest, schema
+from juliabridge.bundle.write import writer
 from juliabridge.jaxinternals import make_context
 from juliabridge.lux import params_io
 from juliabridge.stablehlo import artifact, parse_module, sanitize

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 import juliabridge
-from juliabridge.bundle import _worker, fastread, weights
-from juliabridge.bundle.weights import ReadRequest, open_weights, write_weights
+from juliabridge.bundle import weights
+from juliabridge.bundle.weights import ReadRequest, _worker, fastread, open_weights, write_weights
 from tests.bundle_factory import dense_bn_arrays, dense_bn_reference, make_dense_bn, to_format1
 
 

@@ -1,4 +1,4 @@
-"""The pure-Python HDF5 metadata reader (juliabridge/bundle/h5parse.py) against libhdf5.
+"""The pure-Python HDF5 metadata reader (juliabridge/bundle/weights/h5parse.py) against libhdf5.
 
 The independent reference is h5py (libhdf5): for files written every way h5py and libhdf5 can
 write them (library format bounds, creation-order tracking as HDF5.jl uses it, compact and
@@ -22,8 +22,8 @@ from h5py import h5d, h5p
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from juliabridge.bundle import _h5core, _worker, h5parse
-from juliabridge.bundle.lookup3 import lookup3
+from juliabridge.bundle.weights import _h5core, _worker, h5parse
+from juliabridge.bundle.weights.lookup3 import lookup3
 
 DTYPES = [
     "<i1", "<i2", "<i4", "<i8", "<u1", "<u2", "<u4", "<u8", "<f2", "<f4", "<f8", "<c8",

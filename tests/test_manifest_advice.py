@@ -18,7 +18,7 @@ from tests.bundle_factory import edit_manifest, make_dense_bn
         ("JuliaBridge.jl", "export the bundle again with JuliaBridge.export_lux."),
         (
             "juliabridge-python",
-            "write the bundle again with juliabridge.bundle.writer.write_bundle.",
+            "write the bundle again with juliabridge.bundle.write.writer.write_bundle.",
         ),
         ("my-onnx-converter", "have the tool that wrote it ('my-onnx-converter') follow the spec."),
     ],

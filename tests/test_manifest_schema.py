@@ -1,5 +1,5 @@
 """The published JSON Schema of manifest.json (docs/bundle-manifest.schema.json) against the
-declarations it is generated from (juliabridge/bundle/schema.py) and the reader.
+declarations it is generated from (juliabridge/bundle/manifest/schema.py) and the reader.
 
 The schema is checked with the `jsonschema` package, an implementation independent of ours:
 the manifests juliabridge ships, writes and documents are valid, and each broken manifest the
@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 
 import juliabridge
-from juliabridge.bundle import schema
-from juliabridge.bundle.manifest import parse_manifest
+from juliabridge.bundle.manifest import parse_manifest, schema
 from tests.bundle_factory import make_dense_bn, to_format1, to_format2
 from tests.test_julia_spec_alignment import JULIA_MANIFESTS
 from tests.test_manifest import spec_example, spec_example_with_aliases
@@ -45,14 +44,14 @@ def _errors(validator: Any, manifest: dict[str, Any]) -> list[str]:
 
 def test_the_shipped_schema_is_the_one_the_declarations_generate() -> None:
     assert SHIPPED.read_text(encoding="utf-8") == schema.schema_text(), (
-        "docs/bundle-manifest.schema.json and juliabridge/bundle/schema.py differ; regenerate: "
-        "python -m juliabridge.bundle.write_schema > docs/bundle-manifest.schema.json"
+        "docs/bundle-manifest.schema.json and juliabridge/bundle/manifest/schema.py differ; regenerate: "
+        "python -m juliabridge.bundle.manifest.write_schema > docs/bundle-manifest.schema.json"
     )
 
 
 def test_the_command_prints_the_schema() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "juliabridge.bundle.write_schema"],
+        [sys.executable, "-m", "juliabridge.bundle.manifest.write_schema"],
         capture_output=True,
         text=True,
         check=True,
@@ -204,7 +203,7 @@ def test_the_example_mutation_starts_from_a_valid_manifest(validator: Any) -> No
 
 
 # Faults that relate one part of the manifest to another: JSON Schema cannot say them, the reader
-# refuses them (module docstring of juliabridge/bundle/schema.py, docs/bundle-format.md).
+# refuses them (module docstring of juliabridge/bundle/manifest/schema.py, docs/bundle-format.md).
 RELATIONAL: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
     ("index out of order", lambda m: m["arguments"][0].update(index=3)),
     ("julia_shape not reversed", lambda m: m["arguments"][1].update(julia_shape=[2, 3])),

@@ -188,7 +188,7 @@ def test_save_params_refuses_arrays_without_a_julia_type(tmp_path: Path) -> None
 
 
 def _host() -> str:
-    # The writer's host as the documented temporary name spells it (bundle/atomic.py).
+    # The writer's host as the documented temporary name spells it (bundle/files/atomic.py).
     return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname() or "host")[:64]
 
 
@@ -295,7 +295,7 @@ def test_load_params_reads_the_file_it_opened(
 ) -> None:
     # An attacker who replaces the file right after it was opened (and checked) must not get
     # the replacement read: everything is read through the descriptor opened first.
-    from juliabridge.bundle import safefile
+    from juliabridge.bundle.files import safefile
 
     good = juliabridge.save_params({"w": np.ones(2, np.float32)}, tmp_path / "w.h5")
     evil = juliabridge.save_params({"w": np.full(2, 666.0, np.float32)}, tmp_path / "e.h5")

@@ -381,7 +381,7 @@ def _mixed_spec() -> Spec:
 
 
 def test_upgrade_writes_the_canonical_digest_of_every_dataset(tmp_path: Path) -> None:
-    from juliabridge.bundle.upgrade import upgrade_bundle
+    from juliabridge.bundle.write.upgrade import upgrade_bundle
 
     spec = _mixed_spec()
     root = write(tmp_path / "x.bundle", spec)
@@ -398,7 +398,7 @@ def test_upgrade_writes_the_canonical_digest_of_every_dataset(tmp_path: Path) ->
 
 
 def test_a_changed_value_under_an_unchanged_digest_is_refused(tmp_path: Path) -> None:
-    from juliabridge.bundle.upgrade import upgrade_bundle
+    from juliabridge.bundle.write.upgrade import upgrade_bundle
 
     root = write(tmp_path / "x.bundle", _mixed_spec())
     upgrade_bundle(root)
@@ -559,7 +559,7 @@ def test_a_bundle_directory_swapped_after_it_was_opened_is_read_from_the_one_ope
     # the bundle's name once it is open (a race an attacker can win) is never read.
     import contextlib
 
-    from juliabridge.bundle import safefile
+    from juliabridge.bundle.files import safefile
 
     root = dense(tmp_path)
     with h5py.File(root / "weights.h5") as f:
@@ -589,7 +589,7 @@ def test_a_weights_file_removed_just_before_it_is_opened_is_named_missing(
     # import_lux checks the manifest's files first; one removed in between is missing.
     import contextlib
 
-    from juliabridge.bundle import safefile
+    from juliabridge.bundle.files import safefile
 
     root = dense(tmp_path)
     real = safefile.directory
@@ -615,7 +615,7 @@ def test_files_read_the_same_where_the_platform_lacks_preadv(
     # so the checksum (spec §1) matches and the model computes what the file says.
     import os
 
-    from juliabridge.bundle import fastread
+    from juliabridge.bundle.weights import fastread
 
     root = dense(tmp_path)
     for name in missing:
@@ -630,7 +630,7 @@ def test_files_read_the_same_where_the_platform_lacks_preadv(
 def test_positioned_reads_leave_the_shared_descriptor_where_it_was(tmp_path: Path) -> None:
     # The Python reader reads datasets in parallel threads through one descriptor, so a read at
     # an offset must not go through (or move) the descriptor's own file position.
-    from juliabridge.bundle import safefile
+    from juliabridge.bundle.files import safefile
 
     path = tmp_path / "bytes"
     path.write_bytes(bytes(range(256)))
@@ -655,7 +655,7 @@ def test_a_module_file_truncated_while_it_is_read_is_an_error(
     # must end in a BundleError naming it, not in a parse of half a module or a hang.
     import os
 
-    from juliabridge.bundle import safefile
+    from juliabridge.bundle.files import safefile
 
     root = dense(tmp_path)
     real = safefile.open_regular
@@ -751,7 +751,7 @@ def _scalar_and_mask_spec() -> Spec:
 def test_dataset_digests_without_a_file_digest_on_either_reader(tmp_path: Path, fast: str) -> None:
     import blake3
 
-    from juliabridge.bundle.upgrade import upgrade_bundle
+    from juliabridge.bundle.write.upgrade import upgrade_bundle
 
     root = write(tmp_path / "x.bundle", _scalar_and_mask_spec())
     upgrade_bundle(root)
@@ -787,7 +787,7 @@ def test_bool_may_be_stored_as_int8_or_hdf5_bool(tmp_path: Path, stored: Any) ->
 def test_upgrading_a_bundle_read_by_libhdf5_digests_every_dataset(tmp_path: Path) -> None:
     # A chunked dataset sends the file to libhdf5; the upgrade then reads every dataset through
     # that same reader, one after another.
-    from juliabridge.bundle.upgrade import upgrade_bundle
+    from juliabridge.bundle.write.upgrade import upgrade_bundle
 
     spec = _mixed_spec()
     root = write(tmp_path / "x.bundle", spec)
@@ -823,7 +823,7 @@ def test_format_2_sha256_dataset_digests_are_checked_on_either_reader(
 ) -> None:
     import hashlib
 
-    from juliabridge.bundle.upgrade import upgrade_bundle
+    from juliabridge.bundle.write.upgrade import upgrade_bundle
 
     root = write(tmp_path / "x.bundle", _scalar_and_mask_spec())
     upgrade_bundle(root)
@@ -853,7 +853,7 @@ def test_open_bundle_checks_dataset_digests_beside_a_whole_file_sha256(tmp_path:
     # A format-3 manifest may also record weights.sha256 (spec §3.1); both are checked, so a
     # correct file hash does not stand in for wrong dataset digests.
     from juliabridge.bundle import open_bundle
-    from juliabridge.bundle.upgrade import upgrade_bundle
+    from juliabridge.bundle.write.upgrade import upgrade_bundle
     from juliabridge.cli import main
 
     root = write(tmp_path / "x.bundle", _scalar_and_mask_spec())
@@ -869,7 +869,7 @@ def test_open_bundle_checks_dataset_digests_beside_a_whole_file_sha256(tmp_path:
 def test_an_i1_dataset_holding_another_byte_is_refused_and_not_upgraded(tmp_path: Path) -> None:
     # Bool is stored as 0 or 1 (spec §4): a 2 would read as True yet hash differently, so an
     # upgrade would record a digest the reader cannot match.
-    from juliabridge.bundle.upgrade import upgrade_bundle
+    from juliabridge.bundle.write.upgrade import upgrade_bundle
 
     root = write(tmp_path / "x.bundle", _scalar_and_mask_spec())
     _rewrite(
@@ -1036,8 +1036,7 @@ def test_libhdf5_refusals_name_the_file_in_either_process(
     # JULIABRIDGE_HDF5_FASTPATH=0 sends every file to libhdf5: in a process of its own by
     # default, in this one with JULIABRIDGE_HDF5_WORKER=0. A refusal names the file either way.
     from juliabridge import SignatureMismatchError
-    from juliabridge.bundle import _worker
-    from juliabridge.bundle.weights import open_weights
+    from juliabridge.bundle.weights import _worker, open_weights
 
     monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
     monkeypatch.setenv("JULIABRIDGE_HDF5_WORKER", isolated)
@@ -1087,7 +1086,7 @@ def test_no_libhdf5_process_to_start_warns_at_the_caller_and_reads_here(
     import sys
     import warnings
 
-    from juliabridge.bundle import _worker
+    from juliabridge.bundle.weights import _worker
 
     package = os.path.dirname(os.path.abspath(juliabridge.__file__)) + os.sep
     callers = []
@@ -1477,7 +1476,7 @@ def test_dataset_digest_defaults_to_blake3_and_names_the_algorithms() -> None:
     # Format 3's digest (spec §4.1) is what writers record when no algorithm is named.
     import blake3
 
-    from juliabridge.bundle.digest import dataset_digest
+    from juliabridge.bundle.files.digest import dataset_digest
 
     value = np.array([[1.0, 2.0]], np.float32)
     assert dataset_digest(value, "f32") == blake3.blake3(value.tobytes()).hexdigest()

@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 
 import juliabridge
-from juliabridge.bundle import _h5core, weights
-from juliabridge.bundle.checksum import sha256_file
+from juliabridge.bundle import weights
+from juliabridge.bundle.files.checksum import sha256_file
 from juliabridge.bundle.manifest import MAX_TENSOR_BYTES
+from juliabridge.bundle.weights import _h5core
 from juliabridge.stablehlo import parse_module
 from juliabridge.stablehlo.policy import allowed_custom_calls
 from tests.bundle_factory import dense_bn_arrays, edit_manifest, make_dense_bn

@@ -24,9 +24,9 @@ import pytest
 
 import juliabridge
 from juliabridge.bundle import open_bundle
-from juliabridge.bundle import upgrade as upgrade_mod
-from juliabridge.bundle.checksum import sha256_file
-from juliabridge.bundle.upgrade import upgrade_bundle
+from juliabridge.bundle.files.checksum import sha256_file
+from juliabridge.bundle.write import upgrade as upgrade_mod
+from juliabridge.bundle.write.upgrade import upgrade_bundle
 from juliabridge.cli import main
 from juliabridge.examples.paths import example_bundle_path
 from tests.reference import lux_numpy

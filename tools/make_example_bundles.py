@@ -19,8 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 # Run from a checkout without installing: the package sits next to tools/.
 sys.path.insert(0, str(REPO))
 
-from juliabridge.bundle.upgrade import upgrade_bundle  # noqa: E402
-from juliabridge.bundle.vjp_bundle import add_vjp  # noqa: E402
+from juliabridge.bundle.write.upgrade import upgrade_bundle  # noqa: E402
+from juliabridge.bundle.write.vjp_bundle import add_vjp  # noqa: E402
 from juliabridge.examples.luxmodels import build_bundle  # noqa: E402
 
 EXAMPLES_DIR = REPO / "juliabridge" / "examples"

@@ -78,31 +78,31 @@ EQUIVALENT: dict[str, str] = {
     # O_NOFOLLOW refuses a symlink before fstat, and fstat of a descriptor never reports one;
     # on Linux every other non-regular file is a directory, FIFO, device or socket, named before
     # (the mutants of the last two branches of kind_of, from the full run of safefile.py)
-    "juliabridge.bundle.safefile.x_kind_of__mutmut_15": "stat.S_ISLNK(None)",
-    "juliabridge.bundle.safefile.x_kind_of__mutmut_16": '"XXa symlinkXX"',
-    "juliabridge.bundle.safefile.x_kind_of__mutmut_17": 'return "a symlink"',
-    "juliabridge.bundle.safefile.x_kind_of__mutmut_18": '"XXa special fileXX"',
-    "juliabridge.bundle.safefile.x_kind_of__mutmut_19": '"A SPECIAL FILE"',
+    "juliabridge.bundle.files.safefile.x_kind_of__mutmut_15": "stat.S_ISLNK(None)",
+    "juliabridge.bundle.files.safefile.x_kind_of__mutmut_16": '"XXa symlinkXX"',
+    "juliabridge.bundle.files.safefile.x_kind_of__mutmut_17": 'return "a symlink"',
+    "juliabridge.bundle.files.safefile.x_kind_of__mutmut_18": '"XXa special fileXX"',
+    "juliabridge.bundle.files.safefile.x_kind_of__mutmut_19": '"A SPECIAL FILE"',
     # only where preadv is missing: os.read and a copy into the view read what readv would
-    "juliabridge.bundle.safefile.x_read_at__mutmut_19": 'hasattr(os, "readv")) and False',
-    "juliabridge.bundle.safefile.x_read_at__mutmut_25": 'hasattr(None, "readv")',
-    "juliabridge.bundle.safefile.x_read_at__mutmut_29": '"XXreadvXX"',
-    "juliabridge.bundle.safefile.x_read_at__mutmut_30": '"READV"',
+    "juliabridge.bundle.files.safefile.x_read_at__mutmut_19": 'hasattr(os, "readv")) and False',
+    "juliabridge.bundle.files.safefile.x_read_at__mutmut_25": 'hasattr(None, "readv")',
+    "juliabridge.bundle.files.safefile.x_read_at__mutmut_29": '"XXreadvXX"',
+    "juliabridge.bundle.files.safefile.x_read_at__mutmut_30": '"READV"',
     # Linux reports ELOOP for every symlink opened with O_NOFOLLOW: this clause is for other
     # platforms (not observable here)
-    "juliabridge.bundle.safefile.x_open_regular__mutmut_17": "e.errno != errno.EACCES",
+    "juliabridge.bundle.files.safefile.x_open_regular__mutmut_17": "e.errno != errno.EACCES",
     # O_NONBLOCK changes nothing for a regular file on Linux (its reads never return EAGAIN),
     # and anything else was refused just before: clearing it, or not, is not observable
-    "juliabridge.bundle.safefile.x_open_regular__mutmut_30": 'hasattr(None, "set_blocking")',
-    "juliabridge.bundle.safefile.x_open_regular__mutmut_34": '"XXset_blockingXX"',
-    "juliabridge.bundle.safefile.x_open_regular__mutmut_35": '"SET_BLOCKING"',
-    "juliabridge.bundle.safefile.x_open_regular__mutmut_40": "os.set_blocking(fd, False)",
+    "juliabridge.bundle.files.safefile.x_open_regular__mutmut_30": 'hasattr(None, "set_blocking")',
+    "juliabridge.bundle.files.safefile.x_open_regular__mutmut_34": '"XXset_blockingXX"',
+    "juliabridge.bundle.files.safefile.x_open_regular__mutmut_35": '"SET_BLOCKING"',
+    "juliabridge.bundle.files.safefile.x_open_regular__mutmut_40": "os.set_blocking(fd, False)",
     # leaf[:n] for n past len(leaf) is leaf itself, already in the set of prefixes
     "juliabridge.bundle.manifest.x__check_consistency__mutmut_113": "range(len(leaf) + 2)",
     # json.loads cannot recurse past the 64 levels the depth check lets through
     "juliabridge.bundle.manifest.x_load_manifest__mutmut_49": "raise ManifestError(None) from e",
     # numpy stores bool as one byte 0/1 already: the uint8 view changes no byte hashed
-    "juliabridge.bundle.digest.x_canonical_bytes__mutmut_9": 'if mlir_dtype == "i1":',
+    "juliabridge.bundle.files.digest.x_canonical_bytes__mutmut_9": 'if mlir_dtype == "i1":',
     # the Python reader's plan already refused every stored type decode would refuse, so
     # decode's message (where this names the dataset) is never built on that route
     "juliabridge.bundle.weights.xǁWeightsReaderǁ_read_fast__mutmut_33": (

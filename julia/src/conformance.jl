@@ -5,7 +5,7 @@
 # fail for what tracing produces; the ones a user's trees can break (a NamedTuple key with a
 # '/', a huge string in the state, a state array shared by two paths) get an ExportError that
 # names the field and the rule. The limits are the spec's (§1, §3.3, §3.8, §3.11) and the
-# Python reader's constants (juliabridge/bundle/manifest.py).
+# Python reader's constants (juliabridge/bundle/manifest/__init__.py).
 
 const MAX_PATH_STEP = 2^31
 const MAX_PATH_DEPTH = 64

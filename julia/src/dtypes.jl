@@ -71,7 +71,7 @@ function decode_from_hdf5(raw::AbstractArray, dtype::AbstractString)::Array
         eltype(raw) === Bool && return collect(raw)       # an HDF5 bitfield bool
         eltype(raw) <: Integer || throw(BundleReadError("an i1 dataset must hold integers 0/1, found $(eltype(raw))"))
         # Spec §4: Bool is stored as 0 or 1; another value would read as true yet not hash as it
-        # (the Python reader refuses it too, juliabridge/bundle/weights.py `decode`).
+        # (the Python reader refuses it too, juliabridge/bundle/weights/__init__.py `decode`).
         bad = findfirst(v -> !(iszero(v) || isone(v)), raw)
         bad === nothing || throw(BundleReadError("an i1 (Bool) dataset holds the value $(raw[bad]); Bool is stored as 0 or 1 (docs/bundle-format.md §4). Export the bundle again"))
         return convert_each(!iszero, Bool, raw)

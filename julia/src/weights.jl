@@ -28,7 +28,7 @@ order of the dataset (HDF5.jl reverses the dims), encoded as §4 stores them (`e
 lays them out, every value little-endian. It is a function of the values alone: a native half
 dataset and its UInt16 encoding, a Bool bitfield and its UInt8 encoding, a 0-dimensional array
 (its one element) and an empty one (the empty string) hash as the Python writer's
-`juliabridge.bundle.digest.dataset_digest` does.
+`juliabridge.bundle.files.digest.dataset_digest` does.
 """
 canonical_digest(A::AbstractArray, dtype::AbstractString, algorithm::Symbol=:blake3)::String =
     stored_digest(canonical_encoding(A, dtype), algorithm)

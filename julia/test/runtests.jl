@@ -28,7 +28,7 @@ at_output(y, st, path) = first(path) == "output" ? at_path(y, path[2:end]) : at_
 read_manifest(dir) = JSON.parsefile(joinpath(dir, "manifest.json"))
 
 # The published JSON Schema of manifest.json, generated from the Python reader's declarations
-# (juliabridge/bundle/schema.py). JSONSchema.jl 1.5 (JuliaIO/JSONSchema.jl, src/schema.jl:244,
+# (juliabridge/bundle/manifest/schema.py). JSONSchema.jl 1.5 (JuliaIO/JSONSchema.jl, src/schema.jl:244,
 # `Schema(::AbstractDict)`, src/validation.jl:68, `validate(schema, x)` returning `nothing` when
 # valid, else the first issue) reads draft-07 with if/then/else and local "#/definitions" refs.
 const MANIFEST_SCHEMA = JSONSchema.Schema(

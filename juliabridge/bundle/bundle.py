@@ -26,14 +26,16 @@ from ..errors import (
     UnsafeBundleError,
 )
 from ..stablehlo import StableHLOModule, TensorSpec
-from . import fastread, h5parse, safefile
+from .files import safefile
 from .manifest import MANIFEST_NAME, ArgumentEntry, FileRef, Manifest, load_manifest, tensor_bytes
 from .sources import ModuleSource, parse_source, read_module_sources
 from .weights import (
     ReadRequest,
     WeightsReader,
     _physical_memory,
+    fastread,
     file_checksum_error,
+    h5parse,
     open_weights,
 )
 

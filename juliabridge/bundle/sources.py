@@ -19,8 +19,9 @@ from pathlib import Path
 from ..errors import BundleError, ChecksumError, MLIRParseError
 from ..stablehlo import artifact
 from ..stablehlo.module import MAX_MODULE_BYTES, StableHLOModule, parse_module
-from . import fastread, safefile
+from .files import safefile
 from .manifest import MANIFEST_NAME, FileRef, Manifest
+from .weights import fastread
 
 ARTIFACT = "artifact"
 TEXT = "text"

@@ -319,7 +319,7 @@ def _enzyme_note() -> str:
 
 def cmd_vjp(args: argparse.Namespace, console: Console) -> int:
     """Derive and store a bundle's VJP module, for gradients without enzyme-ad."""
-    from ..bundle.vjp_bundle import add_vjp
+    from ..bundle.write.vjp_bundle import add_vjp
 
     target = add_vjp(args.path, overwrite=args.overwrite, verify_checksums=not args.no_verify)
     console.print(
@@ -422,7 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="show what this installation can do (backends, Julia)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_doctor)
-    from ..bundle.upgrade import add_upgrade_parser
+    from ..bundle.write.upgrade import add_upgrade_parser
 
     add_upgrade_parser(sub)
     try:

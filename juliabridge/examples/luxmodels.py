@@ -480,7 +480,7 @@ def build_bundle(
     kind: str, path: str | Path, *, batch: int, seed: int, overwrite: bool = False
 ) -> Path:
     """Write the bundle of model `kind` (a key of ``BUILDERS``) with example inputs/outputs."""
-    from ..bundle.writer import ArgumentSpec, write_bundle
+    from ..bundle.write.writer import ArgumentSpec, write_bundle
 
     if kind not in BUILDERS:
         raise ValueError(f"unknown model kind {kind!r}; choose one of {sorted(BUILDERS)}")

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from .. import dtypes
-from ..bundle import safefile
+from ..bundle.files import safefile
 from ..bundle.manifest import MANIFEST_NAME, LuxPath, load_manifest
 from ..bundle.weights import ReadRequest, open_weights, write_weights
 from ..errors import BundleError, CallArgumentError, ChecksumError, SaveError, UnsafeBundleError

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .._version import __version__
-from ..bundle.writer import ArgumentSpec, write_bundle
+from ..bundle.write.writer import ArgumentSpec, write_bundle
 from .directory import PRODUCER
 from .luxmodel import export_bundle
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..backends import make_backend, resolve_backend_name
 from ..bundle.manifest import REACTANT_EXPORTER
-from ..bundle.schema import safe_file_name
+from ..bundle.manifest.schema import safe_file_name
 from ..errors import BundleError, SignatureMismatchError, UnsafeBundleError
 from ..function import ImportedFunction
 from ..stablehlo import StableHLOModule, TensorSpec, parse_module

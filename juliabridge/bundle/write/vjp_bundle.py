@@ -13,10 +13,10 @@ import json
 import os
 from pathlib import Path
 
-from .. import progress
-from ..backends.enzyme import EnzymeBackend, enzyme_available
-from ..backends.lax import LaxBackend
-from ..errors import (
+from ... import progress
+from ...backends.enzyme import EnzymeBackend, enzyme_available
+from ...backends.lax import LaxBackend
+from ...errors import (
     BackendUnavailableError,
     BundleError,
     JuliaBridgeError,
@@ -24,12 +24,12 @@ from ..errors import (
     TransformError,
     UnsupportedModuleError,
 )
-from ..stablehlo import StableHLOModule, parse_module
-from ..transforms.derive import vjp_module_text
-from . import open_bundle
-from .atomic import clean_stale, fsync_dir, temp_path
-from .checksum import sha256_file
-from .manifest import MANIFEST_NAME
+from ...stablehlo import StableHLOModule, parse_module
+from ...transforms.derive import vjp_module_text
+from .. import open_bundle
+from ..files.atomic import clean_stale, fsync_dir, temp_path
+from ..files.checksum import sha256_file
+from ..manifest import MANIFEST_NAME
 
 VJP_FILE = "vjp.mlir"
 

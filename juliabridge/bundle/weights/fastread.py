@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from . import safefile
-from .digest import Hasher, new_hasher
+from ..files import safefile
+from ..files.digest import Hasher, new_hasher
 from .h5parse import Plan, Problem
 
 #: Bytes per read: large enough that syscalls do not matter, small enough to stay in cache

@@ -18,20 +18,20 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes
-from .._version import __version__
-from ..errors import (
+from ... import dtypes
+from ..._version import __version__
+from ...errors import (
     BundleError,
     JuliaBridgeError,
     SaveError,
     SignatureMismatchError,
     UnsupportedModuleError,
 )
-from ..stablehlo import TensorSpec, artifact, parse_module
-from . import atomic
-from .checksum import sha256_file
-from .digest import dataset_digest
-from .manifest import (
+from ...stablehlo import TensorSpec, artifact, parse_module
+from ..files import atomic
+from ..files.checksum import sha256_file
+from ..files.digest import dataset_digest
+from ..manifest import (
     FORMAT,
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -39,8 +39,8 @@ from .manifest import (
     default_tolerances,
     parse_manifest,
 )
-from .schema import DATASET_DIGEST
-from .weights import write_weights
+from ..manifest.schema import DATASET_DIGEST
+from ..weights import write_weights
 
 MODULE_FILE = "model.mlir"
 #: The per-dataset digest this writer records: its manifest key and algorithm (spec §4.1).

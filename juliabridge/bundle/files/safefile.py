@@ -16,7 +16,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..errors import BundleError, UnsafeBundleError
+from ...errors import BundleError, UnsafeBundleError
 
 HF_HINT = (
     "copy it to a plain directory first (`cp -rL SRC DST`, or huggingface_hub's "

@@ -1,8 +1,8 @@
 """Print the manifest's JSON Schema, generated from schema.py's declarations.
 
-``python -m juliabridge.bundle.write_schema > docs/bundle-manifest.schema.json`` (a module of
-its own because ``python -m juliabridge.bundle.schema`` would run a module the package has
-already imported).
+``python -m juliabridge.bundle.manifest.write_schema > docs/bundle-manifest.schema.json``
+(a module of its own because ``python -m juliabridge.bundle.manifest.schema`` would run a
+module the package has already imported).
 """
 
 from __future__ import annotations

@@ -13,6 +13,11 @@ Reading takes one of two routes, chosen per file:
 
 Either way the file is opened once, without following symlinks, and everything (metadata,
 data, checksums) is read through that one descriptor.
+
+weights/ owns the HDF5 routes: this module, h5parse and lookup3 (the pure-Python metadata
+reader and its checksum), fastread (the preadv reads), _worker and _h5core (the libhdf5
+reader process). It may import bundle/files/, errors, dtypes and childproc; it does not read
+the manifest (callers pass what to check).
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import dtypes
-from ..errors import (
+from ... import dtypes
+from ...errors import (
     BundleError,
     ChecksumError,
     JuliaBridgeError,
@@ -40,9 +45,10 @@ from ..errors import (
     SignatureMismatchError,
     UnsafeBundleError,
 )
-from . import _worker, atomic, fastread, h5parse, safefile
+from ..files import atomic, safefile
+from ..files.digest import ALGORITHMS, new_hasher
+from . import _worker, fastread, h5parse
 from ._worker import DEFAULT_TIMEOUT, TIMEOUT_ENV, WORKER_ENV, use_worker
-from .digest import ALGORITHMS, new_hasher
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -243,7 +249,7 @@ def _changed(a: os.stat_result, b: os.stat_result) -> bool:
 def _outside_stacklevel(frame: FrameType) -> int:
     """The `stacklevel` that points a warning issued in `frame` at the first frame outside
     juliabridge (and contextlib, which `open_weights`' `with` passes through)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     skip = (package + os.sep, os.path.abspath(contextlib.__file__))
     level = 1
     while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(skip):
@@ -539,7 +545,7 @@ def write_weights(
     """Write `{dataset: (array, mlir_dtype)}` atomically: a temp file, fsync, then rename.
 
     The temporary is ``.NAME.jbtmp~HOST~PID~RANDOM`` next to `path`; one left by a killed
-    writer is removed by the next write to `path` (see juliabridge/bundle/atomic.py). Readers
+    writer is removed by the next write to `path` (see juliabridge/bundle/files/atomic.py). Readers
     never see a partial file under `path`: it holds the old content or the new, nothing else.
     """
     import h5py  # only writing needs it in this process

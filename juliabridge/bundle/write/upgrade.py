@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import BundleError, JuliaBridgeError, SaveError
-from . import atomic
-from .bundle import open_bundle
-from .checksum import sha256_file
-from .digest import dataset_digest
-from .manifest import FORMAT_VERSION, MANIFEST_NAME, parse_manifest
+from ...errors import BundleError, JuliaBridgeError, SaveError
+from ..bundle import open_bundle
+from ..files import atomic
+from ..files.checksum import sha256_file
+from ..files.digest import dataset_digest
+from ..manifest import FORMAT_VERSION, MANIFEST_NAME, parse_manifest
 from .writer import DIGEST, artifact_entry
 
 

@@ -4,6 +4,10 @@ Format 3 is what writers write; formats 1 and 2 are still read (spec §8 lists t
 structure of each object and field is declared once, in schema.py (which also writes the
 published JSON Schema); this module reads a manifest through it and adds the rules that relate
 one part of a manifest to another.
+
+manifest/ owns the manifest: this module, schema.py (the declarations) and write_schema.py
+(``python -m juliabridge.bundle.manifest.write_schema``). It may import errors, dtypes and
+stablehlo.nesting only; the weights, the bundle reader and the writer import it.
 """
 
 from __future__ import annotations
@@ -13,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import dtypes
-from ..errors import BundleVersionError, ManifestError, UnsafeBundleError
-from ..stablehlo.nesting import JSON_SKIP, max_depth
+from ... import dtypes
+from ...errors import BundleVersionError, ManifestError, UnsafeBundleError
+from ...stablehlo.nesting import JSON_SKIP, max_depth
 from .schema import (
     DATASET_DIGEST,
     FORMAT,
@@ -769,7 +773,9 @@ def load_manifest(path: Path) -> Manifest:
 #: How to write a bundle again, by the producer.tool that wrote it (spec §3.2).
 _REWRITE = {
     "JuliaBridge.jl": "export the bundle again with JuliaBridge.export_lux",
-    "juliabridge-python": "write the bundle again with juliabridge.bundle.writer.write_bundle",
+    "juliabridge-python": (
+        "write the bundle again with juliabridge.bundle.write.writer.write_bundle"
+    ),
 }
 
 
