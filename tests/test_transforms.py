@@ -322,6 +322,43 @@ def test_no_vjp_source_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, f64_mod
         assert "stablehlo.foo at line 3" in str(e.value)
 
 
+def test_xla_takes_the_vjp_deriver_it_is_given_and_never_needs_enzyme(
+    monkeypatch: pytest.MonkeyPatch, f64_module: str
+) -> None:
+    # backends/xla.py does not import Enzyme: a module lax cannot lift gets its VJP from the
+    # deriver passed as derive_vjp= (here JAX's own VJP of `pure`, an independent reference),
+    # and with no deriver given nor registered the error is the documented one.
+    from juliabridge.backends import xla
+    from juliabridge.errors import UnsupportedOpError
+    from juliabridge.function import ImportedFunction
+    from juliabridge.stablehlo import parse_module
+    from juliabridge.transforms.derive import vjp_module_text
+
+    def cannot_lift(*_: object, **__: object) -> None:
+        raise UnsupportedOpError("stablehlo.foo does not lift", op="stablehlo.foo", where="l. 3")
+
+    monkeypatch.setattr("juliabridge.backends.lax.LaxBackend.__init__", cannot_lift)
+    calls: list[str] = []
+    with jax.enable_x64(True):
+        module = parse_module(f64_module)
+
+        def derive(m: object, trust: bool) -> str:
+            calls.append(getattr(m, "origin", "?"))
+            return vjp_module_text(pure, module.arguments, module.results)
+
+        fn = ImportedFunction(module, xla.XlaBackend(module, derive_vjp=derive))
+        x, w, k = _args()
+        got = jax.grad(_loss(fn), argnums=(0, 1))(x, w, k)
+        want = jax.grad(_loss(pure), argnums=(0, 1))(x, w, k)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+        assert calls == [module.origin]
+        monkeypatch.setattr(xla, "_fallback_vjp", None)  # as if backends/ registered none
+        bare = ImportedFunction(module, xla.XlaBackend(module))
+        with pytest.raises(juliabridge.TransformError, match="need a VJP module"):
+            jax.grad(_loss(bare))(x, w, k)
+
+
 def test_vjp_command_stores_a_working_vjp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("enzyme_ad.jax", reason="deriving a VJP module needs enzyme-ad")
     from juliabridge.cli import main
