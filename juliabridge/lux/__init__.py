@@ -1,2 +1,4 @@
-"""The Lux-model view of a bundle: import_lux and LuxModel, Lux's parameter and state trees,
-batch sizes, data parallelism, save/load of parameters and verify."""
+"""The Lux-model view of a bundle: LuxModel and the bundle route of import_lux
+(import_bundle_lux; juliabridge/importers.py dispatches), Lux's parameter and state trees,
+batch sizes, data parallelism, save/load of parameters. Verification is
+juliabridge/verification.py, above the importers."""

@@ -1,4 +1,5 @@
-"""Derivative functions built with JAX itself from a traceable primal (used with Enzyme)."""
+"""Derivative functions built with JAX itself from a traceable primal: backend-neutral (the xla
+backend lowers the lax route's VJP with them, the enzyme backend Enzyme's JVP and VJP)."""
 
 from __future__ import annotations
 
