@@ -40,6 +40,10 @@ MAX_OPS = 2_000_000
 #: Longest chain of dependent ops in one computation (JULIABRIDGE_MAX_CHAIN); 30,000 crashed
 #: XLA's compiler with an 8 MiB stack, 20,000 compiled.
 MAX_CHAIN = 10_000
+#: `stablehlo.case` branches once every call is inlined (JULIABRIDGE_MAX_CASE_BRANCHES). XLA's
+#: CPU compiler spends more than linear time and memory per branch: 1,000 one-op branches peaked
+#: at 1.9 GB on the lax backend and 1,500 at 2.2 GB on xla (150 s); see tools/calibrate_budgets.py.
+MAX_CASE_BRANCHES = 1_000
 #: Largest single value whatever the machine: the manifest's per-array limit (256 GiB).
 MAX_VALUE_BYTES = 1 << 38
 
@@ -135,6 +139,7 @@ class Limits:
     value_bytes: int
     live_bytes: int
     memory_source: str
+    max_case_branches: int = MAX_CASE_BRANCHES
 
     @staticmethod
     def current() -> Limits:
@@ -147,6 +152,7 @@ class Limits:
             value_bytes=min(MAX_VALUE_BYTES, mem),
             live_bytes=mem,
             memory_source=source,
+            max_case_branches=_env_int("JULIABRIDGE_MAX_CASE_BRANCHES", MAX_CASE_BRANCHES),
         )
 
 
@@ -158,6 +164,7 @@ class Cost:
     chain: int  # depth of its results (arguments at 0)
     peak: int  # most bytes live at once, its arguments included
     args: int  # bytes of its arguments
+    branches: int = 0  # stablehlo.case branches, calls inlined
 
     @property
     def inner_peak(self) -> int:
@@ -295,6 +302,7 @@ class _Analysis:
         args_defs = list(frames[0].defs)
         args = sum(b for _, _, b in args_defs)
         ops = 0
+        branches = 0
         ret_chain = 0
         peak = 0
         while frames:
@@ -318,13 +326,16 @@ class _Analysis:
             ops += 1
             ops_inlined, chain = self._op(op, frames)
             ops += ops_inlined
+            if op.name == "stablehlo.case":
+                branches += len(op.regions)
+            branches += sum(self.costs[c].branches for c in _callees(op))
             if op.name == "func.return" and len(frames) == 1:
                 ret_chain = chain
             blocks = _blocks_of(op, self.origin)
             if blocks:
                 top.pending = blocks[::-1]
                 top.pending_peak = 0
-        return Cost(ops, ret_chain, peak, args)
+        return Cost(ops, ret_chain, peak, args, branches)
 
     def _open(self, block: ir.Block, owner: ir.Operation | None, level: int) -> _Frame:
         frame = _Frame(_ops(block))
@@ -403,7 +414,7 @@ def check_budget(
 
     Returns @main's cost when limits were given.
     """
-    limits = limits or Limits(1 << 62, 1 << 62, MAX_VALUE_BYTES, 1 << 62, "")
+    limits = limits or Limits(1 << 62, 1 << 62, MAX_VALUE_BYTES, 1 << 62, "", 1 << 62)
     types = _Types(origin, limits, strict=check_contracts)
     costs: dict[str, Cost] = {}
     analysis = _Analysis(costs, types, origin, check_contracts)
@@ -416,6 +427,14 @@ def check_budget(
                 f"calls are inlined, more than the {limits.max_ops:,} juliabridge compiles "
                 "(JULIABRIDGE_MAX_OPS raises the limit); XLA would run out of time or memory "
                 "compiling it"
+            )
+        if cost.branches > limits.max_case_branches:
+            raise ResourceLimitError(
+                f"{where(funcs[name].op, origin)}: @{name} holds {cost.branches:,} "
+                f"stablehlo.case branches once its calls are inlined, more than the "
+                f"{limits.max_case_branches:,} juliabridge compiles "
+                "(JULIABRIDGE_MAX_CASE_BRANCHES raises the limit); XLA's compiler spends more "
+                "than linear time and memory per branch (1,000 one-op branches peaked near 2 GB)"
             )
         if analysis.max_chain > limits.max_chain:
             op = analysis.max_chain_op
