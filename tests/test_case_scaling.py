@@ -138,3 +138,33 @@ def test_the_default_branch_budget() -> None:
     assert budget.Limits.current().max_case_branches == budget.MAX_CASE_BRANCHES
     with pytest.raises(ResourceLimitError, match=r"holds 1,001 stablehlo\.case branches"):
         juliabridge.load_mlir(case_module(budget.MAX_CASE_BRANCHES + 1), backend="lax")
+
+
+def _hex_constant(values: np.ndarray) -> str:
+    n = values.size
+    return (
+        f"module {{\n  func.func @main() -> tensor<{n}xf32> {{\n"
+        f'    %0 = stablehlo.constant dense<"0x{values.tobytes().hex().upper()}"> : '
+        f"tensor<{n}xf32>\n    return %0 : tensor<{n}xf32>\n  }}\n}}\n"
+    )
+
+
+def test_constant_data_is_budgeted_at_what_loading_spends(monkeypatch: pytest.MonkeyPatch) -> None:
+    values = np.arange(1 << 18, dtype=np.float32) * np.float32(0.5)  # 1 MiB of data
+    text = _hex_constant(values)
+    spent = values.nbytes * budget.CONSTANT_COST
+    monkeypatch.setenv("JULIABRIDGE_MEMORY_LIMIT", str(spent - 1))
+    with pytest.raises(ResourceLimitError) as info:
+        juliabridge.load_mlir(text, backend="lax")
+    message = str(info.value)
+    assert "constants hold 1.0 MiB of data" in message and "JULIABRIDGE_MEMORY_LIMIT" in message
+    monkeypatch.setenv("JULIABRIDGE_MEMORY_LIMIT", str(spent + (1 << 20)))
+    for backend in ("lax", "xla"):
+        np.testing.assert_array_equal(
+            np.asarray(juliabridge.load_mlir(text, backend=backend)()[0]), values
+        )
+    # A splat of the same size is one element broadcast: not counted.
+    monkeypatch.setenv("JULIABRIDGE_MEMORY_LIMIT", str(spent // 4))
+    splat = text.replace(f'"0x{values.tobytes().hex().upper()}"', "1.5")
+    out = juliabridge.load_mlir(splat, backend="lax")()[0]
+    np.testing.assert_array_equal(np.asarray(out), np.full(values.shape, 1.5, np.float32))
