@@ -315,7 +315,37 @@ def collective_attack(draw: st.DrawFn, base: str) -> Attack:
 
 @st.composite
 def budget_attack(draw: st.DrawFn, base: str, long_run: bool) -> Attack:
-    kind = draw(st.sampled_from(["chain", "doubling", "value", "live"]))
+    kind = draw(st.sampled_from(["chain", "doubling", "value", "live", "case"]))
+    if kind == "case":
+        # Branches past MAX_CASE_BRANCHES (XLA's compile is superlinear in them) are refused at
+        # load time; also when they sit in a function called twice.
+        n = draw(st.sampled_from([1, 3, 120, 1_001, 2_500]))
+        calls = draw(st.sampled_from([1, 2]))
+        index = draw(st.sampled_from([-1, 0, 2, 1 << 20]))
+        parts = [
+            f"{{\n      %cc{k} = stablehlo.constant dense<{k}.0> : tensor<3xf32>\n"
+            f"      %ca{k} = stablehlo.add %arg0, %cc{k} : tensor<3xf32>\n"
+            f"      stablehlo.return %ca{k} : tensor<3xf32>\n    }}"
+            for k in range(n)
+        ]
+        fn = (
+            "  func.func private @cs(%arg0: tensor<3xf32>) -> tensor<3xf32> {\n"
+            f"    %i = stablehlo.constant dense<{index}> : tensor<i32>\n"
+            f'    %r = "stablehlo.case"(%i) ({", ".join(parts)}) : (tensor<i32>) -> tensor<3xf32>\n'
+            "    return %r : tensor<3xf32>\n  }\n"
+        )
+        body = [
+            f"%cb{j} = func.call @cs(%arg2) : (tensor<3xf32>) -> tensor<3xf32>"
+            for j in range(calls)
+        ]
+        if calls == 2:
+            body.append("%cb = stablehlo.add %cb0, %cb1 : tensor<3xf32>")
+        body += _sum_f32("%cb" if calls == 2 else "%cb0", "tensor<3xf32>")
+        return Attack(
+            _edit(base, body, [fn], sink="%zs"),
+            f"case of {n} branches called {calls}x",
+            None if n * calls <= 1_000 else BUDGET,
+        )
     if kind == "chain":
         choices = [10, 300, 10_200] + ([2_000, 9_000, 12_000, 30_000, 50_000] if long_run else [])
         n = draw(st.sampled_from(choices))
