@@ -315,7 +315,37 @@ def collective_attack(draw: st.DrawFn, base: str) -> Attack:
 
 @st.composite
 def budget_attack(draw: st.DrawFn, base: str, long_run: bool) -> Attack:
-    kind = draw(st.sampled_from(["chain", "doubling", "value", "live"]))
+    kind = draw(st.sampled_from(["chain", "doubling", "value", "live", "case"]))
+    if kind == "case":
+        # Branches past MAX_CASE_BRANCHES (XLA's compile is superlinear in them) are refused at
+        # load time; also when they sit in a function called twice.
+        n = draw(st.sampled_from([1, 3, 120, 1_001, 2_500]))
+        calls = draw(st.sampled_from([1, 2]))
+        index = draw(st.sampled_from([-1, 0, 2, 1 << 20]))
+        parts = [
+            f"{{\n      %cc{k} = stablehlo.constant dense<{k}.0> : tensor<3xf32>\n"
+            f"      %ca{k} = stablehlo.add %arg0, %cc{k} : tensor<3xf32>\n"
+            f"      stablehlo.return %ca{k} : tensor<3xf32>\n    }}"
+            for k in range(n)
+        ]
+        fn = (
+            "  func.func private @cs(%arg0: tensor<3xf32>) -> tensor<3xf32> {\n"
+            f"    %i = stablehlo.constant dense<{index}> : tensor<i32>\n"
+            f'    %r = "stablehlo.case"(%i) ({", ".join(parts)}) : (tensor<i32>) -> tensor<3xf32>\n'
+            "    return %r : tensor<3xf32>\n  }\n"
+        )
+        body = [
+            f"%cb{j} = func.call @cs(%arg2) : (tensor<3xf32>) -> tensor<3xf32>"
+            for j in range(calls)
+        ]
+        if calls == 2:
+            body.append("%cb = stablehlo.add %cb0, %cb1 : tensor<3xf32>")
+        body += _sum_f32("%cb" if calls == 2 else "%cb0", "tensor<3xf32>")
+        return Attack(
+            _edit(base, body, [fn], sink="%zs"),
+            f"case of {n} branches called {calls}x",
+            None if n * calls <= 1_000 else BUDGET,
+        )
     if kind == "chain":
         choices = [10, 300, 10_200] + ([2_000, 9_000, 12_000, 30_000, 50_000] if long_run else [])
         n = draw(st.sampled_from(choices))
@@ -438,6 +468,12 @@ def _xla_division(x: int, y: int, dtype: np.dtype, remainder: bool) -> int:
     return x - q * y if remainder else q
 
 
+_DIVISIONS = {
+    "stablehlo.divide",
+    "stablehlo.remainder",
+    "chlo.broadcast_divide",
+    "chlo.broadcast_remainder",
+}
 _HUGE = [(1 << 63) - 2, (1 << 62) + 3, 1 << 61, (1 << 58) // 3]
 
 
@@ -448,11 +484,95 @@ def _padded(x: list[int], low: int, high: int, interior: int) -> list[float]:
     return [float(v) for v in full[max(-low, 0) : len(full) - max(-high, 0)]]
 
 
+def region_division(
+    region: str, op: str, name: str, dtype: np.dtype, xs: list[int], y: int
+) -> tuple[list[str], list[int]]:
+    """Ops computing `op`(x, y) for each x of `xs` inside a `region` body (map, reduce, while),
+    the divisor a constant defined in the body; and the values XLA's semantics give."""
+    n = len(xs)
+    t, s = f"tensor<{n}x{name}>", f"tensor<{name}>"
+    rem = "remainder" in op
+    div = [_xla_division(x, y, dtype, rem) for x in xs]
+
+    def call(a: str, b: str, ty: str) -> str:
+        return (
+            f"{op} {a}, {b} : ({ty}, {ty}) -> {ty}"
+            if op.startswith("chlo")
+            else f"{op} {a}, {b} : {ty}"
+        )
+
+    body = [f"%gx = stablehlo.constant dense<[{', '.join(map(str, xs))}]> : {t}"]
+    if region == "map":
+        # op(element, y) + op(x0, y): the second of two constants of the body, which XLA folds.
+        body.append(
+            f'%gr = "stablehlo.map"(%gx) ({{\n    ^bb0(%e: {s}):\n'
+            f"      %c = stablehlo.constant dense<{xs[0]}> : {s}\n"
+            f"      %d = stablehlo.constant dense<{y}> : {s}\n      %qe = {call('%e', '%d', s)}\n"
+            f"      %qc = {call('%c', '%d', s)}\n      %q = stablehlo.add %qe, %qc : {s}\n"
+            f"      stablehlo.return %q : {s}\n    }}) {{dimensions = array<i64: 0>}} : ({t}) -> {t}"
+        )
+        bits = 1 << (8 * dtype.itemsize)
+        wrap = [(v + div[0]) % bits for v in div]
+        return body, [int(np.array(v, np.uint64).astype(dtype)) for v in wrap]
+    if region == "while":
+        body += [
+            "%gi = stablehlo.constant dense<0> : tensor<i64>",
+            f"%gw:2 = stablehlo.while(%wi = %gi, %wc = %gx) : tensor<i64>, {t}\n"
+            "     cond {\n      %one = stablehlo.constant dense<1> : tensor<i64>\n"
+            "      %lt = stablehlo.compare LT, %wi, %one : (tensor<i64>, tensor<i64>) -> tensor<i1>\n"
+            "      stablehlo.return %lt : tensor<i1>\n     } do {\n"
+            "      %one = stablehlo.constant dense<1> : tensor<i64>\n"
+            "      %nx = stablehlo.add %wi, %one : tensor<i64>\n"
+            f"      %d = stablehlo.constant dense<{y}> : {t}\n      %q = {call('%wc', '%d', t)}\n"
+            f"      stablehlo.return %nx, %q : tensor<i64>, {t}\n     }}",
+            f"%gr = stablehlo.add %gw#1, %gz : {t}",
+            f"%gz = stablehlo.constant dense<0> : {t}",
+        ]
+        body[-2], body[-1] = body[-1], body[-2]
+        return body, div
+    # A reduce may apply its body to the init value any number of times (spec.md#reduce), so
+    # its result is a sum (0 the identity) and the division, of two constants of the body,
+    # only has to compile and run without trapping.
+    t2 = f"tensor<{n}x1x{name}>"
+    body += [
+        f"%g2 = stablehlo.reshape %gx : ({t}) -> {t2}",
+        f"%g0 = stablehlo.constant dense<0> : {s}",
+        f'%gr = "stablehlo.reduce"(%g2, %g0) ({{\n    ^bb0(%a: {s}, %b: {s}):\n'
+        f"      %c = stablehlo.constant dense<{xs[0]}> : {s}\n"
+        f"      %d = stablehlo.constant dense<{y}> : {s}\n      %q = {call('%c', '%d', s)}\n"
+        f"      %z = stablehlo.constant dense<0> : {s}\n"
+        f"      %m = stablehlo.multiply %q, %z : {s}\n      %ab = stablehlo.add %a, %b : {s}\n"
+        f"      %r = stablehlo.add %ab, %m : {s}\n"
+        f"      stablehlo.return %r : {s}\n    }}) {{dimensions = array<i64: 1>}} : ({t2}, {s}) -> {t}",
+    ]
+    return body, list(xs)
+
+
 @st.composite
 def host_eval_attack(draw: st.DrawFn, base: str) -> Attack:
     """What XLA evaluates on the host (issue 27): integer division of constants (by 0, by -1,
-    folded divisors), and pad/reduce_window/dynamic_pad extents near int64's range."""
-    kind = draw(st.sampled_from(["division", "division", "pad", "reduce_window", "dynamic_pad"]))
+    folded divisors), also inside map, reduce and while bodies, and pad/reduce_window/
+    dynamic_pad extents near int64's range."""
+    kind = draw(
+        st.sampled_from(["division", "division", "region", "pad", "reduce_window", "dynamic_pad"])
+    )
+    if kind == "region":
+        name = draw(st.sampled_from(["i8", "i32", "ui8", "ui32"]))
+        dtype = np.dtype(("u" if name[0] == "u" else "") + "int" + name.lstrip("ui"))
+        info = np.iinfo(dtype)
+        pool = [int(info.min), int(info.max), 0, 1, 7, 200 % (int(info.max) + 1)]
+        if info.min < 0:
+            pool += [-1, -7]
+        xs = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=3))
+        y = draw(st.sampled_from([0, 0, -1, 3] if info.min < 0 else [0, 0, 3]))
+        region = draw(st.sampled_from(["map", "reduce", "while"]))
+        op = draw(st.sampled_from(sorted(_DIVISIONS)))
+        body, want = region_division(region, op, name, dtype, xs, y)
+        return Attack(
+            _checked(base, body, "%gr", want, f"tensor<{len(xs)}x{name}>"),
+            f"{op} {name} {xs} by {y} in a {region} body",
+            None,
+        )
     if kind == "division":
         name = draw(st.sampled_from(["i8", "i16", "i32", "ui8", "ui32"]))
         dtype = np.dtype(("u" if name[0] == "u" else "") + "int" + name.lstrip("ui"))

@@ -35,11 +35,23 @@ from ..jaxinternals import ir
 from .callgraph import Function
 from .contracts import check_op, where
 
-#: Ops after inlining every call (JULIABRIDGE_MAX_OPS). Real Reactant models stay far below.
-MAX_OPS = 2_000_000
+#: Ops after inlining every call (JULIABRIDGE_MAX_OPS). Measured (tools/calibrate_budgets.py,
+#: a module fanning out through func.call, first call): about 6 KB per inlined op on the lax
+#: backend and 18 KB on xla, so 100,000 ops keep the costlier backend's peak near 2 GB (2 M ops
+#: passed 3 GB and took minutes). Real Reactant models stay far below.
+MAX_OPS = 100_000
 #: Longest chain of dependent ops in one computation (JULIABRIDGE_MAX_CHAIN); 30,000 crashed
 #: XLA's compiler with an 8 MiB stack, 20,000 compiled.
 MAX_CHAIN = 10_000
+#: `stablehlo.case` branches once every call is inlined (JULIABRIDGE_MAX_CASE_BRANCHES). XLA's
+#: CPU compiler spends more than linear time and memory per branch: 1,000 one-op branches peaked
+#: at 1.9 GB on the lax backend and 1,500 at 2.2 GB on xla (150 s); see tools/calibrate_budgets.py.
+MAX_CASE_BRANCHES = 1_000
+#: Bytes the backends spend per byte of non-splat constant data while loading and compiling
+#: (the text, the parsed attribute, the host array, XLA's literal): measured 10.7 (lax) and
+#: 13.7 (xla) for f32 (tools/calibrate_budgets.py); the constants' total times this must fit
+#: in the memory budget.
+CONSTANT_COST = 14
 #: Largest single value whatever the machine: the manifest's per-array limit (256 GiB).
 MAX_VALUE_BYTES = 1 << 38
 
@@ -135,6 +147,7 @@ class Limits:
     value_bytes: int
     live_bytes: int
     memory_source: str
+    max_case_branches: int = MAX_CASE_BRANCHES
 
     @staticmethod
     def current() -> Limits:
@@ -147,6 +160,7 @@ class Limits:
             value_bytes=min(MAX_VALUE_BYTES, mem),
             live_bytes=mem,
             memory_source=source,
+            max_case_branches=_env_int("JULIABRIDGE_MAX_CASE_BRANCHES", MAX_CASE_BRANCHES),
         )
 
 
@@ -158,6 +172,7 @@ class Cost:
     chain: int  # depth of its results (arguments at 0)
     peak: int  # most bytes live at once, its arguments included
     args: int  # bytes of its arguments
+    branches: int = 0  # stablehlo.case branches, calls inlined
 
     @property
     def inner_peak(self) -> int:
@@ -288,6 +303,7 @@ class _Analysis:
         self.last: dict[ir.Value, int] = {}  # last use, as a position in the defining frame
         self.max_chain = 0
         self.max_chain_op: ir.Operation | None = None
+        self.constant_bytes = 0  # non-splat constant data of every function (each once)
 
     def run(self, fn: Function) -> Cost:
         body = fn.op.regions[0].blocks[0]
@@ -295,6 +311,7 @@ class _Analysis:
         args_defs = list(frames[0].defs)
         args = sum(b for _, _, b in args_defs)
         ops = 0
+        branches = 0
         ret_chain = 0
         peak = 0
         while frames:
@@ -318,13 +335,18 @@ class _Analysis:
             ops += 1
             ops_inlined, chain = self._op(op, frames)
             ops += ops_inlined
+            if op.name == "stablehlo.case":
+                branches += len(op.regions)
+            elif op.name == "stablehlo.constant" and _dense_data(op):
+                self.constant_bytes += self.types.bytes(op.results[0].type, op)
+            branches += sum(self.costs[c].branches for c in _callees(op))
             if op.name == "func.return" and len(frames) == 1:
                 ret_chain = chain
             blocks = _blocks_of(op, self.origin)
             if blocks:
                 top.pending = blocks[::-1]
                 top.pending_peak = 0
-        return Cost(ops, ret_chain, peak, args)
+        return Cost(ops, ret_chain, peak, args, branches)
 
     def _open(self, block: ir.Block, owner: ir.Operation | None, level: int) -> _Frame:
         frame = _Frame(_ops(block))
@@ -385,6 +407,21 @@ class _Analysis:
         return peak
 
 
+def _dense_data(op: ir.Operation) -> bool:
+    """Whether a constant is a non-splat dense literal, whose every element the module's text
+    holds and the backends decode (a splat is built as a broadcast of one element).
+
+    Complex literals and dense_resource blobs are not counted: the bindings cannot view the
+    first, and a blob's bytes are bounded by the module's text size like any literal's.
+    """
+    if "value" not in op.attributes:
+        return False
+    try:
+        return not ir.DenseElementsAttr(op.attributes["value"]).is_splat
+    except (ValueError, TypeError):
+        return False
+
+
 def _callees(op: ir.Operation) -> list[str]:
     from .callgraph import _references
 
@@ -403,7 +440,7 @@ def check_budget(
 
     Returns @main's cost when limits were given.
     """
-    limits = limits or Limits(1 << 62, 1 << 62, MAX_VALUE_BYTES, 1 << 62, "")
+    limits = limits or Limits(1 << 62, 1 << 62, MAX_VALUE_BYTES, 1 << 62, "", 1 << 62)
     types = _Types(origin, limits, strict=check_contracts)
     costs: dict[str, Cost] = {}
     analysis = _Analysis(costs, types, origin, check_contracts)
@@ -417,6 +454,14 @@ def check_budget(
                 "(JULIABRIDGE_MAX_OPS raises the limit); XLA would run out of time or memory "
                 "compiling it"
             )
+        if cost.branches > limits.max_case_branches:
+            raise ResourceLimitError(
+                f"{where(funcs[name].op, origin)}: @{name} holds {cost.branches:,} "
+                f"stablehlo.case branches once its calls are inlined, more than the "
+                f"{limits.max_case_branches:,} juliabridge compiles "
+                "(JULIABRIDGE_MAX_CASE_BRANCHES raises the limit); XLA's compiler spends more "
+                "than linear time and memory per branch (1,000 one-op branches peaked near 2 GB)"
+            )
         if analysis.max_chain > limits.max_chain:
             op = analysis.max_chain_op
             raise ResourceLimitError(
@@ -425,6 +470,15 @@ def check_budget(
                 f"{limits.max_chain:,} juliabridge compiles (JULIABRIDGE_MAX_CHAIN raises the "
                 "limit); XLA's compiler recurses along such chains and overflows its stack"
             )
+    spent = analysis.constant_bytes * CONSTANT_COST
+    if spent > limits.live_bytes:
+        raise ResourceLimitError(
+            f"{origin}: the module's constants hold {human(analysis.constant_bytes)} of data, "
+            f"which loading and compiling spend about {CONSTANT_COST} times over "
+            f"({human(spent)}), more than {human(limits.live_bytes)}, {limits.memory_source}. "
+            "Pass large arrays as arguments (the bundle's weights file), run it on a larger "
+            "machine, or set JULIABRIDGE_MEMORY_LIMIT"
+        )
     main = costs.get("main")
     if main is not None and main.peak > limits.live_bytes:
         raise ResourceLimitError(

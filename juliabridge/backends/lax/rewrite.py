@@ -20,6 +20,10 @@ XLA's constant folder divides integers on the host with the machine's instructio
 SIGFPE (jax 0.10.2, xla and enzyme backends; `auto` whenever it fell back). The lax lift never
 divides by those values (it selects 1 in their place and then the spec's results), so every
 integer division whose divisor is not a constant free of 0 and -1 reaches XLA as that lift too.
+Inside a `stablehlo.map` body XLA refuses a call, so there the same formula is written inline
+(`_guard_inline`): the divisor is replaced by 1 where it is 0 (or -1 with INT_MIN), and the
+spec's results are selected in those places; a 7 / 0 of constants in a map body killed the
+process with SIGFPE before.
 """
 
 from __future__ import annotations
@@ -122,6 +126,63 @@ def _inside_map(op: ir.Operation) -> bool:
     return False
 
 
+def trapping_in_map(op: ir.Operation) -> bool:
+    """An integer division in a `stablehlo.map` body that XLA could fold into a trap."""
+    return op.name in DIVISION_OPS and may_trap(op) and _inside_map(op)
+
+
+def _guard_inline(op: ir.Operation, origin: str) -> None:
+    """Replace the integer division `op` by its guarded formula, op by op, in place.
+
+    x / 0 = -1 (all bits set), x % 0 = x, INT_MIN / -1 = INT_MIN, INT_MIN % -1 = 0 (the spec's
+    and XLA's results), and the division itself only ever sees a divisor free of those values.
+    """
+    x, y = op.operands
+    t = op.results[0].type
+    if x.type != t or y.type != t:
+        raise UnsupportedModuleError(
+            f"{origin}: {op.name} at {op.location} in a stablehlo.map body broadcasts "
+            f"({x.type}, {y.type}) -> {t}; juliabridge guards only same-typed integer "
+            "divisions there (XLA's constant folder traps on a division by zero)"
+        )
+    et = ir.IntegerType(ir.RankedTensorType(t).element_type)
+    width, signed = et.width, not et.is_unsigned
+    ip = ir.InsertionPoint(op)
+    loc = op.location
+    i1 = ir.RankedTensorType.get(ir.RankedTensorType(t).shape, ir.IntegerType.get_signless(1))
+
+    def make(name: str, operands: list[ir.Value], attrs: dict[str, ir.Attribute] | None = None,
+             result: ir.Type = t) -> ir.Value:  # fmt: skip
+        return ir.Operation.create(
+            name, results=[result], operands=operands, attributes=attrs or {}, loc=loc, ip=ip
+        ).results[0]
+
+    def const(v: int) -> ir.Value:
+        return make("stablehlo.constant", [], {"value": ir.Attribute.parse(f"dense<{v}> : {t}")})
+
+    def equal(a: ir.Value, b: ir.Value) -> ir.Value:
+        direction = ir.Attribute.parse("#stablehlo<comparison_direction EQ>")
+        return make("stablehlo.compare", [a, b], {"comparison_direction": direction}, i1)
+
+    zero = equal(y, const(0))
+    bad = zero
+    overflow = None
+    if signed:
+        overflow = make(
+            "stablehlo.and", [equal(x, const(-(1 << (width - 1)))), equal(y, const(-1))], result=i1
+        )
+        bad = make("stablehlo.or", [zero, overflow], result=i1)
+    safe = make("stablehlo.select", [bad, const(1), y])
+    remainder = "remainder" in op.name
+    q = make("stablehlo.remainder" if remainder else "stablehlo.divide", [x, safe])
+    if overflow is not None:
+        q = make("stablehlo.select", [overflow, const(0) if remainder else x, q])
+    by_zero = x if remainder else const(-1 if signed else (1 << width) - 1)
+    out = make("stablehlo.select", [zero, by_zero, q])
+    op.results[0].replace_all_uses_with(out)
+    op.erase()
+
+
 def before_enzyme(op: ir.Operation) -> bool:
     """Ops rewritten before a module reaches Enzyme (and then XLA)."""
     return op.name in ENZYME_UNSAFE_OPS or misread_by_xla(op)
@@ -170,13 +231,22 @@ def rewrite_through_lax(
         UnsupportedOpError: such an op cannot be lifted (its attributes or types).
         UnsupportedModuleError: the rewritten module does not verify.
     """
+
+    def picked(op: ir.Operation) -> bool:
+        return select(op) or trapping_in_map(op)
+
     if module.parsed is not None:
         with module.parsed.context:
-            if not any(select(op) for op in walk(module.parsed.operation)):
+            if not any(picked(op) for op in walk(module.parsed.operation)):
                 return module
     with make_context(allow_unregistered=trust) as ctx:
         parsed = ir.Module.parse(module.text)
-        targets = [op for op in walk(parsed.operation) if select(op)]
+        ops = list(walk(parsed.operation))
+        targets = [op for op in ops if select(op)]
+        for op in ops:
+            if trapping_in_map(op):
+                with op.location:
+                    _guard_inline(op, module.origin)
         functions: dict[str, str] = {}
         for op in targets:
             if len(op.regions):
@@ -238,4 +308,5 @@ __all__ = [
     "may_trap",
     "misread_by_xla",
     "rewrite_through_lax",
+    "trapping_in_map",
 ]

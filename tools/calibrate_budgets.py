@@ -1,0 +1,175 @@
+"""Measure what the backends spend per unit the load-time budgets count (issue 27, class 2).
+
+For each backend (lax, xla) and each counted unit, two module sizes are loaded and called once
+in fresh processes; the figures are the differences between the two sizes divided by the
+difference in units, so the process's fixed cost (imports, JAX's runtime) drops out:
+
+- **constant element**: a non-splat f32 `stablehlo.constant` of n elements (hex literal);
+- **case branch**: a `stablehlo.case` of n one-op branches, each with its own constant;
+- **inlined op**: a 1 KB module whose functions call the next level twice, so @main expands
+  to n `sine`s once func.call is inlined.
+
+Peak memory is the child's VmHWM (RUSAGE_SELF would report the forking parent's peak), time is
+wall-clock from loading to the first result. The last column is how many units fit in
+``--memory`` bytes at the measured per-unit cost: the budgets in juliabridge/stablehlo/budget.py
+are set at or below it (docs/reliability.md, "Module checks").
+
+Usage: python tools/calibrate_budgets.py [--backends lax,xla] [--quick] [--memory 2G]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def constant_module(n: int) -> str:
+    """@main() -> tensor<nxf32>: one dense constant of n distinct-ish elements."""
+    data = (bytes(range(1, 256)) * (4 * n // 255 + 1))[: 4 * n]
+    t = f"tensor<{n}xf32>"
+    return (
+        f"module {{\n  func.func @main() -> {t} {{\n"
+        f'    %0 = stablehlo.constant dense<"0x{data.hex().upper()}"> : {t}\n'
+        f"    return %0 : {t}\n  }}\n}}\n"
+    )
+
+
+def case_module(n: int) -> str:
+    """@main(i32, 4xf32): a case of n branches, branch k adding the constant k."""
+    parts = [
+        f"{{\n      %c{k} = stablehlo.constant dense<{float(k)}> : tensor<4xf32>\n"
+        f"      %a{k} = stablehlo.add %x, %c{k} : tensor<4xf32>\n"
+        f"      stablehlo.return %a{k} : tensor<4xf32>\n    }}"
+        for k in range(n)
+    ]
+    return (
+        "module {\n  func.func @main(%i: tensor<i32>, %x: tensor<4xf32>) -> tensor<4xf32> {\n"
+        f'    %r = "stablehlo.case"(%i) ({", ".join(parts)}) : (tensor<i32>) -> tensor<4xf32>\n'
+        "    return %r : tensor<4xf32>\n  }\n}\n"
+    )
+
+
+def fanout_module(n: int) -> str:
+    """@main(8xf32): levels of functions each calling the next twice (and adding the two
+    results), a leaf of 16 chained `sine`s: about n ops once every call is inlined (17/16 n,
+    n rounded down to 16 x a power of two)."""
+    levels = max(0, (n // 16).bit_length() - 1)
+    t = "tensor<8xf32>"
+    fns = []
+    for i in range(levels):
+        fns.append(
+            f"  func.func private @d{i}(%a: {t}) -> {t} {{\n"
+            f"    %x = func.call @d{i + 1}(%a) : ({t}) -> {t}\n"
+            f"    %y = func.call @d{i + 1}(%a) : ({t}) -> {t}\n"
+            f"    %r = stablehlo.add %x, %y : {t}\n"
+            f"    return %r : {t}\n  }}\n"
+        )
+    leaf = [f"    %s0 = stablehlo.sine %a : {t}\n"]
+    leaf += [f"    %s{k} = stablehlo.sine %s{k - 1} : {t}\n" for k in range(1, 16)]
+    fns.append(f"  func.func private @d{levels}(%a: {t}) -> {t} {{\n{''.join(leaf)}")
+    fns[-1] += f"    return %s15 : {t}\n  }}\n"
+    main = (
+        f"  func.func @main(%a: {t}) -> {t} {{\n    %r = func.call @d0(%a) : ({t}) -> {t}\n"
+        f"    return %r : {t}\n  }}\n"
+    )
+    return "module {\n" + "".join(fns) + main + "}\n"
+
+
+_CHILD = """
+    import json, sys, time
+    import numpy as np
+    sys.path.insert(0, {repo!r})
+    sys.setrecursionlimit(100_000)
+    import juliabridge
+    from tools.calibrate_budgets import {maker}
+    text = {maker}({n})
+    def hwm():
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) << 10
+    args = {{"case_module": (np.int32(1), np.zeros(4, np.float32)),
+            "fanout_module": (np.zeros(8, np.float32),)}}.get({maker!r}, ())
+    t0 = time.monotonic()
+    fn = juliabridge.load_mlir(text, backend={backend!r})
+    out = fn(*args)
+    np.asarray(out[0])
+    print(json.dumps({{"seconds": time.monotonic() - t0, "peak": hwm()}}))
+"""
+
+
+def measure(backend: str, maker: str, n: int, env: dict[str, str]) -> dict[str, float]:
+    """Peak bytes and seconds of loading and first calling `maker(n)` on `backend`."""
+    code = textwrap.dedent(_CHILD.format(repo=str(REPO), maker=maker, n=n, backend=backend))
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        cwd=REPO,
+    )
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or [f"rc {proc.returncode}"]
+        raise SystemExit(f"{backend} {maker}({n}) failed: {tail[0]}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+UNITS: dict[str, tuple[str, Callable[[bool], tuple[int, int]]]] = {
+    "constant element": ("constant_module", lambda q: (1 << 20, 1 << 22 if q else 1 << 23)),
+    "case branch": ("case_module", lambda q: (100, 300 if q else 600)),
+    "inlined op": ("fanout_module", lambda q: (1 << 12, 1 << 14 if q else 1 << 15)),
+}
+
+
+def _bytes(text: str) -> int:
+    mult = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper()
+    unit = text[-1] if text[-1:] in mult and text[-1:] else ""
+    return int(float(text[: len(text) - len(unit)]) * mult[unit])
+
+
+def main() -> None:
+    """Print the table: backend, unit, the two sizes, bytes and seconds per unit, units in
+    --memory."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", default="lax,xla")
+    parser.add_argument("--quick", action="store_true", help="smaller second sizes")
+    parser.add_argument("--memory", default="2G", help="the peak memory the budgets keep under")
+    opts = parser.parse_args()
+    memory = _bytes(opts.memory)
+    # Budgets off in the children: they measure past the limits being calibrated.
+    env = dict(
+        os.environ,
+        JAX_PLATFORMS="cpu",
+        JULIABRIDGE_MAX_OPS=str(1 << 40),
+        JULIABRIDGE_MAX_CASE_BRANCHES=str(1 << 40),
+    )
+    print(
+        f"{'backend':8} {'unit':17} {'sizes':>17} {'bytes/unit':>11} {'s/unit':>10} "
+        f"{'units in ' + opts.memory:>12}"
+    )
+    for backend in opts.backends.split(","):
+        for unit, (maker, sizes) in UNITS.items():
+            small, large = sizes(opts.quick)
+            a = measure(backend, maker, small, env)
+            b = measure(backend, maker, large, env)
+            per_byte = max(b["peak"] - a["peak"], 1) / (large - small)
+            per_second = max(b["seconds"] - a["seconds"], 0.0) / (large - small)
+            fits = int(max(memory - b["peak"] + per_byte * large, 0) / per_byte)
+            print(
+                f"{backend:8} {unit:17} {f'{small:,}->{large:,}':>17} {per_byte:11.1f} "
+                f"{per_second:10.2e} {fits:12,}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
