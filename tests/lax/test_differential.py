@@ -21,6 +21,7 @@ import juliabridge
 from juliabridge import JuliaBridgeError
 
 from . import differential as diff
+from . import differential_structured as structured
 from .oracles import InterpreterUnavailable, interpret, run_lax, run_xla
 
 pytestmark = pytest.mark.usefixtures("x64")
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.usefixtures("x64")
 LONG = os.environ.get("JULIABRIDGE_DIFF_LONG") == "1"
 EXAMPLES = 150 if LONG else 12
 TABLE = diff.deviations()
+FAMILIES = {**diff.FAMILIES, **structured.FAMILIES}
 STATS: Counter[str] = Counter()
 
 
@@ -65,7 +67,11 @@ def check_case(case: diff.Case) -> None:
         if msg:
             problems.append(msg)
     assert not problems, "\n".join(problems)
-    _check_vmap(case, got)
+    if "denormal" not in case.features:
+        # XLA's CPU code flushes denormals in its vector loops and not in the scalar remainder
+        # (f32 log of 1e-45 at position 5: -103.97 in a 6-vector, -inf in 2x6), so a batched
+        # call may differ from a single one there.
+        _check_vmap(case, got)
 
 
 def _check_vmap(case: diff.Case, got: list[Any]) -> None:
@@ -90,10 +96,10 @@ def _settings() -> Any:
     )
 
 
-@pytest.mark.parametrize("family", sorted(diff.FAMILIES))
+@pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_family_agrees_with_xla_and_the_interpreter(family: str) -> None:
     @_settings()
-    @given(diff.FAMILIES[family])
+    @given(FAMILIES[family])
     def run(case: diff.Case) -> None:
         check_case(case)
 
@@ -126,6 +132,6 @@ def test_the_table_parses_and_names_known_oracles() -> None:
 
 @pytest.mark.skipif(not LONG, reason="long mode: set JULIABRIDGE_DIFF_LONG=1 (minutes)")
 def test_long_mode_figures() -> None:
-    for family in sorted(diff.FAMILIES):
+    for family in sorted(FAMILIES):
         test_family_agrees_with_xla_and_the_interpreter(family)
     print("\n".join(f"{k}: {v}" for k, v in sorted(STATS.items())))
