@@ -137,7 +137,9 @@ def features_of(args: Sequence[np.ndarray]) -> set[str]:
 # --- modules per family ----------------------------------------------------------------------
 
 UNARY = ("abs", "negate", "sqrt", "rsqrt", "exponential", "log", "log_plus_one", "tanh",
-         "floor", "ceil", "sign", "cosine", "sine", "logistic", "round_nearest_even", "cbrt")  # fmt: skip
+         "floor", "ceil", "sign", "cosine", "sine", "logistic", "round_nearest_even", "cbrt",
+         "exponential_minus_one", "round_nearest_afz", "tan")  # fmt: skip
+UNARY_INT = ("abs", "negate", "sign", "not", "popcnt", "count_leading_zeros")
 BINARY_FLOAT = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power",
                 "remainder", "atan2")  # fmt: skip
 BINARY_INT = ("add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum",
@@ -153,6 +155,33 @@ def unary_case(draw: Any) -> Case:
     x = array_of(draw, t, N)
     text = module([tt], [f"%0 = stablehlo.{op} %a0 : {tt}"], [("%0", tt)])
     return Case("elementwise", op, text, [x], features_of([x]))
+
+
+@st.composite
+def int_unary_case(draw: Any) -> Case:
+    op, t = draw(st.sampled_from(UNARY_INT)), draw(st.sampled_from(("i1", *INTS)))
+    if t == "i1" or (t.startswith("u") and op in ("abs", "negate", "sign")):
+        op = "not"  # abs, negate and sign take signless integers only
+    tt = f"tensor<{N}x{t}>"
+    x = array_of(draw, t, N)
+    text = module([tt], [f"%0 = stablehlo.{op} %a0 : {tt}"], [("%0", tt)])
+    return Case("elementwise", op, text, [x], features_of([x]))
+
+
+@st.composite
+def float_predicate_case(draw: Any) -> Case:
+    """is_finite (float -> i1) and reduce_precision (to narrower exponent/mantissa widths)."""
+    t = draw(st.sampled_from(FLOATS))
+    tt = f"tensor<{N}x{t}>"
+    x = array_of(draw, t, N)
+    if draw(st.booleans()):
+        bt = f"tensor<{N}xi1>"
+        text = module([tt], [f"%0 = stablehlo.is_finite %a0 : ({tt}) -> {bt}"], [("%0", bt)])
+        return Case("elementwise", "is_finite", text, [x], features_of([x]))
+    e, m = draw(st.integers(2, 8)), draw(st.integers(1, 10))
+    line = f"%0 = stablehlo.reduce_precision %a0, format = e{e}m{m} : {tt}"
+    return Case("elementwise", "reduce_precision", module([tt], [line], [("%0", tt)]), [x],
+                features_of([x]) | {f"e{e}m{m}"})  # fmt: skip
 
 
 @st.composite
@@ -185,8 +214,20 @@ def convert_case(draw: Any) -> Case:
     dst = draw(st.sampled_from(("i1", *FLOATS, *INTS)))
     x = array_of(draw, src, N)
     st_, dt_ = f"tensor<{N}x{src}>", f"tensor<{N}x{dst}>"
+    if draw(st.integers(0, 3)) == 0:  # a bitcast to the other type of the same width
+        same = [u for u in (*FLOATS, *INTS) if u != src and _width(u) == _width(src)]
+        if same:
+            dst = draw(st.sampled_from(same))
+            dt_ = f"tensor<{N}x{dst}>"
+            line = f"%0 = stablehlo.bitcast_convert %a0 : ({st_}) -> {dt_}"
+            text = module([st_], [line], [("%0", dt_)])
+            return Case("convert", "bitcast_convert", text, [x], features_of([x]))
     text = module([st_], [f"%0 = stablehlo.convert %a0 : ({st_}) -> {dt_}"], [("%0", dt_)])
     return Case("convert", "convert", text, [x], features_of([x]) | {f"to-{dst}"})
+
+
+def _width(t: str) -> int:
+    return ELEMENT_TYPES[t].itemsize
 
 
 @st.composite
@@ -292,6 +333,8 @@ def clamp_case(draw: Any) -> Case:
 #: One strategy per op family.
 FAMILIES = {
     "unary": unary_case(),
+    "int_unary": int_unary_case(),
+    "float_predicate": float_predicate_case(),
     "binary": binary_case(),
     "compare": compare_case(),
     "convert": convert_case(),

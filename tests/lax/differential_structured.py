@@ -381,6 +381,103 @@ def triangular_solve_case(draw: Any) -> Case:
     return Case("linalg", "triangular_solve", text, [a, b], feats, interpret=interp)
 
 
+# --- data movement ---------------------------------------------------------------------------
+
+SHAPE_OPS = ("transpose", "reverse", "reshape", "broadcast_in_dim", "slice", "pad",
+             "concatenate", "iota", "select", "dynamic_slice", "dynamic_update_slice")  # fmt: skip
+
+
+def _arr(v: list[int]) -> str:
+    return f"array<i64: {', '.join(map(str, v))}>" if v else "array<i64>"
+
+
+@st.composite
+def shape_case(draw: Any) -> Case:
+    """One data-movement op on a 2x3 (or 2x3x2) operand of any type; pads negative and
+    interior, dynamic starts out of range."""
+    op = draw(st.sampled_from(SHAPE_OPS))
+    t = draw(st.sampled_from(("f32", "bf16", "i8", "ui32", "i1", "f64", "i64")))
+    shape = draw(st.sampled_from([(2, 3), (2, 3, 2)]))
+    r = len(shape)
+    x = values(draw, t, shape)
+    xt = _tensor(shape, t)
+    args, ins, feats = [x], [xt], features_of([x])
+    if op == "transpose":
+        perm = list(draw(st.permutations(range(r))))
+        out = tuple(shape[p] for p in perm)
+        expr = f'"stablehlo.transpose"(%a0) {{permutation = {_arr(perm)}}}'
+    elif op == "reverse":
+        dims = sorted(d for d in range(r) if draw(st.booleans()))
+        out, expr = shape, f'"stablehlo.reverse"(%a0) {{dimensions = {_arr(dims)}}}'
+    elif op == "reshape":
+        out = draw(st.sampled_from([(6 * (r - 1),), (3, 2 * (r - 1)), (1, 2, 3 * (r - 1))]))
+        expr = '"stablehlo.reshape"(%a0)'
+    elif op == "broadcast_in_dim":
+        out = (4, *shape)
+        expr = f'"stablehlo.broadcast_in_dim"(%a0) {{broadcast_dimensions = {_arr(list(range(1, r + 1)))}}}'
+    elif op == "slice":
+        lo = [draw(st.integers(0, n - 1)) for n in shape]
+        hi = [draw(st.integers(a + 1, n)) for a, n in zip(lo, shape)]
+        sd = [draw(st.integers(1, 2)) for _ in shape]
+        out = tuple(-(-(h - a) // k) for a, h, k in zip(lo, hi, sd))
+        expr = (f'"stablehlo.slice"(%a0) {{start_indices = {_arr(lo)}, limit_indices = '
+                f"{_arr(hi)}, strides = {_arr(sd)}}}")  # fmt: skip
+    elif op == "pad":
+        lo = [draw(st.integers(-1, 2)) for _ in shape]
+        hi = [draw(st.integers(-1, 2)) for _ in shape]
+        inner = [draw(st.integers(0, 2)) for _ in shape]
+        out = tuple(n + a + b + (n - 1) * i for n, a, b, i in zip(shape, lo, hi, inner))
+        assume(min(out) > 0)
+        pv = values(draw, t, ())
+        args, ins = [x, pv], [xt, _tensor((), t)]
+        expr = (f'"stablehlo.pad"(%a0, %a1) {{edge_padding_low = {_arr(lo)}, edge_padding_high '
+                f"= {_arr(hi)}, interior_padding = {_arr(inner)}}}")  # fmt: skip
+    elif op == "concatenate":
+        d = draw(st.integers(0, r - 1))
+        y = values(draw, t, shape)
+        args, ins = [x, y], [xt, xt]
+        out = tuple(n * 2 if k == d else n for k, n in enumerate(shape))
+        expr = f'"stablehlo.concatenate"(%a0, %a1) {{dimension = {d} : i64}}'
+    elif op == "iota":
+        d = draw(st.integers(0, r - 1))
+        out, ins, args = shape, [], []
+        expr = f'"stablehlo.iota"() {{iota_dimension = {d} : i64}}'
+        t = draw(st.sampled_from(("f32", "i8", "ui32", "bf16", "i64")))
+        xt = _tensor(shape, t)
+    elif op == "select":
+        p = values(draw, "i1", shape)
+        y = values(draw, t, shape)
+        args, ins, out = [p, x, y], [_tensor(shape, "i1"), xt, xt], shape
+        expr = '"stablehlo.select"(%a0, %a1, %a2)'
+    else:
+        starts = [np.array(draw(st.integers(-3, 4)), np.int32) for _ in shape]
+        feats |= {"out-of-range"}
+        sizes = [draw(st.integers(1, n)) for n in shape]
+        if op == "dynamic_slice":
+            args, ins, out = [x, *starts], [xt] + ["tensor<i32>"] * r, tuple(sizes)
+            operands = ", ".join(f"%a{k}" for k in range(r + 1))
+            expr = f'"stablehlo.dynamic_slice"({operands}) {{slice_sizes = {_arr(sizes)}}}'
+        else:
+            u = values(draw, t, tuple(sizes))
+            args = [x, u, *starts]
+            ins, out = [xt, _tensor(tuple(sizes), t)] + ["tensor<i32>"] * r, shape
+            operands = ", ".join(f"%a{k}" for k in range(r + 2))
+            expr = f'"stablehlo.dynamic_update_slice"({operands})'
+    ot = _tensor(tuple(out), t)
+    params = ", ".join(f"%a{k}: {ty}" for k, ty in enumerate(ins))
+    text = f"""module {{
+  func.func @main({params}) -> {ot} {{
+    %0 = {expr} : ({", ".join(ins)}) -> {ot}
+    return %0 : {ot}
+  }}
+}}"""
+    if not args:  # an iota takes nothing: give @main a dummy argument (vmap needs one)
+        dummy = np.zeros((), np.int32)
+        text = text.replace("@main()", "@main(%d: tensor<i32>)")
+        args = [dummy]
+    return Case("shape", op, text, args, feats)
+
+
 #: The structured families, merged with differential.FAMILIES by the test.
 FAMILIES = {
     "gather": gather_case(),
@@ -392,4 +489,5 @@ FAMILIES = {
     "if": if_case(),
     "cholesky": cholesky_case(),
     "triangular_solve": triangular_solve_case(),
+    "shape": shape_case(),
 }

@@ -9,6 +9,7 @@ also jvp against central differences.
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from typing import Any
 
@@ -19,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 
 import juliabridge
 from juliabridge import JuliaBridgeError
+from juliabridge.backends.lax import RULES
 
 from . import differential as diff
 from . import differential_structured as structured
@@ -135,3 +137,82 @@ def test_long_mode_figures() -> None:
     for family in sorted(FAMILIES):
         test_family_agrees_with_xla_and_the_interpreter(family)
     print("\n".join(f"{k}: {v}" for k, v in sorted(STATS.items())))
+
+
+# --- every lifted op is generated or excluded with a reason -------------------------------------
+
+_COLLECTIVE = (
+    "a collective: one device runs it as the identity, the interpreter needs a process grid"
+)
+_EFFECT = "tokens and side effects: nothing to compare (a lifted module has none)"
+_STRUCT = "no computation of its own (passes values or calls a region); covered by test_control"
+_DYNAMIC = (
+    "a dynamic-shape form taking shape operands; tests/lax/test_shape.py checks it on both oracles"
+)
+_CHLO = ("CHLO: the interpreter aborts on chlo ops and XLA runs JAX's decomposition of them; "
+         "tests/lax/test_chlo.py compares lax with XLA and numpy")  # fmt: skip
+_COMPLEX = (
+    "makes or reads complex values, which cannot cross the interpreter's boundary; test_elementwise"
+)
+_RANDOM = "implementation-defined bits (XLA's); tests/lax/test_random.py compares them with XLA"
+_LEGACY = (
+    "a legacy spelling of a generated op (dot_general, gather, broadcast_in_dim); its own test file"
+)
+
+#: Ops the lax backend lifts that no harness family generates, and why.
+EXCLUDED = {
+    **{op: _COLLECTIVE for op in ("all_gather", "all_reduce", "all_to_all", "collective_broadcast",
+                                  "collective_permute", "reduce_scatter")},
+    **{op: _EFFECT for op in ("after_all", "create_token", "infeed", "outfeed", "send", "recv")},
+    **{op: _STRUCT for op in ("tuple", "get_tuple_element", "optimization_barrier", "composite",
+                              "map", "constant")},
+    **{op: _DYNAMIC for op in ("dynamic_broadcast_in_dim", "dynamic_iota", "dynamic_pad",
+                               "dynamic_reshape", "real_dynamic_slice", "get_dimension_size")},
+    **{op: _COMPLEX for op in ("complex", "real", "imag")},
+    **{op: _RANDOM for op in ("rng", "rng_bit_generator")},
+    **{op: _LEGACY for op in ("dot", "einsum", "unary_einsum", "torch_index_select", "broadcast")},
+    **{op: "the interpreter aborts on batch_norm_*; tests/lax/test_batchnorm.py uses XLA and "
+           "numpy" for op in ("batch_norm_grad", "batch_norm_inference", "batch_norm_training")},
+    "fft": "float sums in an order the spec leaves open; tests/lax/test_fft.py bounds the error",
+    "custom_call": "one lift per target; tests/lax/test_custom_call.py and test_linalg.py",
+}  # fmt: skip
+EXCLUDED = {f"stablehlo.{k}": v for k, v in EXCLUDED.items()}
+EXCLUDED["func.call"] = _STRUCT
+EXCLUDED |= {op: _CHLO for op in RULES if op.startswith("chlo.")}
+
+
+#: What the families draw their op under test from (the lists their strategies sample).
+GENERATED = {f"stablehlo.{op}" for op in (
+    *diff.UNARY, *diff.UNARY_INT, *diff.BINARY_FLOAT, *diff.BINARY_INT, *structured.SHAPE_OPS,
+    "compare", "convert", "bitcast_convert", "clamp", "is_finite", "reduce_precision", "reduce",
+    "reduce_window", "sort", "select_and_scatter", "gather", "scatter", "convolution",
+    "dot_general", "while", "case", "if", "cholesky", "triangular_solve",
+)}  # fmt: skip
+
+
+def _drawn_ops() -> set[str]:
+    """The op under test of 30 draws of every family (each must be in GENERATED)."""
+    seen: set[str] = set()
+    for strategy in FAMILIES.values():
+
+        @settings(max_examples=30, derandomize=True, database=None, deadline=None,
+                  suppress_health_check=list(HealthCheck))  # fmt: skip
+        @given(strategy)
+        def collect(case: diff.Case) -> None:
+            assert re.search(rf"stablehlo\.{case.op}\b", case.text), case.op
+            seen.add(f"stablehlo.{case.op}")
+
+        collect()
+    return seen
+
+
+def test_every_lifted_op_is_generated_or_excluded_with_a_reason() -> None:
+    drawn = _drawn_ops()
+    assert drawn <= GENERATED, f"drawn but not declared: {sorted(drawn - GENERATED)}"
+    assert len(drawn) > len(FAMILIES), "the families draw too few distinct ops"
+    missing = sorted(set(RULES) - GENERATED - set(EXCLUDED))
+    assert not missing, f"lifted ops no family generates and EXCLUDED does not name: {missing}"
+    both = sorted(GENERATED & set(EXCLUDED))
+    assert not both, f"generated yet excluded: {both}"
+    assert GENERATED | set(EXCLUDED) <= set(RULES), sorted(GENERATED | set(EXCLUDED) - set(RULES))
+    assert all(len(why) > 20 for why in EXCLUDED.values())
