@@ -148,13 +148,16 @@ BINARY_INT = ("add", "subtract", "multiply", "divide", "remainder", "maximum", "
 N = 6
 
 
-@st.composite
-def unary_case(draw: Any) -> Case:
-    op, t = draw(st.sampled_from(UNARY)), draw(st.sampled_from(FLOATS))
+def _unary(draw: Any, op: str, t: str) -> Case:
     tt = f"tensor<{N}x{t}>"
     x = array_of(draw, t, N)
     text = module([tt], [f"%0 = stablehlo.{op} %a0 : {tt}"], [("%0", tt)])
     return Case("elementwise", op, text, [x], features_of([x]))
+
+
+@st.composite
+def unary_case(draw: Any) -> Case:
+    return _unary(draw, draw(st.sampled_from(UNARY)), draw(st.sampled_from(FLOATS)))
 
 
 @st.composite
@@ -162,10 +165,7 @@ def int_unary_case(draw: Any) -> Case:
     op, t = draw(st.sampled_from(UNARY_INT)), draw(st.sampled_from(("i1", *INTS)))
     if t == "i1" or (t.startswith("u") and op in ("abs", "negate", "sign")):
         op = "not"  # abs, negate and sign take signless integers only
-    tt = f"tensor<{N}x{t}>"
-    x = array_of(draw, t, N)
-    text = module([tt], [f"%0 = stablehlo.{op} %a0 : {tt}"], [("%0", tt)])
-    return Case("elementwise", op, text, [x], features_of([x]))
+    return _unary(draw, op, t)
 
 
 @st.composite
