@@ -142,7 +142,7 @@ UNARY = ("abs", "negate", "sqrt", "rsqrt", "exponential", "log", "log_plus_one",
 UNARY_INT = ("abs", "negate", "sign", "not", "popcnt", "count_leading_zeros")
 BINARY_FLOAT = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power",
                 "remainder", "atan2")  # fmt: skip
-BINARY_INT = ("add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum",
+BINARY_INT = ("add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "power",
               "and", "or", "xor", "shift_left", "shift_right_arithmetic",
               "shift_right_logical")  # fmt: skip
 N = 6
@@ -192,7 +192,10 @@ def binary_case(draw: Any) -> Case:
     tt = f"tensor<{N}x{t}>"
     a, b = array_of(draw, t, N), array_of(draw, t, N)
     text = module([tt, tt], [f"%0 = stablehlo.{op} %a0, %a1 : {tt}"], [("%0", tt)])
-    return Case("elementwise", op, text, [a, b], features_of([a, b]))
+    feats = features_of([a, b])
+    if op == "power" and not floats and (b.astype(np.int64) >= 64).any():
+        feats.add("exponent-ge-64")
+    return Case("elementwise", op, text, [a, b], feats)
 
 
 @st.composite
