@@ -375,10 +375,12 @@ def triangular_solve_case(draw: Any) -> Case:
   }}
 }}"""
     feats = features_of([b]) | ({"zero-pivot"} if zero_pivot and not unit else set())
-    feats |= {"nonfinite"} if feats & {"inf", "nan", "zero-pivot"} else set()
+    feats |= {"nonfinite"} if feats & {"inf", "nan", "zero-pivot", "extreme"} else set()
     # The interpreter aborts on ADJOINT and on batches with a non-unit diagonal.
     interp = tr != "ADJOINT" and (unit or not batch)
-    return Case("linalg", "triangular_solve", text, [a, b], feats, interpret=interp)
+    # LAPACK's substitution and XLA's blocked solve (inverted diagonal blocks) round apart:
+    # 9 ulp seen in f32 on a 2x2 batch; the spec leaves the algorithm open.
+    return Case("linalg", "triangular_solve", text, [a, b], feats, interpret=interp, ulps=64)
 
 
 # --- data movement ---------------------------------------------------------------------------

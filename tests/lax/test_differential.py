@@ -29,7 +29,7 @@ from .oracles import InterpreterUnavailable, interpret, run_lax, run_xla
 pytestmark = pytest.mark.usefixtures("x64")
 
 LONG = os.environ.get("JULIABRIDGE_DIFF_LONG") == "1"
-EXAMPLES = 150 if LONG else 10
+EXAMPLES = 80 if LONG else 10
 TABLE = diff.deviations()
 FAMILIES = {**diff.FAMILIES, **structured.FAMILIES}
 STATS: Counter[str] = Counter()
@@ -48,7 +48,6 @@ def _run(oracle: str, case: diff.Case) -> list[Any] | str:
 
 def check_case(case: diff.Case) -> None:
     """lax against each oracle; a divergence must be covered by a table row."""
-    STATS[f"cases {case.family}"] += 1
     got = run_lax(case.text, case.args)
     problems = []
     oracles = ["xla"] + (["interpreter"] if diff.interpretable(case) else [])
@@ -60,7 +59,7 @@ def check_case(case: diff.Case) -> None:
                 continue
             why: str | None = want
         else:
-            why = diff.compare_results(got, want)
+            why = diff.compare_results(got, want, case.ulps)
         if why is None:
             continue
         covering = [d.ident for d in TABLE if d.covers(oracle, case)]
@@ -85,7 +84,10 @@ def _check_vmap(case: diff.Case, got: list[Any]) -> None:
     for g, w in zip(out, got):
         for k in range(2):
             why = diff.disagreement(np.asarray(g)[k], np.asarray(w))
-            assert why is None, f"vmap sample {k} of {case.op}: {why}"
+            assert why is None, (
+                f"vmap sample {k} of {case.op}: {why}\n{case.text}\n"
+                f"  args {[a.tolist() for a in case.args]}"
+            )
 
 
 def _settings() -> Any:
@@ -103,6 +105,7 @@ def test_family_agrees_with_xla_and_the_interpreter(family: str) -> None:
     @_settings()
     @given(FAMILIES[family])
     def run(case: diff.Case) -> None:
+        STATS[f"cases {family}"] += 1
         check_case(case)
 
     run()
@@ -161,9 +164,15 @@ def test_the_table_parses_and_names_known_oracles() -> None:
 
 @pytest.mark.skipif(not LONG, reason="long mode: set JULIABRIDGE_DIFF_LONG=1 (minutes)")
 def test_long_mode_figures() -> None:
+    failed = []
     for family in sorted(FAMILIES):
-        test_family_agrees_with_xla_and_the_interpreter(family)
+        try:
+            test_family_agrees_with_xla_and_the_interpreter(family)
+        except AssertionError as e:  # keep going: the figures of every family are wanted
+            failed.append(f"{family}: {str(e)[:3000]}")
+        print(f"{family} done: {STATS[f'cases {family}']} cases", flush=True)
     print("\n".join(f"{k}: {v}" for k, v in sorted(STATS.items())))
+    assert not failed, "\n\n".join(failed)
 
 
 # --- every lifted op is generated or excluded with a reason -------------------------------------
