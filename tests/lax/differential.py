@@ -40,6 +40,10 @@ class Case:
     text: str
     args: list[np.ndarray]
     features: set[str] = field(default_factory=set)
+    #: False where the reference interpreter aborts or refuses the op (see the generator).
+    interpret: bool = True
+    #: The float bound of this case (wider where the spec leaves the algorithm open).
+    ulps: int = ULPS
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,8 @@ def features_of(args: Sequence[np.ndarray]) -> set[str]:
             out |= {"inf"} if np.isinf(w).any() else set()
             if ((w != 0) & (np.abs(w) < float(info.tiny))).any():
                 out.add("denormal")
+            if (np.abs(w) == float(info.max)).any():
+                out.add("extreme")
         elif a.dtype.kind in "iu":
             info = np.iinfo(a.dtype)
             if (a == 0).any():
@@ -133,22 +139,51 @@ def features_of(args: Sequence[np.ndarray]) -> set[str]:
 # --- modules per family ----------------------------------------------------------------------
 
 UNARY = ("abs", "negate", "sqrt", "rsqrt", "exponential", "log", "log_plus_one", "tanh",
-         "floor", "ceil", "sign", "cosine", "sine", "logistic", "round_nearest_even", "cbrt")  # fmt: skip
+         "floor", "ceil", "sign", "cosine", "sine", "logistic", "round_nearest_even", "cbrt",
+         "exponential_minus_one", "round_nearest_afz", "tan")  # fmt: skip
+UNARY_INT = ("abs", "negate", "sign", "not", "popcnt", "count_leading_zeros")
 BINARY_FLOAT = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power",
                 "remainder", "atan2")  # fmt: skip
-BINARY_INT = ("add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum",
+BINARY_INT = ("add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "power",
               "and", "or", "xor", "shift_left", "shift_right_arithmetic",
               "shift_right_logical")  # fmt: skip
 N = 6
 
 
-@st.composite
-def unary_case(draw: Any) -> Case:
-    op, t = draw(st.sampled_from(UNARY)), draw(st.sampled_from(FLOATS))
+def _unary(draw: Any, op: str, t: str) -> Case:
     tt = f"tensor<{N}x{t}>"
     x = array_of(draw, t, N)
     text = module([tt], [f"%0 = stablehlo.{op} %a0 : {tt}"], [("%0", tt)])
     return Case("elementwise", op, text, [x], features_of([x]))
+
+
+@st.composite
+def unary_case(draw: Any) -> Case:
+    return _unary(draw, draw(st.sampled_from(UNARY)), draw(st.sampled_from(FLOATS)))
+
+
+@st.composite
+def int_unary_case(draw: Any) -> Case:
+    op, t = draw(st.sampled_from(UNARY_INT)), draw(st.sampled_from(("i1", *INTS)))
+    if t == "i1" or (t.startswith("u") and op in ("abs", "negate", "sign")):
+        op = "not"  # abs, negate and sign take signless integers only
+    return _unary(draw, op, t)
+
+
+@st.composite
+def float_predicate_case(draw: Any) -> Case:
+    """is_finite (float -> i1) and reduce_precision (to narrower exponent/mantissa widths)."""
+    t = draw(st.sampled_from(FLOATS))
+    tt = f"tensor<{N}x{t}>"
+    x = array_of(draw, t, N)
+    if draw(st.booleans()):
+        bt = f"tensor<{N}xi1>"
+        text = module([tt], [f"%0 = stablehlo.is_finite %a0 : ({tt}) -> {bt}"], [("%0", bt)])
+        return Case("elementwise", "is_finite", text, [x], features_of([x]))
+    e, m = draw(st.integers(2, 8)), draw(st.integers(1, 10))
+    line = f"%0 = stablehlo.reduce_precision %a0, format = e{e}m{m} : {tt}"
+    return Case("elementwise", "reduce_precision", module([tt], [line], [("%0", tt)]), [x],
+                features_of([x]) | {f"e{e}m{m}"})  # fmt: skip
 
 
 @st.composite
@@ -159,7 +194,10 @@ def binary_case(draw: Any) -> Case:
     tt = f"tensor<{N}x{t}>"
     a, b = array_of(draw, t, N), array_of(draw, t, N)
     text = module([tt, tt], [f"%0 = stablehlo.{op} %a0, %a1 : {tt}"], [("%0", tt)])
-    return Case("elementwise", op, text, [a, b], features_of([a, b]))
+    feats = features_of([a, b])
+    if op == "power" and not floats and (b.astype(np.int64) >= 64).any():
+        feats.add("exponent-ge-64")
+    return Case("elementwise", op, text, [a, b], feats)
 
 
 @st.composite
@@ -181,8 +219,20 @@ def convert_case(draw: Any) -> Case:
     dst = draw(st.sampled_from(("i1", *FLOATS, *INTS)))
     x = array_of(draw, src, N)
     st_, dt_ = f"tensor<{N}x{src}>", f"tensor<{N}x{dst}>"
+    if draw(st.integers(0, 3)) == 0:  # a bitcast to the other type of the same width
+        same = [u for u in (*FLOATS, *INTS) if u != src and _width(u) == _width(src)]
+        if same:
+            dst = draw(st.sampled_from(same))
+            dt_ = f"tensor<{N}x{dst}>"
+            line = f"%0 = stablehlo.bitcast_convert %a0 : ({st_}) -> {dt_}"
+            text = module([st_], [line], [("%0", dt_)])
+            return Case("convert", "bitcast_convert", text, [x], features_of([x]))
     text = module([st_], [f"%0 = stablehlo.convert %a0 : ({st_}) -> {dt_}"], [("%0", dt_)])
     return Case("convert", "convert", text, [x], features_of([x]) | {f"to-{dst}"})
+
+
+def _width(t: str) -> int:
+    return ELEMENT_TYPES[t].itemsize
 
 
 @st.composite
@@ -288,6 +338,8 @@ def clamp_case(draw: Any) -> Case:
 #: One strategy per op family.
 FAMILIES = {
     "unary": unary_case(),
+    "int_unary": int_unary_case(),
+    "float_predicate": float_predicate_case(),
     "binary": binary_case(),
     "compare": compare_case(),
     "convert": convert_case(),
@@ -310,7 +362,7 @@ def _ordered(x: np.ndarray) -> np.ndarray:
     return np.array(ordered, dtype=object).reshape(x.shape)
 
 
-def disagreement(got: np.ndarray, want: np.ndarray) -> str | None:
+def disagreement(got: np.ndarray, want: np.ndarray, ulps: int = ULPS) -> str | None:
     """Why `got` and `want` differ beyond the bounds, or None."""
     got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape or got.dtype != want.dtype:
@@ -322,25 +374,25 @@ def disagreement(got: np.ndarray, want: np.ndarray) -> str | None:
     if (np.isnan(g) != np.isnan(w)).any():
         return f"NaN placement: {g.tolist()} vs {w.tolist()}"
     dist = np.where(nan, 0, np.abs(_ordered(got) - _ordered(want)))
-    if dist.size and dist.max() > ULPS:
+    if dist.size and dist.max() > ulps:
         return f"{int(dist.max())} ulp: {g.tolist()} vs {w.tolist()}"
     return None
 
 
-def compare_results(got: Sequence[Any], want: Sequence[Any]) -> str | None:
+def compare_results(got: Sequence[Any], want: Sequence[Any], ulps: int = ULPS) -> str | None:
     """The first disagreement of two result lists, or None."""
     if len(got) != len(want):
         return f"{len(got)} results vs {len(want)}"
     for k, (g, w) in enumerate(zip(got, want)):
-        why = disagreement(g, w)
+        why = disagreement(g, w, ulps)
         if why:
             return f"result {k}: {why}"
     return None
 
 
 def interpretable(case: Case) -> bool:
-    """The interpreter takes no bf16 (or complex) arguments."""
-    return not any(a.dtype == ml_dtypes.bfloat16 for a in case.args)
+    """The interpreter takes no bf16 (or complex) arguments, and aborts on some ops."""
+    return case.interpret and not any(a.dtype == ml_dtypes.bfloat16 for a in case.args)
 
 
 def undocumented(oracle: str, case: Case, why: str, table: Sequence[Deviation]) -> str | None:

@@ -9,6 +9,7 @@ also jvp against central differences.
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from typing import Any
 
@@ -19,15 +20,18 @@ from hypothesis import HealthCheck, given, settings
 
 import juliabridge
 from juliabridge import JuliaBridgeError
+from juliabridge.backends.lax import RULES
 
 from . import differential as diff
+from . import differential_structured as structured
 from .oracles import InterpreterUnavailable, interpret, run_lax, run_xla
 
 pytestmark = pytest.mark.usefixtures("x64")
 
 LONG = os.environ.get("JULIABRIDGE_DIFF_LONG") == "1"
-EXAMPLES = 150 if LONG else 12
+EXAMPLES = 50 if LONG else 10
 TABLE = diff.deviations()
+FAMILIES = {**diff.FAMILIES, **structured.FAMILIES}
 STATS: Counter[str] = Counter()
 
 
@@ -44,7 +48,6 @@ def _run(oracle: str, case: diff.Case) -> list[Any] | str:
 
 def check_case(case: diff.Case) -> None:
     """lax against each oracle; a divergence must be covered by a table row."""
-    STATS[f"cases {case.family}"] += 1
     got = run_lax(case.text, case.args)
     problems = []
     oracles = ["xla"] + (["interpreter"] if diff.interpretable(case) else [])
@@ -56,7 +59,7 @@ def check_case(case: diff.Case) -> None:
                 continue
             why: str | None = want
         else:
-            why = diff.compare_results(got, want)
+            why = diff.compare_results(got, want, case.ulps)
         if why is None:
             continue
         covering = [d.ident for d in TABLE if d.covers(oracle, case)]
@@ -65,7 +68,11 @@ def check_case(case: diff.Case) -> None:
         if msg:
             problems.append(msg)
     assert not problems, "\n".join(problems)
-    _check_vmap(case, got)
+    if "denormal" not in case.features:
+        # XLA's CPU code flushes denormals in its vector loops and not in the scalar remainder
+        # (f32 log of 1e-45 at position 5: -103.97 in a 6-vector, -inf in 2x6), so a batched
+        # call may differ from a single one there.
+        _check_vmap(case, got)
 
 
 def _check_vmap(case: diff.Case, got: list[Any]) -> None:
@@ -77,7 +84,10 @@ def _check_vmap(case: diff.Case, got: list[Any]) -> None:
     for g, w in zip(out, got):
         for k in range(2):
             why = diff.disagreement(np.asarray(g)[k], np.asarray(w))
-            assert why is None, f"vmap sample {k} of {case.op}: {why}"
+            assert why is None, (
+                f"vmap sample {k} of {case.op}: {why}\n{case.text}\n"
+                f"  args {[a.tolist() for a in case.args]}"
+            )
 
 
 def _settings() -> Any:
@@ -90,11 +100,12 @@ def _settings() -> Any:
     )
 
 
-@pytest.mark.parametrize("family", sorted(diff.FAMILIES))
+@pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_family_agrees_with_xla_and_the_interpreter(family: str) -> None:
     @_settings()
-    @given(diff.FAMILIES[family])
+    @given(FAMILIES[family])
     def run(case: diff.Case) -> None:
+        STATS[f"cases {family}"] += 1
         check_case(case)
 
     run()
@@ -118,6 +129,35 @@ def test_f64_derivatives_against_finite_differences() -> None:
         check_grad(fn, args, list(range(len(args))))
 
 
+def test_constant_folded_integer_power_is_a_documented_xla_error() -> None:
+    # XLA's constant folder (jax 0.10.2) takes (-1)^-1 as 0; the spec, the interpreter and lax
+    # give -1.
+    tt = "tensor<2xi32>"
+    lines = ["%c = stablehlo.constant dense<[-1, 3]> : tensor<2xi32>",
+             "%e = stablehlo.constant dense<[-1, 64]> : tensor<2xi32>",
+             f"%p = stablehlo.power %c, %e : {tt}", f"%0 = stablehlo.add %p, %a0 : {tt}"]  # fmt: skip
+    case = diff.Case("elementwise", "power", diff.module([tt], lines, [("%0", tt)]),
+                     [np.zeros(2, np.int32)], {"i32", "constant-folded"})  # fmt: skip
+    got = run_lax(case.text, case.args)[0]
+    np.testing.assert_array_equal(got, [-1, (3**64 + 2**31) % 2**32 - 2**31])
+    np.testing.assert_array_equal(interpret(case.text, case.args)[0], got)
+    why = diff.compare_results([got], run_xla(case.text, case.args))
+    # jax 0.10.2's XLA folds it to 0; jax 0.12's gives -1 as well.
+    assert why is None or any(d.covers("xla", case) for d in TABLE), why
+
+
+def test_constant_denormal_to_i1_is_xlas_folded_true() -> None:
+    # XLA folds a convert of a constant at compile time (a denormal is nonzero) and flushes
+    # a denormal argument at run time; lax follows both.
+    lines = ["%c = stablehlo.constant dense<[1.0e-45, 0.0]> : tensor<2xf32>",
+             "%b = stablehlo.convert %c : (tensor<2xf32>) -> tensor<2xi1>",
+             "%0 = stablehlo.or %b, %a0 : tensor<2xi1>"]  # fmt: skip
+    text = diff.module(["tensor<2xi1>"], lines, [("%0", "tensor<2xi1>")])
+    args = [np.zeros(2, np.bool_)]
+    np.testing.assert_array_equal(run_lax(text, args)[0], [True, False])
+    np.testing.assert_array_equal(run_xla(text, args)[0], [True, False])
+
+
 def test_the_table_parses_and_names_known_oracles() -> None:
     assert TABLE, "no rows between the lax-deviations markers of docs/lax-backend.md"
     assert {d.oracle for d in TABLE} <= {"xla", "interpreter"}
@@ -126,6 +166,91 @@ def test_the_table_parses_and_names_known_oracles() -> None:
 
 @pytest.mark.skipif(not LONG, reason="long mode: set JULIABRIDGE_DIFF_LONG=1 (minutes)")
 def test_long_mode_figures() -> None:
-    for family in sorted(diff.FAMILIES):
-        test_family_agrees_with_xla_and_the_interpreter(family)
+    failed = []
+    for family in sorted(FAMILIES):
+        try:
+            test_family_agrees_with_xla_and_the_interpreter(family)
+        except AssertionError as e:  # keep going: the figures of every family are wanted
+            failed.append(f"{family}: {str(e)[:3000]}")
+        print(f"{family} done: {STATS[f'cases {family}']} cases", flush=True)
     print("\n".join(f"{k}: {v}" for k, v in sorted(STATS.items())))
+    assert not failed, "\n\n".join(failed)
+
+
+# --- every lifted op is generated or excluded with a reason -------------------------------------
+
+_COLLECTIVE = (
+    "a collective: one device runs it as the identity, the interpreter needs a process grid"
+)
+_EFFECT = "tokens and side effects: nothing to compare (a lifted module has none)"
+_STRUCT = "no computation of its own (passes values or calls a region); covered by test_control"
+_DYNAMIC = (
+    "a dynamic-shape form taking shape operands; tests/lax/test_shape.py checks it on both oracles"
+)
+_CHLO = ("CHLO: the interpreter aborts on chlo ops and XLA runs JAX's decomposition of them; "
+         "tests/lax/test_chlo.py compares lax with XLA and numpy")  # fmt: skip
+_COMPLEX = (
+    "makes or reads complex values, which cannot cross the interpreter's boundary; test_elementwise"
+)
+_RANDOM = "implementation-defined bits (XLA's); tests/lax/test_random.py compares them with XLA"
+_LEGACY = (
+    "a legacy spelling of a generated op (dot_general, gather, broadcast_in_dim); its own test file"
+)
+
+#: Ops the lax backend lifts that no harness family generates, and why.
+EXCLUDED = {
+    **{op: _COLLECTIVE for op in ("all_gather", "all_reduce", "all_to_all", "collective_broadcast",
+                                  "collective_permute", "reduce_scatter")},
+    **{op: _EFFECT for op in ("after_all", "create_token", "infeed", "outfeed", "send", "recv")},
+    **{op: _STRUCT for op in ("tuple", "get_tuple_element", "optimization_barrier", "composite",
+                              "map", "constant")},
+    **{op: _DYNAMIC for op in ("dynamic_broadcast_in_dim", "dynamic_iota", "dynamic_pad",
+                               "dynamic_reshape", "real_dynamic_slice", "get_dimension_size")},
+    **{op: _COMPLEX for op in ("complex", "real", "imag")},
+    **{op: _RANDOM for op in ("rng", "rng_bit_generator")},
+    **{op: _LEGACY for op in ("dot", "einsum", "unary_einsum", "torch_index_select", "broadcast")},
+    **{op: "the interpreter aborts on batch_norm_*; tests/lax/test_batchnorm.py uses XLA and "
+           "numpy" for op in ("batch_norm_grad", "batch_norm_inference", "batch_norm_training")},
+    "fft": "float sums in an order the spec leaves open; tests/lax/test_fft.py bounds the error",
+    "custom_call": "one lift per target; tests/lax/test_custom_call.py and test_linalg.py",
+}  # fmt: skip
+EXCLUDED = {f"stablehlo.{k}": v for k, v in EXCLUDED.items()}
+EXCLUDED["func.call"] = _STRUCT
+EXCLUDED |= {op: _CHLO for op in RULES if op.startswith("chlo.")}
+
+
+#: What the families draw their op under test from (the lists their strategies sample).
+GENERATED = {f"stablehlo.{op}" for op in (
+    *diff.UNARY, *diff.UNARY_INT, *diff.BINARY_FLOAT, *diff.BINARY_INT, *structured.SHAPE_OPS,
+    "compare", "convert", "bitcast_convert", "clamp", "is_finite", "reduce_precision", "reduce",
+    "reduce_window", "sort", "select_and_scatter", "gather", "scatter", "convolution",
+    "dot_general", "while", "case", "if", "cholesky", "triangular_solve",
+)}  # fmt: skip
+
+
+def _drawn_ops() -> set[str]:
+    """The op under test of 30 draws of every family (each must be in GENERATED)."""
+    seen: set[str] = set()
+    for strategy in FAMILIES.values():
+
+        @settings(max_examples=30, derandomize=True, database=None, deadline=None,
+                  suppress_health_check=list(HealthCheck))  # fmt: skip
+        @given(strategy)
+        def collect(case: diff.Case) -> None:
+            assert re.search(rf"stablehlo\.{case.op}\b", case.text), case.op
+            seen.add(f"stablehlo.{case.op}")
+
+        collect()
+    return seen
+
+
+def test_every_lifted_op_is_generated_or_excluded_with_a_reason() -> None:
+    drawn = _drawn_ops()
+    assert drawn <= GENERATED, f"drawn but not declared: {sorted(drawn - GENERATED)}"
+    assert len(drawn) > len(FAMILIES), "the families draw too few distinct ops"
+    missing = sorted(set(RULES) - GENERATED - set(EXCLUDED))
+    assert not missing, f"lifted ops no family generates and EXCLUDED does not name: {missing}"
+    both = sorted(GENERATED & set(EXCLUDED))
+    assert not both, f"generated yet excluded: {both}"
+    assert GENERATED | set(EXCLUDED) <= set(RULES), sorted(GENERATED | set(EXCLUDED) - set(RULES))
+    assert all(len(why) > 20 for why in EXCLUDED.values())

@@ -46,7 +46,8 @@ def _in_lapack_type(dtype: np.dtype) -> np.dtype:
 @lifts("stablehlo.cholesky")
 def cholesky(view: OpView) -> Impl:
     """spec.md#cholesky: L with A = L L^H (lower) or U with A = U^H U (upper) per matrix of the
-    batch; the other triangle is zero (the spec leaves it implementation-defined)."""
+    batch; the other triangle is zero (the spec leaves it implementation-defined). A matrix
+    LAPACK cannot factor (not positive definite, or NaN) comes back all NaN, as from XLA."""
     t = view.operand
     if t.rank < 2 or t.shape[-1] != t.shape[-2] or t.dtype.kind not in "fc":
         raise view.error(f"the operand {t} is not a batch of square float or complex matrices")
@@ -57,6 +58,11 @@ def cholesky(view: OpView) -> Impl:
     def impl(a: Any) -> list[Any]:
         full = hermitian_from(lax.convert_element_type(a, work), lower)
         chol = linalg.cholesky(full, symmetrize_input=False)
+        # XLA on the CPU returns a matrix that is not positive definite as all NaN; JAX's
+        # factor has NaN in its triangle only (the other triangle zeroed).
+        failed = lax.reduce_or(lax.ne(chol, chol), (t.rank - 2, t.rank - 1))
+        failed = lax.broadcast_in_dim(failed, chol.shape, tuple(range(t.rank - 2)))
+        chol = lax.select(failed, lax.full_like(chol, np.nan), chol)
         if not lower:
             chol = lax.transpose(chol, perm)
             if work.kind == "c":
