@@ -278,3 +278,65 @@ def test_a_chunk_just_within_the_bound_is_read(
     )
     params, _ = juliabridge.load_params(root)
     np.testing.assert_array_equal(params["layer_1"]["bias"], b)
+
+
+def _deflate_then_lzf(f: h5py.File, name: str) -> h5py.Dataset:
+    from h5py import h5d, h5p, h5s, h5t, h5z
+
+    dcpl = h5p.create(h5p.DATASET_CREATE)
+    dcpl.set_chunk((3,))
+    dcpl.set_deflate(4)
+    dcpl.set_filter(32000, h5z.FLAG_OPTIONAL)  # lzf, after deflate
+    dsid = h5d.create(f.id, name.encode(), h5t.NATIVE_FLOAT, h5s.create_simple((3,)), dcpl=dcpl)
+    ds = h5py.Dataset(dsid)
+    ds[...] = np.ones(3, np.float32)
+    return ds
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_two_compressing_filters_on_one_dataset_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str
+) -> None:
+    # Each inflation is bounded only one filter deep, so stacked compressors are refused.
+    _clean_copy_mode(tmp_path, _route(monkeypatch, route))
+    root = _bundle(tmp_path)
+    _rewrite(root, "/params/layer_1/bias", _deflate_then_lzf)
+    assert _refusal(root, BundleError) == (
+        f"{root / 'weights.h5'}: params.layer_1.bias: dataset /params/layer_1/bias applies more "
+        f"than one compressing filter. {LIMIT_ADVICE}"
+    )
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_gzip_with_fletcher32_reads_the_values_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str
+) -> None:
+    # The checksum filter follows deflate: its 4 bytes are cut before the bounded inflation.
+    _clean_copy_mode(tmp_path, _route(monkeypatch, route))
+    root = _bundle(tmp_path)
+    w = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
+    _rewrite(
+        root,
+        "/params/layer_1/weight",
+        lambda f, n: f.create_dataset(
+            n, data=w, chunks=(1, 3), compression="gzip", fletcher32=True
+        ),
+    )
+    params, _ = juliabridge.load_params(root)
+    np.testing.assert_array_equal(params["layer_1"]["weight"], w)
+
+
+@pytest.mark.parametrize("route", ["forced-own-process", "forced-this-process"])
+def test_every_link_is_checked_past_a_second_hard_link_to_a_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str
+) -> None:
+    # /params/a and /params/layer_1 are one group (its content checked once, at the first
+    # name); the soft link listed after the second name in the same group must still be found.
+    _route(monkeypatch, route)
+    root = _bundle(tmp_path)
+    with h5py.File(root / "weights.h5", "a") as f:
+        f["/params/a"] = f["/params/layer_1"]
+        f["/params/zz"] = h5py.SoftLink("/params/layer_1/bias")
+    reseal(root)
+    msg = _refusal(root, UnsafeBundleError)
+    assert msg.startswith(f"{root / 'weights.h5'}: /params/zz is an HDF5 soft link")
