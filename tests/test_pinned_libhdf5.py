@@ -66,12 +66,13 @@ def _bundle(tmp_path: Path, *, big: int = 0) -> Path:
 
 
 def _rewrite(root: Path, name: str, make: Callable[[h5py.File, str], Any]) -> Path:
-    """Replace dataset `name` by what `make` creates (keeping its dtype tag); reseal."""
+    """Replace dataset `name` by what `make` creates (keeping its dtype tag unless `make` sets
+    one); reseal."""
     with h5py.File(root / "weights.h5", "a") as f:
         tag = f[name].attrs["dtype"]
         del f[name]
         made = make(f, name)
-        if isinstance(made, h5py.Dataset):
+        if isinstance(made, h5py.Dataset) and "dtype" not in made.attrs:
             made.attrs["dtype"] = tag
     reseal(root)
     return root / "weights.h5"
@@ -340,3 +341,82 @@ def test_every_link_is_checked_past_a_second_hard_link_to_a_group(
     reseal(root)
     msg = _refusal(root, UnsafeBundleError)
     assert msg.startswith(f"{root / 'weights.h5'}: /params/zz is an HDF5 soft link")
+
+
+def _early_never_written(f: h5py.File, name: str) -> h5py.Dataset:
+    from h5py import h5d, h5p, h5s, h5t
+
+    dcpl = h5p.create(h5p.DATASET_CREATE)
+    dcpl.set_alloc_time(h5d.ALLOC_TIME_EARLY)
+    dcpl.set_fill_value(np.array(0.0, np.float32))
+    space, kind = h5s.create_simple((3,)), h5t.py_create(np.dtype(np.float32))
+    return h5py.Dataset(h5d.create(f.id, name.encode(), kind, space, dcpl=dcpl))
+
+
+def _tagged(value: Any) -> Callable[[h5py.File, str], h5py.Dataset]:
+    def make(f: h5py.File, name: str) -> h5py.Dataset:
+        ds = f.create_dataset(name, data=np.ones(3, np.float32))
+        ds.attrs.create("dtype", value)
+        return ds
+
+    return make
+
+
+MISMATCH_ADVICE = "The weights file does not belong to this manifest; re-export the bundle"
+BIAS = "params.layer_1.bias: dataset /params/layer_1/bias"
+UNWRITTEN = (
+    f"{BIAS} has no data stored for some or all of its 12 bytes, so reading it would only "
+    "produce HDF5 fill values; the file was not written completely (or claims an array it does "
+    f"not hold). {LIMIT_ADVICE}"
+)
+CONTIGUOUS = {
+    # contiguous storage never allocated (HDF5 late allocation, nothing written)
+    "late-allocated": (
+        lambda f, n: f.create_dataset(n, shape=(3,), dtype=np.float32),
+        BundleError,
+        UNWRITTEN,
+    ),
+    # allocated when created, holding nothing but its fill value
+    "early-allocated": (
+        _early_never_written,
+        BundleError,
+        f"{BIAS} was allocated when created (HDF5 early allocation) and holds nothing but its "
+        "fill value: it was never written. Writers write every dataset's data (spec §4). "
+        f"{LIMIT_ADVICE}",
+    ),
+    # the tag is at most 64 bytes: 64 is read (and compared), 65 refused unread
+    "tag-64-bytes": (
+        _tagged(np.bytes_(b"f" * 64)),
+        juliabridge.SignatureMismatchError,
+        f"{BIAS} is tagged dtype='{'f' * 64}', expected 'f32'. {MISMATCH_ADVICE}",
+    ),
+    "tag-65-bytes": (
+        _tagged(np.bytes_(b"f" * 65)),
+        juliabridge.SignatureMismatchError,
+        "params.layer_1.bias: /params/layer_1/bias: attribute 'dtype' is 65 bytes long. "
+        f"{MISMATCH_ADVICE}",
+    ),
+    "tag-of-two": (
+        _tagged(np.array([b"f32", b"f32"])),
+        juliabridge.SignatureMismatchError,
+        "params.layer_1.bias: /params/layer_1/bias: attribute 'dtype' has shape (2,), expected "
+        f"a string. {MISMATCH_ADVICE}",
+    ),
+    "tag-not-utf8": (
+        _tagged(np.bytes_(b"f\xff32")),
+        juliabridge.SignatureMismatchError,
+        f"{BIAS} is tagged dtype='f\ufffd32', expected 'f32'. {MISMATCH_ADVICE}",
+    ),
+}
+
+
+@pytest.mark.parametrize("route", ["forced-own-process", "forced-this-process"])
+@pytest.mark.parametrize("case", list(CONTIGUOUS))
+def test_a_contiguous_dataset_libhdf5_must_refuse_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str, case: str
+) -> None:
+    make, cls, message = CONTIGUOUS[case]
+    _route(monkeypatch, route)
+    root = _bundle(tmp_path)
+    _rewrite(root, "/params/layer_1/bias", make)
+    assert _refusal(root, cls) == f"{root / 'weights.h5'}: {message}"
