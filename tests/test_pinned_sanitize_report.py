@@ -111,3 +111,19 @@ def test_an_aliasing_attribute_that_is_not_an_integer_is_refused_typed(value: st
         "m.mlir: the module parses but has a structure juliabridge does not expect (ValueError: "
     )
     assert str(e.value).endswith("; it is not a module Reactant emits")
+
+
+def test_every_attribute_of_an_argument_is_sorted_after_one_that_is_kept() -> None:
+    # MLIR keeps an argument's attributes sorted by name: mhlo.custom (kept) comes before
+    # mhlo.sharding and tf.aliasing_output (dropped), which must still be reported.
+    text = f"""module {{
+  func.func @main(%x: {T}, %y: {T} {{mhlo.custom = 7 : i64, mhlo.sharding = "{{replicated}}",
+      tf.aliasing_output = 0 : i32, zz.kept = 1 : i64}}) -> {T} {{
+    return %x : {T}
+  }}
+}}"""
+    m = parse_module(text, trust=True)
+    assert m.aliasing == {1: 0}
+    assert m.arg_shardings == {1: '"{replicated}"'}
+    assert "mhlo.custom = 7 : i64" in m.text and "zz.kept = 1 : i64" in m.text
+    assert "tf.aliasing_output" not in m.text and "mhlo.sharding" not in m.text
