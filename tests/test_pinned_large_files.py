@@ -134,3 +134,32 @@ def test_a_byte_changed_anywhere_in_a_large_module_fails_its_sha256(
     with pytest.raises(ChecksumError) as e:
         juliabridge.import_lux(root)
     assert str(e.value).startswith(f"{module}: sha256 is ")
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_datasets_read_in_parallel_are_each_checked_and_read_whole(
+    tmp_path: Path, where: str
+) -> None:
+    # Several datasets of more than THREAD_ABOVE bytes in all are read by a thread pool, each
+    # hashed in SLABs: every one must arrive whole, and a change in any one be found in it.
+    n = (THREAD_ABOVE // 3) + SLAB + 1  # each several slabs and a partial one
+    spec, _ = dense_spec()
+    rng = np.random.default_rng(2)
+    values = [rng.integers(0, 200, n, dtype=np.uint8) for _ in range(3)]
+    for k, v in enumerate(values):
+        spec.args.append(Arg("state", [f"s{k}"], v))
+    spec.mlir = lower(lambda x, w, b, *s: x @ w + b, *[a.value for a in spec.args])
+    root = write(tmp_path / "par.bundle", spec)
+    upgrade_bundle(root)
+    edit(root, lambda m: m["weights"].pop("sha256", None), seal=False)
+    _, state = juliabridge.load_params(root)
+    for k, v in enumerate(values):
+        np.testing.assert_array_equal(state[f"s{k}"], v)
+    with h5py.File(root / "weights.h5") as f:
+        offset = int(f["/state/s1"].id.get_offset())
+    _flip(root / "weights.h5", _position(where, offset, n, SLAB))
+    with pytest.raises(ChecksumError) as e:
+        juliabridge.import_lux(root)
+    assert str(e.value).startswith(
+        f"{root / 'weights.h5'}: state.s1 (/state/s1): the blake3 of its stored bytes is "
+    )
