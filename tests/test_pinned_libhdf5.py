@@ -353,6 +353,12 @@ def _early_never_written(f: h5py.File, name: str) -> h5py.Dataset:
     return h5py.Dataset(h5d.create(f.id, name.encode(), kind, space, dcpl=dcpl))
 
 
+def _virtual(f: h5py.File, name: str) -> h5py.Dataset:
+    layout = h5py.VirtualLayout(shape=(3,), dtype=np.float32)
+    layout[:] = h5py.VirtualSource("elsewhere.h5", "b", shape=(3,))  # another file's data
+    return f.create_virtual_dataset(name, layout)
+
+
 def _tagged(value: Any) -> Callable[[h5py.File, str], h5py.Dataset]:
     def make(f: h5py.File, name: str) -> h5py.Dataset:
         ds = f.create_dataset(name, data=np.ones(3, np.float32))
@@ -401,6 +407,12 @@ CONTIGUOUS = {
         juliabridge.SignatureMismatchError,
         "params.layer_1.bias: /params/layer_1/bias: attribute 'dtype' has shape (2,), expected "
         f"a string. {MISMATCH_ADVICE}",
+    ),
+    "virtual": (
+        _virtual,
+        UnsafeBundleError,
+        "dataset /params/layer_1/bias is a virtual dataset, which could read other files; "
+        f"weights files hold their data inline. {UNSAFE_ADVICE}",
     ),
     "tag-not-utf8": (
         _tagged(np.bytes_(b"f\xff32")),

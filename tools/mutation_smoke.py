@@ -53,7 +53,7 @@ SMOKE_FUNCTIONS = {
     "juliabridge/bundle/_h5core.py": ["chunk_too_large", "_bounded_inflate", "_check_storage_kind"],
     "juliabridge/bundle/fastread.py": ["sha256_fd"],
     "juliabridge/stablehlo/sanitize.py": ["_filter_arg_attrs"],
-    "juliabridge/transforms/primitives.py": ["_call_jvp", "_jvp_transpose"],
+    "juliabridge/transforms/primitives.py": ["_jvp_transpose"],
 }
 #: Tests that kill the sampled mutants (a subset of pyproject's selection).
 SMOKE_TESTS = [
@@ -62,7 +62,6 @@ SMOKE_TESTS = [
     "tests/test_pinned_params.py",
     "tests/test_pinned_lax.py",
     "tests/test_pinned_libhdf5.py",
-    "tests/test_pinned_large_files.py",
     "tests/test_pinned_sanitize_report.py",
     "tests/test_pinned_higher_order.py",
 ]
@@ -208,6 +207,8 @@ EQUIVALENT: dict[str, str] = {
         'raise Problem("XXlimitXX", unwritten)'
     ),
     "juliabridge.bundle._h5core.xǁReaderǁ_check_storage__mutmut_129": "raise Problem(None, f",
+    # break -> return once the stream ended: nothing follows the loop
+    "juliabridge.bundle._h5core.x__bounded_inflate__mutmut_25": "return",
 }
 
 KILLED = {1, 3, 24, -24, 36, 152, 255}  # mutmut: test failure, pytest error, timeouts
