@@ -5,7 +5,8 @@ Runs mutmut (configured in pyproject.toml, see docs/mutation-testing.md) in a sc
 the working tree, on a smaller scope that fits CI's budget:
 
 * the files in SMOKE_FILES, plus those of pyproject's `only_mutate` list that changed since the
-  merge base with the main branch (so a change to a mutated module is sampled too);
+  merge base with the main branch (so a change to a mutated module is sampled too), and the
+  functions named in SMOKE_FUNCTIONS of larger core modules (left out when --files is given);
 * the tests in SMOKE_TESTS, plus TESTS_FOR's tests of each changed module (each mutant runs
   only those that reach its function);
 * of the mutants mutmut generates there, a fixed sample: every function's mutants numbered
@@ -22,6 +23,7 @@ Usage: python tools/mutation_smoke.py [--threshold 0.9] [--stride 8] [--base mai
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import re
@@ -44,12 +46,21 @@ SMOKE_FILES = [
     "juliabridge/backends/lax/evaluate.py",
     "juliabridge/backends/lax/valtypes.py",
 ]
+#: Core modules too large to sample whole on every run: only these functions' mutants (the
+#: refusals and rules a refactor is likeliest to break), so bundle/, stablehlo/ and
+#: transforms/ have mutants in every run too.
+SMOKE_FUNCTIONS = {
+    "juliabridge/stablehlo/sanitize.py": ["_filter_arg_attrs"],
+    "juliabridge/transforms/primitives.py": ["_jvp_transpose"],
+}
 #: Tests that kill the sampled mutants (a subset of pyproject's selection).
 SMOKE_TESTS = [
     "tests/test_pinned_batch.py",
     "tests/test_pinned_calls.py",
     "tests/test_pinned_params.py",
     "tests/test_pinned_lax.py",
+    "tests/test_pinned_sanitize_report.py",
+    "tests/test_pinned_higher_order.py",
 ]
 #: The tests that reach a changed module's mutants, by path prefix (first match wins); a changed
 #: module matching none gets pyproject's whole test selection.
@@ -175,6 +186,26 @@ EQUIVALENT: dict[str, str] = {
     # the eager impl's lookup of the backend's jitted entry prints nothing natively (it builds
     # a Compiled; Enzyme's derivation child keeps its own stderr), so capturing it changes nothing
     "juliabridge.transforms.primitives.x__impl__mutmut_9": "lambda: get_fn(target, True), )()",
+    # _h5core (docs/mutation-testing.md, round 2): /dev/fd is /proc/self/fd on Linux; the path
+    # is never read; closefd matters only without either descriptor directory
+    "juliabridge.bundle.weights._h5core.x__fd_path__mutmut_1": '"XX/proc/self/fd/{}XX"',
+    "juliabridge.bundle.weights._h5core.xǁReaderǁ__init____mutmut_1": "self.path = None",
+    "juliabridge.bundle.weights._h5core.xǁReaderǁ__init____mutmut_17": 'os.fdopen(fd, "rb", )',
+    # an unknown kind is reported as corrupt, with the corrupt advice
+    "juliabridge.bundle.weights._h5core.xǁReaderǁprepare__mutmut_17": 'raise Problem("CORRUPT"',
+    "juliabridge.bundle.weights._h5core.xǁReaderǁ_check_inflation__mutmut_49": '"CORRUPT", f"cannot read',
+    "juliabridge.bundle.weights._h5core.xǁReaderǁ_check_storage__mutmut_33": 'raise Problem("XXcorruptXX"',
+    # get_offset of a chunked or compact dataset is None and unused; compact data lives in the
+    # header (never short); no fifth layout exists (virtual is refused before)
+    "juliabridge.bundle.weights._h5core.xǁReaderǁ_check_storage__mutmut_17": (
+        "(layout == h5d.CONTIGUOUS) or True"
+    ),
+    "juliabridge.bundle.weights._h5core.xǁReaderǁ_check_storage__mutmut_81": (
+        'raise Problem("XXlimitXX", unwritten)'
+    ),
+    "juliabridge.bundle.weights._h5core.xǁReaderǁ_check_storage__mutmut_129": "raise Problem(None, f",
+    # break -> return once the stream ended: nothing follows the loop
+    "juliabridge.bundle.weights._h5core.x__bounded_inflate__mutmut_25": "return",
 }
 
 KILLED = {1, 3, 24, -24, 36, 152, 255}  # mutmut: test failure, pytest error, timeouts
@@ -228,6 +259,22 @@ def smoke_config(pyproject: Path, files: list[str], tests: list[str]) -> None:
     pyproject.write_text(text)
 
 
+def module_name(path: str) -> str:
+    """``juliabridge/bundle/weights/_h5core.py`` -> ``juliabridge.bundle.weights._h5core`` (mutmut's prefix)."""
+    return path.removesuffix(".py").replace("/", ".")
+
+
+def patterns(files: list[str], functions: dict[str, list[str]], stride: int) -> list[str]:
+    """mutmut name patterns: every function's sampled mutants in `files`, and in each module
+    of `functions` (not also in `files`) those of the functions named."""
+    numbers = range(1, 400, stride)
+    out = [f"{module_name(f)}.*__mutmut_{k}" for f in files for k in numbers]
+    for f, names in functions.items():
+        if f not in files:
+            out += [f"{module_name(f)}.x_{n}__mutmut_{k}" for n in names for k in numbers]
+    return out
+
+
 def mutmut(work: Path, children: int, *names: str) -> int:
     env = dict(os.environ)
     env.setdefault("JULIABRIDGE_HDF5_WORKER", "0")  # bundle/ is not mutated; skip the subprocess
@@ -271,19 +318,18 @@ def main() -> int:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
     changed = changed_files(args.base, list(config["only_mutate"]))
     files = sorted(set(args.files or SMOKE_FILES) | set(changed))
+    functions = {} if args.files else SMOKE_FUNCTIONS
     tests = args.tests or tests_for(changed, list(config["pytest_add_cli_args_test_selection"]))
     work = Path(tempfile.mkdtemp(prefix="jb-mutation-smoke-"))
     try:
         scratch_copy(work)
-        smoke_config(work / "pyproject.toml", files, tests)
-        patterns = [f"*__mutmut_{k}" for k in range(1, 400, args.stride)]
-        if mutmut(work, args.children, *patterns) != 0:
+        smoke_config(work / "pyproject.toml", sorted(set(files) | set(functions)), tests)
+        wanted = patterns(files, functions, args.stride)
+        if mutmut(work, args.children, *wanted) != 0:
             print("mutation smoke: mutmut could not run (the clean tests must pass)")
             return 1
         sampled = {
-            n: c
-            for n, c in results(work).items()
-            if int(n.rsplit("_", 1)[1]) % args.stride == 1 % args.stride
+            n: c for n, c in results(work).items() if any(fnmatch.fnmatchcase(n, p) for p in wanted)
         }
         equivalent = set()
         for name, line in EQUIVALENT.items():
@@ -312,7 +358,8 @@ def main() -> int:
         print(
             f"mutation smoke: {len(killed)}/{total} sampled mutants killed ({score:.1%}; "
             f"threshold {args.threshold:.0%}; {len(equivalent)} equivalent left out; files: "
-            f"{', '.join(files)}) in {time.monotonic() - start:.0f} s"
+            f"{', '.join(files + [f for f in functions if f not in files])}) in "
+            f"{time.monotonic() - start:.0f} s"
         )
         if unchecked:
             print(f"mutation smoke: {len(unchecked)} sampled mutants were not run")

@@ -140,7 +140,7 @@ end
 function check_batch_axis(obj, shape, at)
     ax = get(obj, "batch_axis", nothing)
     ax === nothing && return nothing
-    (is_int(ax) && 0 <= ax < max(length(shape), 1)) || rule_fail("$at.batch_axis", "axis $(repr(ax)) out of range for rank $(length(shape))")
+    (is_int(ax) && 0 <= ax < length(shape)) || rule_fail("$at.batch_axis", "axis $(repr(ax)) out of range for rank $(length(shape))")
     return Int(ax)
 end
 

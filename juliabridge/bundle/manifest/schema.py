@@ -424,7 +424,10 @@ def _dtype(text: str, where: str) -> str:
 
 
 def safe_file_name(name: str, where: str) -> str:
-    """Refuse file names that could leave the bundle directory (absolute, .., separators)."""
+    """Refuse file names that could leave the bundle directory (absolute, .., separators).
+
+    NUL and other control characters are refused as not printable.
+    """
     try:
         name.encode("utf-8")
         printable = all(ch.isprintable() for ch in name)
@@ -435,7 +438,6 @@ def safe_file_name(name: str, where: str) -> str:
         or name in (".", "..")
         or "/" in name
         or "\\" in name
-        or "\x00" in name
         or name.startswith("~")
         or not printable
         or len(name) > 255
@@ -636,7 +638,7 @@ PRODUCER = Obj(
 
 def _batch_axis(obj: dict[str, Any], where: str) -> None:
     axis, shape = obj["batch_axis"], obj["shape"]
-    if axis is not None and not 0 <= axis < max(len(shape), 1):
+    if axis is not None and not 0 <= axis < len(shape):
         raise fail(f"{where}.batch_axis", f"axis {axis} out of range for rank {len(shape)}")
 
 

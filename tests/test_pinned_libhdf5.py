@@ -1,0 +1,434 @@
+"""Pinned: the refusals of the libhdf5 route (docs/bundle-format.md §4), on that route.
+
+The Python reader refuses most hostile files itself, and hands what it does not parse (chunked
+or compressed datasets, unusual structures) to libhdf5, in its own reader process by default.
+That hand-over is the route an attacker picks, so its own checks are pinned here with the
+route forced: ``JULIABRIDGE_HDF5_FASTPATH=0`` sends every file to libhdf5, in its process
+(``JULIABRIDGE_HDF5_WORKER=1``) or in this one (``=0``, as under mutmut); where a chunked
+dataset sends the file there by itself, the default route is run as well. Each test builds one
+hostile weights file with h5py and expects the typed error and its whole message.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+
+import juliabridge
+from juliabridge import BundleError, UnsafeBundleError
+from juliabridge.bundle.weights import _worker
+from juliabridge.bundle.weights import open_weights
+
+from .pinned_support import Arg, dense_spec, lower, reseal, write
+
+ROUTES = {
+    # (JULIABRIDGE_HDF5_FASTPATH, JULIABRIDGE_HDF5_WORKER, reader mode expected)
+    "forced-own-process": ("0", "1", "process"),
+    "forced-this-process": ("0", "0", "in-process"),
+    "chunked-own-process": ("1", "1", "process"),
+}
+LIMIT_ADVICE = (
+    "Re-export the bundle (JuliaBridge.export_lux and juliabridge.save_params write complete, "
+    "inline datasets)"
+)
+UNSAFE_ADVICE = (
+    "Refused because it could make the reader open other files; re-export the bundle with "
+    "JuliaBridge.export_lux or juliabridge.save_params"
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_idle_reader() -> Iterator[None]:
+    yield
+    _worker.stop_idle()
+
+
+def _route(monkeypatch: pytest.MonkeyPatch, route: str) -> str:
+    fast, worker, mode = ROUTES[route]
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", fast)
+    monkeypatch.setenv("JULIABRIDGE_HDF5_WORKER", worker)
+    return mode
+
+
+def _bundle(tmp_path: Path, *, big: int = 0) -> Path:
+    """The dense bundle; with `big`, a float32 state vector of that many elements as well."""
+    spec, _ = dense_spec()
+    if big:
+        spec.args.append(Arg("state", ["big"], np.zeros(big, np.float32)))
+        spec.mlir = lower(lambda x, w, b, s: x @ w + b, *[a.value for a in spec.args])
+    return write(tmp_path / "b.bundle", spec)
+
+
+def _rewrite(root: Path, name: str, make: Callable[[h5py.File, str], Any]) -> Path:
+    """Replace dataset `name` by what `make` creates (keeping its dtype tag unless `make` sets
+    one); reseal."""
+    with h5py.File(root / "weights.h5", "a") as f:
+        tag = f[name].attrs["dtype"]
+        del f[name]
+        made = make(f, name)
+        if isinstance(made, h5py.Dataset) and "dtype" not in made.attrs:
+            made.attrs["dtype"] = tag
+    reseal(root)
+    return root / "weights.h5"
+
+
+def _clean_copy_mode(tmp_path: Path, mode: str, *, chunked: bool = True) -> None:
+    """The route the test means is the one a well-formed file of its kind takes.
+
+    With `chunked`, one dataset is gzip-chunked, which the default route hands to libhdf5.
+    """
+    root = _bundle(tmp_path / "clean")
+    w = np.ones((2, 3), np.float32)
+    if chunked:
+        _rewrite(
+            root,
+            "/params/layer_1/weight",
+            lambda f, n: f.create_dataset(n, data=w, chunks=(1, 3), compression="gzip"),
+        )
+    with open_weights(root / "weights.h5") as reader:
+        got = reader.read_array("/params/layer_1/weight", (2, 3), "f32", "params.layer_1.weight")
+        assert reader.mode == mode
+    if chunked:
+        np.testing.assert_array_equal(got, w)
+
+
+def _refusal(root: Path, cls: type[Exception]) -> str:
+    with pytest.raises(cls) as e:
+        juliabridge.import_lux(root)
+    assert type(e.value) is cls
+    return str(e.value)
+
+
+# --- links and storage that leave the file ----------------------------------------------------
+# The default route refuses these in the Python reader, so only the forced routes reach libhdf5.
+
+
+@pytest.mark.parametrize("route", ["forced-own-process", "forced-this-process"])
+@pytest.mark.parametrize(
+    ("link", "what"),
+    [
+        (lambda: h5py.SoftLink("/params/layer_1/bias"), "an HDF5 soft link; weights files hold"),
+        (
+            lambda: h5py.ExternalLink("other.h5", "/params/layer_1/weight"),
+            "an HDF5 external link, which would read another file; weights",
+        ),
+    ],
+    ids=["soft", "external"],
+)
+def test_a_link_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str, link: Any, what: str
+) -> None:
+    mode = _route(monkeypatch, route)
+    _clean_copy_mode(tmp_path, mode, chunked=False)
+    root = _bundle(tmp_path)
+    with h5py.File(root / "weights.h5", "a") as f:
+        f["/params/extra"] = link()
+    reseal(root)
+    msg = _refusal(root, UnsafeBundleError)
+    assert msg.startswith(f"{root / 'weights.h5'}: /params/extra is {what}")
+    assert msg.endswith(UNSAFE_ADVICE)
+
+
+@pytest.mark.parametrize("route", ["forced-own-process", "forced-this-process"])
+def test_a_dataset_stored_in_an_external_file_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str
+) -> None:
+    mode = _route(monkeypatch, route)
+    _clean_copy_mode(tmp_path, mode, chunked=False)
+    root = _bundle(tmp_path)
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(np.ones(3, np.float32).tobytes())
+    _rewrite(
+        root,
+        "/params/layer_1/bias",
+        lambda f, n: f.create_dataset(
+            n, shape=(3,), dtype=np.float32, external=[(str(outside), 0, 12)]
+        ),
+    )
+    msg = _refusal(root, UnsafeBundleError)
+    assert msg == (
+        f"{root / 'weights.h5'}: dataset /params/layer_1/bias keeps its data in external raw "
+        f"files, which could be any file; weights files hold their data inline. {UNSAFE_ADVICE}"
+    )
+
+
+# --- chunked data: partly written, decompression bombs, forged chunk shapes --------------------
+
+
+def _partly_written(f: h5py.File, name: str) -> h5py.Dataset:
+    ds = f.create_dataset(name, shape=(2, 3), dtype=np.float32, chunks=(1, 3))
+    ds[0] = [1.0, 2.0, 3.0]  # the second chunk is never written
+    return ds
+
+
+def _one_gzip_chunk(n: int, stored: bytes) -> Callable[[h5py.File, str], h5py.Dataset]:
+    """A maker of `n` float32 as one gzip chunk whose stored bytes are `stored`."""
+
+    def make(f: h5py.File, name: str) -> h5py.Dataset:
+        ds = f.create_dataset(name, shape=(n,), dtype=np.float32, chunks=(n,), compression="gzip")
+        ds.id.write_direct_chunk((0,), stored, filter_mask=0)
+        return ds
+
+    return make
+
+
+_FEW = zlib.compress(b"\x00" * 64)  # 4 MiB claimed from these: past deflate's ~1032:1
+_BOMB = zlib.compress(np.arange(1 << 14, dtype=np.float32).tobytes(), 9)  # 64 KiB for 4 KiB
+BOUNDS = {
+    "partly-written": (
+        0,
+        "/params/layer_1/weight",
+        _partly_written,
+        "params.layer_1.weight: dataset /params/layer_1/weight has no data stored for some or "
+        "all of its 24 bytes, so reading it would only produce HDF5 fill values; the file was "
+        "not written completely (or claims an array it does not hold): 1 of its 2 chunks are "
+        "stored",
+    ),
+    "past-deflate": (
+        1 << 20,
+        "/state/big",
+        _one_gzip_chunk(1 << 20, _FEW),
+        f"state.big: dataset /state/big would decompress {len(_FEW)} stored bytes into "
+        f"{4 << 20}, more than the 1100:1 deflate can reach; the chunk sizes are forged or this "
+        "is a decompression bomb",
+    ),
+    "chunk-inflates-past-its-size": (
+        1024,
+        "/state/big",
+        _one_gzip_chunk(1024, _BOMB),
+        "state.big: chunk 0 of dataset /state/big inflates to more than its 4096 bytes; this is "
+        "a decompression bomb or a corrupt chunk",
+    ),
+}
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+@pytest.mark.parametrize("case", list(BOUNDS))
+def test_a_chunked_dataset_past_a_bound_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str, case: str
+) -> None:
+    big, name, make, message = BOUNDS[case]
+    assert len(_BOMB) * 1100 > 4096  # the bomb passes the ratio check, so its inflation decides
+    _clean_copy_mode(tmp_path, _route(monkeypatch, route))
+    root = _bundle(tmp_path, big=big)
+    _rewrite(root, name, make)
+    assert _refusal(root, BundleError) == f"{root / 'weights.h5'}: {message}. {LIMIT_ADVICE}"
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_a_chunk_that_is_not_deflate_data_is_corrupt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str
+) -> None:
+    _clean_copy_mode(tmp_path, _route(monkeypatch, route))
+    root = _bundle(tmp_path, big=1024)
+    _rewrite(root, "/state/big", _one_gzip_chunk(1024, b"\xff" * 32))
+    msg = _refusal(root, BundleError)
+    assert msg.startswith(
+        f"{root / 'weights.h5'}: state.big: chunk 0 of dataset /state/big is not valid deflate "
+        "data (Error -3 while decompressing data: "
+    )
+    assert msg.endswith("The file is corrupt or truncated; download or export the bundle again")
+
+
+@pytest.mark.parametrize("route", ["forced-own-process", "forced-this-process"])
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_a_chunk_larger_than_its_dataset_needs_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str, compression: str | None
+) -> None:
+    # 3 floats (12 bytes) in 2 MiB chunks: more than 4 x 12 bytes + 1 MiB. The default route
+    # refuses this in the Python reader already; the forced routes meet libhdf5's check.
+    mode = _route(monkeypatch, route)
+    _clean_copy_mode(tmp_path, mode)
+    root = _bundle(tmp_path)
+    b = np.ones(3, np.float32)
+    _rewrite(
+        root,
+        "/params/layer_1/bias",
+        lambda f, n: f.create_dataset(
+            n, data=b, chunks=(1 << 19,), maxshape=(None,), compression=compression
+        ),
+    )
+    assert _refusal(root, BundleError) == (
+        f"{root / 'weights.h5'}: params.layer_1.bias: dataset /params/layer_1/bias is stored in "
+        "chunks of 2097152 bytes for 12 bytes of data, more than 4 times its size plus 1 MiB; "
+        "such a chunk is forged (a decompression bomb's), so it is not inflated. Write the "
+        f"weights with chunks no larger than the dataset (or uncompressed). {LIMIT_ADVICE}"
+    )
+
+
+@pytest.mark.parametrize("route", ["forced-own-process", "forced-this-process"])
+def test_a_chunk_just_within_the_bound_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str
+) -> None:
+    # 4 x 12 bytes + 1 MiB is the largest chunk allowed: exactly that many bytes load.
+    _route(monkeypatch, route)
+    root = _bundle(tmp_path)
+    b = np.array([1.0, 2.0, 3.0], np.float32)
+    _rewrite(
+        root,
+        "/params/layer_1/bias",
+        lambda f, n: f.create_dataset(
+            n, data=b, chunks=((4 * 12 + (1 << 20)) // 4,), maxshape=(None,)
+        ),
+    )
+    params, _ = juliabridge.load_params(root)
+    np.testing.assert_array_equal(params["layer_1"]["bias"], b)
+
+
+def _deflate_then_lzf(f: h5py.File, name: str) -> h5py.Dataset:
+    from h5py import h5d, h5p, h5s, h5t, h5z
+
+    dcpl = h5p.create(h5p.DATASET_CREATE)
+    dcpl.set_chunk((3,))
+    dcpl.set_deflate(4)
+    dcpl.set_filter(32000, h5z.FLAG_OPTIONAL)  # lzf, after deflate
+    dsid = h5d.create(f.id, name.encode(), h5t.NATIVE_FLOAT, h5s.create_simple((3,)), dcpl=dcpl)
+    ds = h5py.Dataset(dsid)
+    ds[...] = np.ones(3, np.float32)
+    return ds
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_two_compressing_filters_on_one_dataset_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str
+) -> None:
+    # Each inflation is bounded only one filter deep, so stacked compressors are refused.
+    _clean_copy_mode(tmp_path, _route(monkeypatch, route))
+    root = _bundle(tmp_path)
+    _rewrite(root, "/params/layer_1/bias", _deflate_then_lzf)
+    assert _refusal(root, BundleError) == (
+        f"{root / 'weights.h5'}: params.layer_1.bias: dataset /params/layer_1/bias applies more "
+        f"than one compressing filter. {LIMIT_ADVICE}"
+    )
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_gzip_with_fletcher32_reads_the_values_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str
+) -> None:
+    # The checksum filter follows deflate: its 4 bytes are cut before the bounded inflation.
+    _clean_copy_mode(tmp_path, _route(monkeypatch, route))
+    root = _bundle(tmp_path)
+    w = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
+    _rewrite(
+        root,
+        "/params/layer_1/weight",
+        lambda f, n: f.create_dataset(
+            n, data=w, chunks=(1, 3), compression="gzip", fletcher32=True
+        ),
+    )
+    params, _ = juliabridge.load_params(root)
+    np.testing.assert_array_equal(params["layer_1"]["weight"], w)
+
+
+@pytest.mark.parametrize("route", ["forced-own-process", "forced-this-process"])
+def test_every_link_is_checked_past_a_second_hard_link_to_a_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str
+) -> None:
+    # /params/a and /params/layer_1 are one group (its content checked once, at the first
+    # name); the soft link listed after the second name in the same group must still be found.
+    _route(monkeypatch, route)
+    root = _bundle(tmp_path)
+    with h5py.File(root / "weights.h5", "a") as f:
+        f["/params/a"] = f["/params/layer_1"]
+        f["/params/zz"] = h5py.SoftLink("/params/layer_1/bias")
+    reseal(root)
+    msg = _refusal(root, UnsafeBundleError)
+    assert msg.startswith(f"{root / 'weights.h5'}: /params/zz is an HDF5 soft link")
+
+
+def _early_never_written(f: h5py.File, name: str) -> h5py.Dataset:
+    from h5py import h5d, h5p, h5s, h5t
+
+    dcpl = h5p.create(h5p.DATASET_CREATE)
+    dcpl.set_alloc_time(h5d.ALLOC_TIME_EARLY)
+    dcpl.set_fill_value(np.array(0.0, np.float32))
+    space, kind = h5s.create_simple((3,)), h5t.py_create(np.dtype(np.float32))
+    return h5py.Dataset(h5d.create(f.id, name.encode(), kind, space, dcpl=dcpl))
+
+
+def _virtual(f: h5py.File, name: str) -> h5py.Dataset:
+    layout = h5py.VirtualLayout(shape=(3,), dtype=np.float32)
+    layout[:] = h5py.VirtualSource("elsewhere.h5", "b", shape=(3,))  # another file's data
+    return f.create_virtual_dataset(name, layout)
+
+
+def _tagged(value: Any) -> Callable[[h5py.File, str], h5py.Dataset]:
+    def make(f: h5py.File, name: str) -> h5py.Dataset:
+        ds = f.create_dataset(name, data=np.ones(3, np.float32))
+        ds.attrs.create("dtype", value)
+        return ds
+
+    return make
+
+
+MISMATCH_ADVICE = "The weights file does not belong to this manifest; re-export the bundle"
+BIAS = "params.layer_1.bias: dataset /params/layer_1/bias"
+UNWRITTEN = (
+    f"{BIAS} has no data stored for some or all of its 12 bytes, so reading it would only "
+    "produce HDF5 fill values; the file was not written completely (or claims an array it does "
+    f"not hold). {LIMIT_ADVICE}"
+)
+CONTIGUOUS = {
+    # contiguous storage never allocated (HDF5 late allocation, nothing written)
+    "late-allocated": (
+        lambda f, n: f.create_dataset(n, shape=(3,), dtype=np.float32),
+        BundleError,
+        UNWRITTEN,
+    ),
+    # allocated when created, holding nothing but its fill value
+    "early-allocated": (
+        _early_never_written,
+        BundleError,
+        f"{BIAS} was allocated when created (HDF5 early allocation) and holds nothing but its "
+        "fill value: it was never written. Writers write every dataset's data (spec §4). "
+        f"{LIMIT_ADVICE}",
+    ),
+    # the tag is at most 64 bytes: 64 is read (and compared), 65 refused unread
+    "tag-64-bytes": (
+        _tagged(np.bytes_(b"f" * 64)),
+        juliabridge.SignatureMismatchError,
+        f"{BIAS} is tagged dtype='{'f' * 64}', expected 'f32'. {MISMATCH_ADVICE}",
+    ),
+    "tag-65-bytes": (
+        _tagged(np.bytes_(b"f" * 65)),
+        juliabridge.SignatureMismatchError,
+        "params.layer_1.bias: /params/layer_1/bias: attribute 'dtype' is 65 bytes long. "
+        f"{MISMATCH_ADVICE}",
+    ),
+    "tag-of-two": (
+        _tagged(np.array([b"f32", b"f32"])),
+        juliabridge.SignatureMismatchError,
+        "params.layer_1.bias: /params/layer_1/bias: attribute 'dtype' has shape (2,), expected "
+        f"a string. {MISMATCH_ADVICE}",
+    ),
+    "virtual": (
+        _virtual,
+        UnsafeBundleError,
+        "dataset /params/layer_1/bias is a virtual dataset, which could read other files; "
+        f"weights files hold their data inline. {UNSAFE_ADVICE}",
+    ),
+    "tag-not-utf8": (
+        _tagged(np.bytes_(b"f\xff32")),
+        juliabridge.SignatureMismatchError,
+        f"{BIAS} is tagged dtype='f\ufffd32', expected 'f32'. {MISMATCH_ADVICE}",
+    ),
+}
+
+
+@pytest.mark.parametrize("route", ["forced-own-process", "forced-this-process"])
+@pytest.mark.parametrize("case", list(CONTIGUOUS))
+def test_a_contiguous_dataset_libhdf5_must_refuse_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str, case: str
+) -> None:
+    make, cls, message = CONTIGUOUS[case]
+    _route(monkeypatch, route)
+    root = _bundle(tmp_path)
+    _rewrite(root, "/params/layer_1/bias", make)
+    assert _refusal(root, cls) == f"{root / 'weights.h5'}: {message}"
