@@ -22,8 +22,7 @@ import pytest
 
 import juliabridge
 from juliabridge import BundleError, UnsafeBundleError
-from juliabridge.bundle.weights import _worker
-from juliabridge.bundle.weights import open_weights
+from juliabridge.bundle.weights import _worker, open_weights
 
 from .pinned_support import Arg, dense_spec, lower, reseal, write
 

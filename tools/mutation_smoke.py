@@ -193,8 +193,12 @@ EQUIVALENT: dict[str, str] = {
     "juliabridge.bundle.weights._h5core.xǁReaderǁ__init____mutmut_17": 'os.fdopen(fd, "rb", )',
     # an unknown kind is reported as corrupt, with the corrupt advice
     "juliabridge.bundle.weights._h5core.xǁReaderǁprepare__mutmut_17": 'raise Problem("CORRUPT"',
-    "juliabridge.bundle.weights._h5core.xǁReaderǁ_check_inflation__mutmut_49": '"CORRUPT", f"cannot read',
-    "juliabridge.bundle.weights._h5core.xǁReaderǁ_check_storage__mutmut_33": 'raise Problem("XXcorruptXX"',
+    "juliabridge.bundle.weights._h5core.xǁReaderǁ_check_inflation__mutmut_49": (
+        '"CORRUPT", f"cannot read'
+    ),
+    "juliabridge.bundle.weights._h5core.xǁReaderǁ_check_storage__mutmut_33": (
+        'raise Problem("XXcorruptXX"'
+    ),
     # get_offset of a chunked or compact dataset is None and unused; compact data lives in the
     # header (never short); no fifth layout exists (virtual is refused before)
     "juliabridge.bundle.weights._h5core.xǁReaderǁ_check_storage__mutmut_17": (
@@ -203,7 +207,9 @@ EQUIVALENT: dict[str, str] = {
     "juliabridge.bundle.weights._h5core.xǁReaderǁ_check_storage__mutmut_81": (
         'raise Problem("XXlimitXX", unwritten)'
     ),
-    "juliabridge.bundle.weights._h5core.xǁReaderǁ_check_storage__mutmut_129": "raise Problem(None, f",
+    "juliabridge.bundle.weights._h5core.xǁReaderǁ_check_storage__mutmut_129": (
+        "raise Problem(None, f"
+    ),
     # break -> return once the stream ended: nothing follows the loop
     "juliabridge.bundle.weights._h5core.x__bounded_inflate__mutmut_25": "return",
 }
@@ -260,7 +266,7 @@ def smoke_config(pyproject: Path, files: list[str], tests: list[str]) -> None:
 
 
 def module_name(path: str) -> str:
-    """``juliabridge/bundle/weights/_h5core.py`` -> ``juliabridge.bundle.weights._h5core`` (mutmut's prefix)."""
+    """``juliabridge/lux/trees.py`` -> ``juliabridge.lux.trees`` (mutmut's prefix)."""
     return path.removesuffix(".py").replace("/", ".")
 
 
