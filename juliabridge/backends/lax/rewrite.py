@@ -20,10 +20,12 @@ XLA's constant folder divides integers on the host with the machine's instructio
 SIGFPE (jax 0.10.2, xla and enzyme backends; `auto` whenever it fell back). The lax lift never
 divides by those values (it selects 1 in their place and then the spec's results), so every
 integer division whose divisor is not a constant free of 0 and -1 reaches XLA as that lift too.
-Inside a `stablehlo.map` body XLA refuses a call, so there the same formula is written inline
-(`_guard_inline`): the divisor is replaced by 1 where it is 0 (or -1 with INT_MIN), and the
-spec's results are selected in those places; a 7 / 0 of constants in a map body killed the
-process with SIGFPE before.
+The same formula is written inline (`_guard_inline`) wherever the operands have the result's
+type (inside a `stablehlo.map` body XLA refuses a call; inside a reduce body of a derived VJP
+module the call made XLA abort), and through a call only for a broadcasting `chlo` division:
+the divisor is replaced by 1 where it is 0 (or -1 with INT_MIN), and the spec's results are
+selected in those places; a 7 / 0 of constants in a map body killed the process with SIGFPE
+before.
 """
 
 from __future__ import annotations
@@ -129,6 +131,20 @@ def _inside_map(op: ir.Operation) -> bool:
 def trapping_in_map(op: ir.Operation) -> bool:
     """An integer division in a `stablehlo.map` body that XLA could fold into a trap."""
     return op.name in DIVISION_OPS and may_trap(op) and _inside_map(op)
+
+
+def _guarded_inline(op: ir.Operation) -> bool:
+    """Whether a trapping integer division is guarded in place rather than through a call.
+
+    Every same-typed one is: a call of the lifted formula inside a region body (a reduce
+    body of a VJP module JAX derived, whose divisor is a select of constants) made XLA abort
+    with "Failed to infer result type(s)", while the same formula inline compiles and folds
+    safely. Only a broadcasting `chlo` division outside a map body keeps the call.
+    """
+    if op.name not in DIVISION_OPS or not may_trap(op):
+        return False
+    t = op.results[0].type
+    return _inside_map(op) or all(v.type == t for v in op.operands)
 
 
 def _guard_inline(op: ir.Operation, origin: str) -> None:
@@ -242,9 +258,9 @@ def rewrite_through_lax(
     with make_context(allow_unregistered=trust) as ctx:
         parsed = ir.Module.parse(module.text)
         ops = list(walk(parsed.operation))
-        targets = [op for op in ops if select(op)]
+        targets = [op for op in ops if select(op) and not _guarded_inline(op)]
         for op in ops:
-            if trapping_in_map(op):
+            if (select(op) or trapping_in_map(op)) and _guarded_inline(op):
                 with op.location:
                     _guard_inline(op, module.origin)
         functions: dict[str, str] = {}
