@@ -68,16 +68,24 @@ _CHILD = """
 """
 
 
-def run_cases(backend: str, batch: list[dict[str, object]], tmp: Path) -> list[object]:
-    path = tmp / f"{backend}.json"
-    path.write_text(json.dumps(batch))
+def run_child(script: str, path: Path, backend: str) -> object:
+    """Run `script` on `path` and `backend` in a child (a trap ends only the child); its last
+    line of output, parsed as JSON."""
     env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
     proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_CHILD), str(path), backend],
+        [sys.executable, "-c", textwrap.dedent(script), str(path), backend],
         env=env, capture_output=True, text=True, timeout=600, cwd=REPO,
     )  # fmt: skip
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
-    return list(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_cases(backend: str, batch: list[dict[str, object]], tmp: Path) -> list[object]:
+    path = tmp / f"{backend}.json"
+    path.write_text(json.dumps(batch))
+    got = run_child(_CHILD, path, backend)
+    assert isinstance(got, list), got
+    return got
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -147,11 +155,5 @@ def test_gradient_through_a_reduce_body_that_divides_constants(
     )
     path = tmp_path / "m.mlir"
     path.write_text(text)
-    env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_GRAD_CHILD), str(path), backend],
-        env=env, capture_output=True, text=True, timeout=600, cwd=REPO,
-    )  # fmt: skip
-    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     # d/dx sum(x*x + c) = 2x: the reduce's constant contributes nothing.
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [0.0, 2.0, 4.0]
+    assert run_child(_GRAD_CHILD, path, backend) == [0.0, 2.0, 4.0]

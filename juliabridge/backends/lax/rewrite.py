@@ -260,7 +260,7 @@ def rewrite_through_lax(
         ops = list(walk(parsed.operation))
         targets = [op for op in ops if select(op) and not _guarded_inline(op)]
         for op in ops:
-            if (select(op) or trapping_in_map(op)) and _guarded_inline(op):
+            if picked(op) and _guarded_inline(op):
                 with op.location:
                     _guard_inline(op, module.origin)
         functions: dict[str, str] = {}
