@@ -76,143 +76,27 @@ TESTS_FOR = {
     "juliabridge/lux/model.py": ["tests/test_pinned_calls.py", "tests/test_pinned_batch.py"],
     "juliabridge/backends/lax/": ["tests/test_pinned_lax.py", "tests/lax/test_framework.py"],
 }
-#: Mutants no test can kill because they do not change behaviour (docs/mutation-testing.md
-#: explains each); they leave the denominator while their mutated line is still the one named.
-EQUIVALENT: dict[str, str] = {
-    # the one caller passes batched_chunks explicitly (model.py), so the default is never used
-    "juliabridge.lux.batchsize.x_call_with_batch__mutmut_1": "batched_chunks: bool = False,",
-    # layout is only ever compared with "julia": any other default string reads as "mlir"
-    "juliabridge.lux.batchsize.x_batch_size_of__mutmut_1": 'layout: str = "XXmlirXX"',
-    "juliabridge.lux.batchsize.x_check_fixed_shapes__mutmut_1": 'layout: str = "XXmlirXX"',
-    # import_lux, the one maker of LuxModels, always passes layout
-    "juliabridge.lux.model.xǁLuxModelǁ__init____mutmut_1": 'layout: str = "XXmlirXX",',
-    # O_NOFOLLOW refuses a symlink before fstat, and fstat of a descriptor never reports one;
-    # on Linux every other non-regular file is a directory, FIFO, device or socket, named before
-    # (the mutants of the last two branches of kind_of, from the full run of safefile.py)
-    "juliabridge.bundle.files.safefile.x_kind_of__mutmut_15": "stat.S_ISLNK(None)",
-    "juliabridge.bundle.files.safefile.x_kind_of__mutmut_16": '"XXa symlinkXX"',
-    "juliabridge.bundle.files.safefile.x_kind_of__mutmut_17": 'return "a symlink"',
-    "juliabridge.bundle.files.safefile.x_kind_of__mutmut_18": '"XXa special fileXX"',
-    "juliabridge.bundle.files.safefile.x_kind_of__mutmut_19": '"A SPECIAL FILE"',
-    # only where preadv is missing: os.read and a copy into the view read what readv would
-    "juliabridge.bundle.files.safefile.x_read_at__mutmut_19": 'hasattr(os, "readv")) and False',
-    "juliabridge.bundle.files.safefile.x_read_at__mutmut_25": 'hasattr(None, "readv")',
-    "juliabridge.bundle.files.safefile.x_read_at__mutmut_29": '"XXreadvXX"',
-    "juliabridge.bundle.files.safefile.x_read_at__mutmut_30": '"READV"',
-    # Linux reports ELOOP for every symlink opened with O_NOFOLLOW: this clause is for other
-    # platforms (not observable here)
-    "juliabridge.bundle.files.safefile.x_open_regular__mutmut_17": "e.errno != errno.EACCES",
-    # O_NONBLOCK changes nothing for a regular file on Linux (its reads never return EAGAIN),
-    # and anything else was refused just before: clearing it, or not, is not observable
-    "juliabridge.bundle.files.safefile.x_open_regular__mutmut_30": 'hasattr(None, "set_blocking")',
-    "juliabridge.bundle.files.safefile.x_open_regular__mutmut_34": '"XXset_blockingXX"',
-    "juliabridge.bundle.files.safefile.x_open_regular__mutmut_35": '"SET_BLOCKING"',
-    "juliabridge.bundle.files.safefile.x_open_regular__mutmut_40": "os.set_blocking(fd, False)",
-    # leaf[:n] for n past len(leaf) is leaf itself, already in the set of prefixes
-    "juliabridge.bundle.manifest.x__check_consistency__mutmut_113": "range(len(leaf) + 2)",
-    # json.loads cannot recurse past the 64 levels the depth check lets through
-    "juliabridge.bundle.manifest.x_load_manifest__mutmut_49": "raise ManifestError(None) from e",
-    # numpy stores bool as one byte 0/1 already: the uint8 view changes no byte hashed
-    "juliabridge.bundle.files.digest.x_canonical_bytes__mutmut_9": 'if mlir_dtype == "i1":',
-    # the Python reader's plan already refused every stored type decode would refuse, so
-    # decode's message (where this names the dataset) is never built on that route
-    "juliabridge.bundle.weights.xǁWeightsReaderǁ_read_fast__mutmut_33": (
-        "decode(raw, r.dtype, None)"
-    ),
-    # forgetting that the whole file was verified only hashes it again, with the same result
-    "juliabridge.bundle.weights.xǁWeightsReaderǁ_verify_file_first__mutmut_25": (
-        "self._file_verified = None"
-    ),
-    # ascontiguousarray makes a rank-0 array rank 1, and a C-contiguous array's uint8 view has
-    # the same bytes whatever its shape: reshape(None) hashes what reshape(-1) does
-    "juliabridge.bundle.weights.x__little_endian_bytes__mutmut_17": "arr.reshape(None)",
-    # on a little-endian machine a native array's bytes already are little-endian
-    "juliabridge.bundle.weights.x__little_endian_bytes__mutmut_9": "np.little_endian is not False",
-    # no default for a target without a call site: None and "" both leave the site out
-    "juliabridge.stablehlo.policy.x_check_custom_calls__mutmut_81": "get(bad[0], )",
-    # a dialect is the name up to the first dot; the last dot differs only for a name with two
-    # dots, and stablehlo/chlo have none: an unknown op of theirs is a parse error before this
-    "juliabridge.stablehlo.policy.x_check_ops__mutmut_9": 'op.rsplit(".", 1)[0]',
-    # contracts: layouts are checked after tensor_type admitted every operand and result, so
-    # each is a ranked tensor and the rank of anything else is never used
-    "juliabridge.stablehlo.contracts.x__check_layouts__mutmut_17": (
-        "isinstance(t, ir.RankedTensorType) else -2"
-    ),
-    # MLIR's verifier already refuses every alias this check would (indices out of range or
-    # into non-tuples, operand and result of different types): skipping it, or its message
-    # (tensor_type refuses tuple operands and results first), changes nothing observable
-    "juliabridge.stablehlo.contracts.x__check_aliases__mutmut_1": (
-        '"XXoutput_operand_aliasesXX" not in op.attributes'
-    ),
-    "juliabridge.stablehlo.contracts.x__check_aliases__mutmut_17": (
-        '"XXaliases into tuples are not supportedXX"'
-    ),
-    # a target without a contract is refused by the policy (or admitted unchecked with
-    # trust=True, or lifted by the lax backend) before check_custom_call could say so
-    "juliabridge.stablehlo.contracts.x_check_custom_call__mutmut_17": (
-        '"XXjuliabridge (juliabridge/stablehlo/contracts.py), so its kernel could be handed XX"'
-    ),
-    # lax attrs: a numpy dtype kind is one character, and "X" is none, so `in "XXiubXX"`
-    # tests what `in "iub"` does
-    "juliabridge.backends.lax.attrs.x__real__mutmut_25": 'if base.kind in "XXiubXX":',
-    "juliabridge.backends.lax.attrs.x__from_literal__mutmut_17": 'if want.kind in "XXiubXX":',
-    # np.array(values, dtype) and assigning them one by one convert the same way (bf16/f8 NaN
-    # payloads and -0.0 included; complex values are Python complex either way)
-    "juliabridge.backends.lax.attrs.x__from_literal__mutmut_25": 'if want.kind != "c":',
-    # without the binding's isinstance, _isa casts, which succeeds exactly for the same attributes
-    "juliabridge.backends.lax.attrs.x__isa__mutmut_1": "check = None",
-    # the numpy buffer of a dense attribute is used only when its dtype and size are the wanted
-    # ones (for bf16, f8, i4... numpy gets a 0-d object array); otherwise, as for a 9-byte
-    # item, the printed form decodes the same values (MLIR prints a float that would not
-    # round-trip in decimal as its bit pattern)
-    "juliabridge.backends.lax.attrs.x_dense__mutmut_9": (
-        "and want.kind in _BUFFER_KINDS or want.itemsize in (1, 2, 4, 8)"
-    ),
-    "juliabridge.backends.lax.attrs.x_dense__mutmut_17": "want.itemsize in (1, 2, 4, 9)",
-    # MLIR prints a dense hex blob as "0x..." in quotes and any other dense body of a numeric
-    # type without a quote at either end: `and` and `or` decide alike
-    "juliabridge.backends.lax.attrs.x_dense__mutmut_65": (
-        "if body.startswith('\"0x') or body.endswith('\"'):"
-    ),
-    # stablehlo's call-graph check refuses a top-level op other than func.func at load, before
-    # the lax backend builds a Program, so this message is never built
-    "juliabridge.backends.lax.program.xǁProgramǁ__init____mutmut_9": "{location_of(None)}",
-    # likewise a declaration without a body (stablehlo's call-graph check) and a region of
-    # more than one block (its region check) never reach the lax backend's own refusals
-    "juliabridge.backends.lax.program.xǁProgramǁfunction__mutmut_17": (
-        "if not decl.regions and not decl.regions[0].blocks:"
-    ),
-    "juliabridge.backends.lax.program.xǁ_FunctionBuilderǁ_block__mutmut_9": "op=owner.name,",
-    # the eager impl's lookup of the backend's jitted entry prints nothing natively (it builds
-    # a Compiled; Enzyme's derivation child keeps its own stderr), so capturing it changes nothing
-    "juliabridge.transforms.primitives.x__impl__mutmut_9": "lambda: get_fn(target, True), )()",
-    # _h5core (docs/mutation-testing.md, round 2): /dev/fd is /proc/self/fd on Linux; the path
-    # is never read; closefd matters only without either descriptor directory
-    "juliabridge.bundle.weights._h5core.x__fd_path__mutmut_1": '"XX/proc/self/fd/{}XX"',
-    "juliabridge.bundle.weights._h5core.xǁReaderǁ__init____mutmut_1": "self.path = None",
-    "juliabridge.bundle.weights._h5core.xǁReaderǁ__init____mutmut_17": 'os.fdopen(fd, "rb", )',
-    # an unknown kind is reported as corrupt, with the corrupt advice
-    "juliabridge.bundle.weights._h5core.xǁReaderǁprepare__mutmut_17": 'raise Problem("CORRUPT"',
-    "juliabridge.bundle.weights._h5core.xǁReaderǁ_check_inflation__mutmut_49": (
-        '"CORRUPT", f"cannot read'
-    ),
-    "juliabridge.bundle.weights._h5core.xǁReaderǁ_check_storage__mutmut_33": (
-        'raise Problem("XXcorruptXX"'
-    ),
-    # get_offset of a chunked or compact dataset is None and unused; compact data lives in the
-    # header (never short); no fifth layout exists (virtual is refused before)
-    "juliabridge.bundle.weights._h5core.xǁReaderǁ_check_storage__mutmut_17": (
-        "(layout == h5d.CONTIGUOUS) or True"
-    ),
-    "juliabridge.bundle.weights._h5core.xǁReaderǁ_check_storage__mutmut_81": (
-        'raise Problem("XXlimitXX", unwritten)'
-    ),
-    "juliabridge.bundle.weights._h5core.xǁReaderǁ_check_storage__mutmut_129": (
-        "raise Problem(None, f"
-    ),
-    # break -> return once the stream ended: nothing follows the loop
-    "juliabridge.bundle.weights._h5core.x__bounded_inflate__mutmut_25": "return",
-}
+#: Mutants no test can kill because they do not change behaviour: one TOML file per module in
+#: tools/mutation_equivalents/ (a table per mutant name: `line`, which `mutmut show` of it must
+#: still contain, and `why`; docs/mutation-testing.md lists them). They leave the denominator
+#: only while their mutated line is still the one named.
+EQUIVALENTS_DIR = ROOT / "tools" / "mutation_equivalents"
+
+
+def load_equivalents(folder: Path = EQUIVALENTS_DIR) -> dict[str, str]:
+    """Mutant name -> the mutated line it must still show, from every file in `folder`."""
+    out: dict[str, str] = {}
+    for path in sorted(folder.glob("*.toml")):
+        for name, entry in tomllib.loads(path.read_text()).items():
+            if not name.startswith(path.stem + "."):
+                raise SystemExit(f"mutation_smoke: {path.name} lists {name}, of another module")
+            if not entry.get("line") or len(entry.get("why", "")) < 20:
+                raise SystemExit(f"mutation_smoke: {path.name}: {name} needs `line` and `why`")
+            out[name] = entry["line"]
+    return out
+
+
+EQUIVALENT = load_equivalents()
 
 KILLED = {1, 3, 24, -24, 36, 152, 255}  # mutmut: test failure, pytest error, timeouts
 SURVIVED = {0, 5, 33, 35}  # survived, no tests, no tests, suspicious
