@@ -1,23 +1,27 @@
 #!/usr/bin/env python3
-"""Mutation smoke for CI: a fixed sample of mutmut's mutants of core files must stay killed.
+"""Mutation smoke for CI: a fixed sample of mutmut's mutants of every core module must stay killed.
 
 Runs mutmut (configured in pyproject.toml, see docs/mutation-testing.md) in a scratch copy of
-the working tree, on a smaller scope that fits CI's budget:
+the working tree, on a scope that fits CI's budget:
 
-* the files in SMOKE_FILES, plus those of pyproject's `only_mutate` list that changed since the
-  merge base with the main branch (so a change to a mutated module is sampled too), and the
-  functions named in SMOKE_FUNCTIONS of larger core modules (left out when --files is given);
-* the tests in SMOKE_TESTS, plus TESTS_FOR's tests of each changed module (each mutant runs
-  only those that reach its function);
-* of the mutants mutmut generates there, a fixed sample: every function's mutants numbered
-  1, 1 + stride, 1 + 2 * stride, ... (mutmut numbers a function's mutants in source order, so
-  the sample is the same from run to run while the code is).
+* every module of pyproject's `only_mutate` list (the whole core) contributes PER_MODULE
+  mutants: evenly spaced over the module's measured sample (every function's mutants numbered
+  1, 1 + MEASURED_STRIDE, ...; mutmut numbers a function's mutants in source order, so the
+  sample is the same from run to run while the code is), i.e. a subset of what
+  docs/mutation-testing.md's per-module figures measure;
+* a module that changed since the merge base with the main branch contributes its whole
+  sample at --stride (every function's mutants 1, 1 + stride, ...);
+* the tests are TESTS_FOR's files of every module (each mutant runs only those that reach its
+  function).
+
+With --files, only those files are mutated, at --stride (the per-module measurement of
+docs/mutation-testing.md), with --tests or TESTS_FOR's tests of those files.
 
 The score is killed (timeouts count as killed) / sampled, without the mutants listed in
-EQUIVALENT. Exit status 1 when it is below --threshold or when mutmut cannot run the clean
-tests; the survivors are printed with their diffs.
+tools/mutation_equivalents/. Exit status 1 when it is below --threshold or when mutmut cannot
+run the clean tests; the survivors are printed with their diffs.
 
-Usage: python tools/mutation_smoke.py [--threshold 0.9] [--stride 8] [--base main]
+Usage: python tools/mutation_smoke.py [--threshold 0.9] [--per-module 3] [--stride 8] [--base main]
 """
 
 from __future__ import annotations
@@ -37,33 +41,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Core modules sampled on every run: small, and quick to test.
-SMOKE_FILES = [
-    "juliabridge/lux/trees.py",
-    "juliabridge/lux/batchsize.py",
-    "juliabridge/function.py",
-    "juliabridge/dtypes.py",
-    "juliabridge/backends/lax/evaluate.py",
-    "juliabridge/backends/lax/valtypes.py",
-]
-#: Core modules too large to sample whole on every run: only these functions' mutants (the
-#: refusals and rules a refactor is likeliest to break), so bundle/, stablehlo/ and
-#: transforms/ have mutants in every run too.
-SMOKE_FUNCTIONS = {
-    "juliabridge/stablehlo/sanitize.py": ["_filter_arg_attrs"],
-    "juliabridge/transforms/primitives.py": ["_jvp_transpose"],
-}
-#: Tests that kill the sampled mutants (a subset of pyproject's selection).
-SMOKE_TESTS = [
-    "tests/test_pinned_batch.py",
-    "tests/test_pinned_calls.py",
-    "tests/test_pinned_params.py",
-    "tests/test_pinned_lax.py",
-    "tests/test_pinned_sanitize_report.py",
-    "tests/test_pinned_higher_order.py",
-]
-#: The tests that reach a changed module's mutants, by path prefix (first match wins); a changed
-#: module matching none gets pyproject's whole test selection.
+#: The stride of the per-module figures in docs/mutation-testing.md; the smoke's sample of a
+#: module is drawn from that module's measured sample.
+MEASURED_STRIDE = 16
+#: Mutants each core module contributes to every run.
+PER_MODULE = 3
+#: The test files that kill a module's sample, by path prefix (the longest matching prefix
+#: wins; a module matching none gets pyproject's whole test selection). Tests that run the code
+#: in another process (the CLI as a command, the HDF5 reader process, Enzyme's derivation child)
+#: cannot see mutants, so these are in-process tests.
 TESTS_FOR = {
     "juliabridge/bundle/": ["tests/test_pinned_security.py", "tests/test_bundle_hardening.py"],
     "juliabridge/stablehlo/": ["tests/test_pinned_security.py", "tests/test_module_hardening.py"],
@@ -71,11 +57,14 @@ TESTS_FOR = {
     # which dies under mutmut (docs/mutation-testing.md), so the clean run would fail
     "juliabridge/transforms/": ["tests/test_pinned_transforms.py"],
     "juliabridge/verification.py": ["tests/test_pinned_verify.py"],
+    "juliabridge/lux/": ["tests/test_pinned_calls.py", "tests/test_pinned_batch.py"],
     "juliabridge/lux/params_io.py": ["tests/test_pinned_params.py"],
     "juliabridge/lux/parallel.py": ["tests/test_pinned_parallel.py"],
-    "juliabridge/lux/model.py": ["tests/test_pinned_calls.py", "tests/test_pinned_batch.py"],
+    "juliabridge/function.py": ["tests/test_pinned_calls.py"],
+    "juliabridge/dtypes.py": ["tests/test_pinned_calls.py"],
     "juliabridge/backends/lax/": ["tests/test_pinned_lax.py", "tests/lax/test_framework.py"],
 }
+
 #: Mutants no test can kill because they do not change behaviour: one TOML file per module in
 #: tools/mutation_equivalents/ (a table per mutant name: `line`, which `mutmut show` of it must
 #: still contain, and `why`; docs/mutation-testing.md lists them). They leave the denominator
@@ -116,12 +105,17 @@ def changed_files(base: str, mutated: list[str]) -> list[str]:
     return [f for f in mutated if f in names]
 
 
-def tests_for(changed: list[str], selection: list[str]) -> list[str]:
-    """SMOKE_TESTS plus the tests that reach the mutants of the `changed` modules."""
-    tests = list(SMOKE_TESTS)
-    for f in changed:
-        extra = next((t for prefix, t in TESTS_FOR.items() if f.startswith(prefix)), selection)
-        tests += [t for t in extra if t not in tests]
+def tests_of(path: str, selection: list[str]) -> list[str]:
+    """TESTS_FOR's test files for the module at `path` (its longest matching prefix)."""
+    prefixes = sorted((p for p in TESTS_FOR if path.startswith(p)), key=len, reverse=True)
+    return list(TESTS_FOR[prefixes[0]]) if prefixes else list(selection)
+
+
+def tests_for(modules: list[str], selection: list[str]) -> list[str]:
+    """The union, in a stable order, of the test files of `modules`."""
+    tests: list[str] = []
+    for f in modules:
+        tests += [t for t in tests_of(f, selection) if t not in tests]
     return tests
 
 
@@ -154,15 +148,49 @@ def module_name(path: str) -> str:
     return path.removesuffix(".py").replace("/", ".")
 
 
-def patterns(files: list[str], functions: dict[str, list[str]], stride: int) -> list[str]:
-    """mutmut name patterns: every function's sampled mutants in `files`, and in each module
-    of `functions` (not also in `files`) those of the functions named."""
-    numbers = range(1, 400, stride)
-    out = [f"{module_name(f)}.*__mutmut_{k}" for f in files for k in numbers]
-    for f, names in functions.items():
-        if f not in files:
-            out += [f"{module_name(f)}.x_{n}__mutmut_{k}" for n in names for k in numbers]
-    return out
+def patterns(files: list[str], stride: int) -> list[str]:
+    """mutmut name patterns: every function's mutants 1, 1 + stride, ... in `files`."""
+    numbers = range(1, 2000, stride)
+    return [f"{module_name(f)}.*__mutmut_{k}" for f in files for k in numbers]
+
+
+_LIST_MUTANTS = """
+import io, json, sys
+from pathlib import Path
+from mutmut.__main__ import write_all_mutants_to_file
+out = {}
+for f in sys.argv[1:]:
+    m = write_all_mutants_to_file(out=io.StringIO(), source=Path(f).read_text(), filename=Path(f))
+    out[f] = list(m.mutant_names)
+print(json.dumps(out))
+"""
+
+
+def mutant_names(work: Path, files: list[str]) -> dict[str, list[str]]:
+    """Each file's mutant names as mutmut generates them (source order), without running any.
+
+    Uses mutmut 3's own generator (pyproject pins mutmut < 4), in the scratch copy so that its
+    configuration is the one the run uses.
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", _LIST_MUTANTS, *files],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"mutation_smoke: cannot list mutmut's mutants:\n{proc.stderr[-3000:]}")
+    listed: dict[str, list[str]] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {f: [f"{module_name(f)}.{n}" for n in names] for f, names in listed.items()}
+
+
+def spread(names: list[str], stride: int, k: int) -> list[str]:
+    """`k` names evenly spaced over the stride sample of one module's `names`."""
+    sample = [n for n in names if (int(n.rsplit("_", 1)[1]) - 1) % stride == 0]
+    if len(sample) <= k:
+        return sample
+    return [sample[(2 * i + 1) * len(sample) // (2 * k)] for i in range(k)]
 
 
 def mutmut(work: Path, children: int, *names: str) -> int:
@@ -197,24 +225,30 @@ def show(work: Path, name: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threshold", type=float, default=0.9)
-    parser.add_argument("--stride", type=int, default=8)
+    parser.add_argument("--stride", type=int, default=8, help="for changed modules and --files")
+    parser.add_argument("--per-module", type=int, default=PER_MODULE)
     parser.add_argument("--base", default="main")
     parser.add_argument("--keep", action="store_true", help="keep the scratch copy")
-    parser.add_argument("--files", nargs="*", help="mutate these files instead of SMOKE_FILES")
-    parser.add_argument("--tests", nargs="*", help="run these tests instead of SMOKE_TESTS")
+    parser.add_argument("--files", nargs="*", help="mutate only these files, at --stride")
+    parser.add_argument("--tests", nargs="*", help="run these tests instead of TESTS_FOR's")
     parser.add_argument("--children", type=int, default=os.cpu_count() or 2)
     args = parser.parse_args()
     start = time.monotonic()
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
-    changed = changed_files(args.base, list(config["only_mutate"]))
-    files = sorted(set(args.files or SMOKE_FILES) | set(changed))
-    functions = {} if args.files else SMOKE_FUNCTIONS
-    tests = args.tests or tests_for(changed, list(config["pytest_add_cli_args_test_selection"]))
+    core = list(config["only_mutate"])
+    selection = list(config["pytest_add_cli_args_test_selection"])
+    changed = [] if args.files else changed_files(args.base, core)
+    whole = sorted(set(args.files or []) | set(changed))  # sampled at --stride
+    files = sorted(set(args.files or core) | set(changed))
+    tests = args.tests or tests_for(files, selection)
     work = Path(tempfile.mkdtemp(prefix="jb-mutation-smoke-"))
     try:
         scratch_copy(work)
-        smoke_config(work / "pyproject.toml", sorted(set(files) | set(functions)), tests)
-        wanted = patterns(files, functions, args.stride)
+        smoke_config(work / "pyproject.toml", files, tests)
+        wanted = patterns(whole, args.stride)
+        if not args.files:
+            for names in mutant_names(work, [f for f in core if f not in whole]).values():
+                wanted += spread(names, MEASURED_STRIDE, args.per_module)
         if mutmut(work, args.children, *wanted) != 0:
             print("mutation smoke: mutmut could not run (the clean tests must pass)")
             return 1
@@ -235,21 +269,26 @@ def main() -> int:
         for n, c in counted.items():
             if c is None:
                 continue
-            mod = n.rsplit(".", 1)[0]
+            mod = re.sub(r"\.x(_|ǁ).*", "", n)
             by_file.setdefault(mod, [0, 0])
             by_file[mod][0] += c in KILLED
             by_file[mod][1] += 1
         for mod, (k, t) in sorted(by_file.items()):
-            print(f"  {mod:45s} {k:4d}/{t:<4d} killed")
+            print(f"  {mod:50s} {k:4d}/{t:<4d} killed")
         for n in survivors:
             print(show(work, n).rstrip() or n)
         if args.keep:
             (work / "smoke-results.json").write_text(json.dumps(counted, indent=1))
+        scope = (
+            f"{len(by_file)} modules, {args.per_module} each"
+            + (f"; whole stride-{args.stride} sample of: {', '.join(whole)}" if whole else "")
+            if not args.files
+            else f"stride {args.stride} of {', '.join(whole)}"
+        )
         print(
             f"mutation smoke: {len(killed)}/{total} sampled mutants killed ({score:.1%}; "
-            f"threshold {args.threshold:.0%}; {len(equivalent)} equivalent left out; files: "
-            f"{', '.join(files + [f for f in functions if f not in files])}) in "
-            f"{time.monotonic() - start:.0f} s"
+            f"threshold {args.threshold:.0%}; {len(equivalent)} equivalent left out; {scope}) "
+            f"in {time.monotonic() - start:.0f} s"
         )
         if unchecked:
             print(f"mutation smoke: {len(unchecked)} sampled mutants were not run")
