@@ -13,7 +13,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-from collections import Counter
+import time
+from collections import Counter, defaultdict
 from typing import Any
 
 import jax
@@ -37,6 +38,8 @@ EXAMPLES = 50 if LONG else 10
 TABLE = diff.deviations()
 FAMILIES = {**diff.FAMILIES, **structured.FAMILIES, **misc.FAMILIES}
 STATS: Counter[str] = Counter()
+#: Seconds spent in each oracle (long mode prints them: enzyme's share is its CI cost).
+SECONDS: defaultdict[str, float] = defaultdict(float)
 #: enzyme (XLA through enzyme-ad, env A only) checks this many cases of each family in the
 #: fixed-seed sample; the long mode gives it every case.
 ENZYME = importlib.util.find_spec("enzyme_ad") is not None
@@ -63,7 +66,9 @@ def check_case(case: diff.Case, *, enzyme: bool = False) -> None:
     oracles = ["xla"] + (["enzyme"] if enzyme else [])
     oracles += ["interpreter"] if diff.interpretable(case) else []
     for oracle in oracles:
+        began = time.perf_counter()
         want = _run(oracle, case)
+        SECONDS[oracle] += time.perf_counter() - began
         if isinstance(want, str):
             if want.startswith("unavailable"):
                 STATS[f"{oracle} unavailable"] += 1
@@ -220,6 +225,7 @@ def test_long_mode_figures() -> None:
             failed.append(f"{family}: {str(e)[:3000]}")
         print(f"{family} done: {STATS[f'cases {family}']} cases", flush=True)
     print("\n".join(f"{k}: {v}" for k, v in sorted(STATS.items())))
+    print("seconds per oracle:", {k: round(v, 1) for k, v in SECONDS.items()})
     assert not failed, "\n\n".join(failed)
 
 
