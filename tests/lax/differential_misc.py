@@ -1,6 +1,6 @@
 """Generators of the differential harness for the remaining op families: random bits
 (rng_bit_generator, rng), collectives on one device, tokens and the structural ops (tuple,
-get_tuple_element, optimization_barrier, after_all, create_token, composite, func.call, map),
+get_tuple_element, optimization_barrier, after_all, create_token, composite, func.call), map,
 constants in every literal form, the dynamic-shape ops with static-valued shape operands and
 the legacy spellings (dot, einsum, torch_index_select, broadcast).
 
@@ -174,7 +174,7 @@ def collective_case(draw: Any, ops: tuple[str, ...] = COLLECTIVES) -> Case:
 # --- tokens and structural ops ---------------------------------------------------------------
 
 STRUCTURAL = ("tuple", "get_tuple_element", "optimization_barrier", "after_all",
-              "create_token", "composite", "call", "map")  # fmt: skip
+              "create_token", "composite", "call")  # fmt: skip
 STRUCT_TYPES = ("f32", "f64", "i32", "i1", "bf16", "ui8", "f16")
 MAP_FLOAT_OPS = ("add", "multiply", "divide", "maximum", "power", "atan2")
 MAP_INT_OPS = ("divide", "remainder", "add", "multiply")
@@ -191,7 +191,8 @@ def _token(draw: Any, feats: set[str]) -> list[str]:
             f"%tok = stablehlo.after_all{operands} : !stablehlo.token"]  # fmt: skip
 
 
-def _map_case(draw: Any) -> Case:
+@st.composite
+def map_case(draw: Any) -> Case:
     """stablehlo.map with a binary body; integer division and remainder by 0 and INT_MIN / -1
     inside it (issue 27: guarded inline on every backend)."""
     ints = draw(st.booleans())
@@ -199,6 +200,10 @@ def _map_case(draw: Any) -> Case:
     op = draw(st.sampled_from(MAP_INT_OPS if ints else MAP_FLOAT_OPS))
     shape = draw(st.sampled_from(((6,), (2, 3), ())))
     x, y = values(draw, t, shape), values(draw, t, shape)
+    if ints and op in ("divide", "remainder") and draw(st.booleans()):
+        y.flat[0] = 0  # the trapping operands, placed (edge values alone rarely pair them)
+        if t[0] == "i" and x.size > 1:
+            x.flat[-1], y.flat[-1] = np.iinfo(x.dtype).min, -1
     s, xt = f"tensor<{t}>", _tensor(shape, t)
     dims = ", ".join(str(k) for k in range(len(shape)))
     text = f"""module {{
@@ -218,7 +223,7 @@ def _map_case(draw: Any) -> Case:
         and op in ("divide", "remainder")
         and ((y == 0).any() or (t[0] == "i" and ((x == np.iinfo(x.dtype).min) & (y == -1)).any()))
     )
-    return Case("structural", "map", text, [x, y], feats, interpret=not trapping)
+    return Case("map", "map", text, [x, y], feats, interpret=not trapping)
 
 
 @st.composite
@@ -226,8 +231,6 @@ def structural_case(draw: Any, ops: tuple[str, ...] = STRUCTURAL) -> Case:
     """Values passed through tuples, barriers (with a token from after_all or create_token),
     composites and calls, around one elementwise op so the result depends on every path."""
     op = draw(st.sampled_from(ops))
-    if op == "map":
-        return _map_case(draw)
     t = draw(st.sampled_from(STRUCT_TYPES))
     shape = draw(st.sampled_from(((3,), (2, 2), ())))
     x, y = values(draw, t, shape), values(draw, t, shape)
@@ -527,7 +530,7 @@ def legacy_case(draw: Any, ops: tuple[str, ...] = LEGACY) -> Case:
 #: The op each family draws from (test_differential's GENERATED takes them).
 GENERATED_OPS = {f"stablehlo.{op}" for op in (
     "rng_bit_generator", "rng", *COLLECTIVES, *STRUCTURAL, "constant",
-    *DYNAMIC, *LEGACY,
+    "map", *DYNAMIC, *LEGACY,
 ) if op != "call"} | {"func.call"}  # fmt: skip
 
 #: The families of this module, merged with the others by the test.
@@ -536,6 +539,7 @@ FAMILIES = {
     "rng": rng_case(),
     "collective": collective_case(),
     "structural": structural_case(),
+    "map": map_case(),
     "constant": constant_case(),
     "dynamic": dynamic_case(),
     "legacy": legacy_case(),
