@@ -87,6 +87,11 @@ def run_xla(text: str, args: Sequence[Any]) -> list[np.ndarray]:
     return [np.asarray(r) for r in juliabridge.load_mlir(text, backend="xla")(*args)]
 
 
+def run_enzyme(text: str, args: Sequence[Any]) -> list[np.ndarray]:
+    """Run the module on the enzyme backend (XLA through enzyme-ad; env A only)."""
+    return [np.asarray(r) for r in juliabridge.load_mlir(text, backend="enzyme")(*args)]
+
+
 def run_lax(text: str, args: Sequence[Any], *, jit: bool = True) -> list[np.ndarray]:
     """Run the module on the lax backend (eager calls are jitted inside; jit=True wraps it)."""
     import jax

@@ -1,16 +1,20 @@
 """The differential harness (tests/lax/differential.py) over every op family it generates.
 
 A fixed-seed sample runs with the test suite; JULIABRIDGE_DIFF_LONG=1 runs many more cases
-(minutes) and prints the figures docs/lax-backend.md reports. Each case: lax against the xla
+(minutes) and prints the figures docs/lax-backend.md reports (JULIABRIDGE_DIFF_FAMILIES=a,b
+restricts it to those families). Each case: lax against the xla
 backend and the reference interpreter, vmap against per-sample calls; f64 elementwise cases
-also jvp against central differences.
+also jvp against central differences. Where enzyme-ad imports, the enzyme backend is a third
+oracle for the first `ENZYME_CASES` cases of every family (every case in long mode).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
-from collections import Counter
+import time
+from collections import Counter, defaultdict
 from typing import Any
 
 import jax
@@ -23,22 +27,31 @@ from juliabridge import JuliaBridgeError
 from juliabridge.backends.lax import RULES
 
 from . import differential as diff
+from . import differential_misc as misc
 from . import differential_structured as structured
-from .oracles import InterpreterUnavailable, interpret, run_lax, run_xla
+from .oracles import InterpreterUnavailable, interpret, run_enzyme, run_lax, run_xla
 
 pytestmark = pytest.mark.usefixtures("x64")
 
 LONG = os.environ.get("JULIABRIDGE_DIFF_LONG") == "1"
 EXAMPLES = 50 if LONG else 10
 TABLE = diff.deviations()
-FAMILIES = {**diff.FAMILIES, **structured.FAMILIES}
+FAMILIES = {**diff.FAMILIES, **structured.FAMILIES, **misc.FAMILIES}
 STATS: Counter[str] = Counter()
+#: Seconds spent in each oracle (long mode prints them: enzyme's share is its CI cost).
+SECONDS: defaultdict[str, float] = defaultdict(float)
+#: enzyme (XLA through enzyme-ad, env A only) checks this many cases of each family in the
+#: fixed-seed sample; the long mode gives it every case.
+ENZYME = importlib.util.find_spec("enzyme_ad") is not None
+ENZYME_CASES = EXAMPLES if LONG else 3
 
 
 def _run(oracle: str, case: diff.Case) -> list[Any] | str:
     try:
         if oracle == "xla":
             return run_xla(case.text, case.args)
+        if oracle == "enzyme":
+            return run_enzyme(case.text, case.args)
         return interpret(case.text, case.args, timeout=60)
     except InterpreterUnavailable as e:
         return f"unavailable: {e}"
@@ -46,13 +59,16 @@ def _run(oracle: str, case: diff.Case) -> list[Any] | str:
         return f"refused: {type(e).__name__}: {e}"
 
 
-def check_case(case: diff.Case) -> None:
+def check_case(case: diff.Case, *, enzyme: bool = False) -> None:
     """lax against each oracle; a divergence must be covered by a table row."""
     got = run_lax(case.text, case.args)
     problems = []
-    oracles = ["xla"] + (["interpreter"] if diff.interpretable(case) else [])
+    oracles = ["xla"] + (["enzyme"] if enzyme else [])
+    oracles += ["interpreter"] if diff.interpretable(case) else []
     for oracle in oracles:
+        began = time.perf_counter()
         want = _run(oracle, case)
+        SECONDS[oracle] += time.perf_counter() - began
         if isinstance(want, str):
             if want.startswith("unavailable"):
                 STATS[f"{oracle} unavailable"] += 1
@@ -76,11 +92,18 @@ def check_case(case: diff.Case) -> None:
 
 
 def _check_vmap(case: diff.Case, got: list[Any]) -> None:
-    """jax.vmap over two copies of the first argument (the second reversed where it can be)."""
+    """jax.vmap over two copies of the first argument; the others are unbatched arguments.
+
+    Not closed over: XLA rewrites a division by a compile-time constant as a multiplication
+    by its reciprocal, flushed to 0 where that is a denormal (f32 inf / 3e38 gives NaN), so a
+    constant operand would test XLA's constant folding instead of the batching
+    (test_division_by_a_constant_is_xlas_reciprocal).
+    """
     fn = juliabridge.load_mlir(case.text, backend="lax")
     first = case.args[0]
     batch = np.stack([first, first])
-    out = jax.jit(jax.vmap(lambda a: tuple(fn(a, *case.args[1:])), in_axes=0))(batch)
+    rest = (None,) * (len(case.args) - 1)
+    out = jax.jit(jax.vmap(lambda *a: tuple(fn(*a)), in_axes=(0, *rest)))(batch, *case.args[1:])
     for g, w in zip(out, got):
         for k in range(2):
             why = diff.disagreement(np.asarray(g)[k], np.asarray(w))
@@ -106,7 +129,13 @@ def test_family_agrees_with_xla_and_the_interpreter(family: str) -> None:
     @given(FAMILIES[family])
     def run(case: diff.Case) -> None:
         STATS[f"cases {family}"] += 1
-        check_case(case)
+        drawn = STATS[f"cases {family}"] - start
+        enzyme = ENZYME and drawn <= ENZYME_CASES
+        if enzyme:
+            STATS[f"enzyme cases {family}"] += 1
+        check_case(case, enzyme=enzyme)
+
+    start = STATS[f"cases {family}"]
 
     run()
 
@@ -158,64 +187,73 @@ def test_constant_denormal_to_i1_is_xlas_folded_true() -> None:
     np.testing.assert_array_equal(run_xla(text, args)[0], [True, False])
 
 
+def test_division_by_a_constant_is_xlas_reciprocal() -> None:
+    # XLA rewrites x / c for a constant c as x * (1 / c); 1 / 3e38 is a denormal, flushed to
+    # 0 on the CPU. The vmap check once closed over its unbatched arguments, turning them into
+    # constants, and saw batched NaN against unbatched inf here.
+    tt = "tensor<3xf32>"
+    lines = ["%c = stablehlo.constant dense<3.0e+38> : tensor<3xf32>",
+             f"%0 = stablehlo.divide %a0, %c : {tt}"]  # fmt: skip
+    case = diff.Case("elementwise", "divide", diff.module([tt], lines, [("%0", tt)]),
+                     [np.array([np.inf, 3e38, 6.0], np.float32)], {"f32", "constant-divisor"})  # fmt: skip
+    spec = case.args[0] / np.float32(3e38)  # numpy's f32 division: [inf, 1, 2e-38]
+    np.testing.assert_array_equal(interpret(case.text, case.args)[0], spec)
+    got = run_lax(case.text, case.args)[0]
+    np.testing.assert_array_equal(got, [np.nan, 0.0, 0.0])
+    np.testing.assert_array_equal(run_xla(case.text, case.args)[0], got)
+    assert any(d.covers("interpreter", case) for d in TABLE)
+    # The same divisor as an argument: a division, the spec's quotients.
+    text = diff.module([tt, tt], [f"%0 = stablehlo.divide %a0, %a1 : {tt}"], [("%0", tt)])
+    args = [case.args[0], np.full(3, 3e38, np.float32)]
+    np.testing.assert_array_equal(run_lax(text, args)[0], spec)
+
+
 def test_the_table_parses_and_names_known_oracles() -> None:
     assert TABLE, "no rows between the lax-deviations markers of docs/lax-backend.md"
-    assert {d.oracle for d in TABLE} <= {"xla", "interpreter"}
+    assert {d.oracle for d in TABLE} <= {"xla", "enzyme", "interpreter"}
     assert len({d.ident for d in TABLE}) == len(TABLE)
 
 
 @pytest.mark.skipif(not LONG, reason="long mode: set JULIABRIDGE_DIFF_LONG=1 (minutes)")
 def test_long_mode_figures() -> None:
     failed = []
-    for family in sorted(FAMILIES):
+    # JULIABRIDGE_DIFF_FAMILIES=a,b runs only those families (figures for one's own work).
+    only = os.environ.get("JULIABRIDGE_DIFF_FAMILIES")
+    for family in sorted(FAMILIES) if not only else only.split(","):
         try:
             test_family_agrees_with_xla_and_the_interpreter(family)
         except AssertionError as e:  # keep going: the figures of every family are wanted
             failed.append(f"{family}: {str(e)[:3000]}")
         print(f"{family} done: {STATS[f'cases {family}']} cases", flush=True)
     print("\n".join(f"{k}: {v}" for k, v in sorted(STATS.items())))
+    print("seconds per oracle:", {k: round(v, 1) for k, v in SECONDS.items()})
     assert not failed, "\n\n".join(failed)
 
 
 # --- every lifted op is generated or excluded with a reason -------------------------------------
 
-_COLLECTIVE = (
-    "a collective: one device runs it as the identity, the interpreter needs a process grid"
-)
-_EFFECT = "tokens and side effects: nothing to compare (a lifted module has none)"
-_STRUCT = "no computation of its own (passes values or calls a region); covered by test_control"
-_DYNAMIC = (
-    "a dynamic-shape form taking shape operands; tests/lax/test_shape.py checks it on both oracles"
+_HOST_IO = (
+    "host I/O: refused at load for every backend (it would wait for a host or peer that "
+    "never answers); test_control checks the refusal"
 )
 _CHLO = ("CHLO: the interpreter aborts on chlo ops and XLA runs JAX's decomposition of them; "
          "tests/lax/test_chlo.py compares lax with XLA and numpy")  # fmt: skip
 _COMPLEX = (
     "makes or reads complex values, which cannot cross the interpreter's boundary; test_elementwise"
 )
-_RANDOM = "implementation-defined bits (XLA's); tests/lax/test_random.py compares them with XLA"
-_LEGACY = (
-    "a legacy spelling of a generated op (dot_general, gather, broadcast_in_dim); its own test file"
-)
 
 #: Ops the lax backend lifts that no harness family generates, and why.
 EXCLUDED = {
-    **{op: _COLLECTIVE for op in ("all_gather", "all_reduce", "all_to_all", "collective_broadcast",
-                                  "collective_permute", "reduce_scatter")},
-    **{op: _EFFECT for op in ("after_all", "create_token", "infeed", "outfeed", "send", "recv")},
-    **{op: _STRUCT for op in ("tuple", "get_tuple_element", "optimization_barrier", "composite",
-                              "map", "constant")},
-    **{op: _DYNAMIC for op in ("dynamic_broadcast_in_dim", "dynamic_iota", "dynamic_pad",
-                               "dynamic_reshape", "real_dynamic_slice", "get_dimension_size")},
+    **{op: _HOST_IO for op in ("infeed", "outfeed", "send", "recv")},
     **{op: _COMPLEX for op in ("complex", "real", "imag")},
-    **{op: _RANDOM for op in ("rng", "rng_bit_generator")},
-    **{op: _LEGACY for op in ("dot", "einsum", "unary_einsum", "torch_index_select", "broadcast")},
+    "unary_einsum": "no backend runs it: XLA cannot translate it and lax refuses it with a "
+                    "typed error saying so (tests/lax/test_dot.py)",
     **{op: "the interpreter aborts on batch_norm_*; tests/lax/test_batchnorm.py uses XLA and "
            "numpy" for op in ("batch_norm_grad", "batch_norm_inference", "batch_norm_training")},
     "fft": "float sums in an order the spec leaves open; tests/lax/test_fft.py bounds the error",
     "custom_call": "one lift per target; tests/lax/test_custom_call.py and test_linalg.py",
 }  # fmt: skip
 EXCLUDED = {f"stablehlo.{k}": v for k, v in EXCLUDED.items()}
-EXCLUDED["func.call"] = _STRUCT
 EXCLUDED |= {op: _CHLO for op in RULES if op.startswith("chlo.")}
 
 
@@ -225,7 +263,7 @@ GENERATED = {f"stablehlo.{op}" for op in (
     "compare", "convert", "bitcast_convert", "clamp", "is_finite", "reduce_precision", "reduce",
     "reduce_window", "sort", "select_and_scatter", "gather", "scatter", "convolution",
     "dot_general", "while", "case", "if", "cholesky", "triangular_solve",
-)}  # fmt: skip
+)} | misc.GENERATED_OPS  # fmt: skip
 
 
 def _drawn_ops() -> set[str]:
@@ -237,8 +275,9 @@ def _drawn_ops() -> set[str]:
                   suppress_health_check=list(HealthCheck))  # fmt: skip
         @given(strategy)
         def collect(case: diff.Case) -> None:
-            assert re.search(rf"stablehlo\.{case.op}\b", case.text), case.op
-            seen.add(f"stablehlo.{case.op}")
+            name = case.op if "." in case.op else f"stablehlo.{case.op}"  # func.call
+            assert re.search(rf"{re.escape(name)}\b", case.text), case.op
+            seen.add(name)
 
         collect()
     return seen

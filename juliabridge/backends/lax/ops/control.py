@@ -1,5 +1,6 @@
 """Control flow, tuples and tokens (spec.md#while, #if, #case, #map, #optimization_barrier,
-#tuple, #get_tuple_element, #after_all, #create_token), and the ops that must never run.
+#tuple, #get_tuple_element, #after_all, #create_token), collectives on one device, and the
+host transfers that must never run.
 
 Regions read values defined outside them directly (program.py shares a function's slots with
 its regions), so the branch and loop functions here are closures JAX traces like any other.
@@ -200,12 +201,42 @@ def host_io(view: OpView) -> Impl:
     )
 
 
+def _in_a_group_of_one(view: OpView, key: str) -> bool:
+    """Whether process 0 is in a group of `key` (replica_groups), which must then be {0}.
+
+    The load-time checks admit only ids 0 and -1 (padding), so on one device every group is
+    {0} once padded; an empty attribute is one group of every process (XLA's reading)."""
+    groups = np.asarray(view.get_dense(key)).astype(np.int64)
+    if groups.size == 0:
+        return True
+    rows = [[int(i) for i in row if i != -1] for row in groups.reshape(groups.shape[0], -1)]
+    return any(row == [0] for row in rows)
+
+
 @lifts(*_COLLECTIVES)
 def collective(view: OpView) -> Impl:
-    """Cross-device collectives (spec.md#all_reduce etc.) need the replica/partition layout
-    they were compiled for: refused at load time, never run."""
-    raise view.error(
-        "collectives communicate between replicas or partitions of a multi-device program, "
-        "which the lax backend does not reproduce",
-        hint="Export the model for a single device (no sharding) from Reactant",
-    )
+    """Collectives (spec.md#all_gather, #all_reduce, #all_to_all, #collective_broadcast,
+    #collective_permute, #reduce_scatter) on one device: every group is process 0 alone.
+
+    Gathering, reducing or scattering over a group of one gives each operand unchanged (the
+    reduction region is never applied), as XLA runs them; a `collective_permute` whose pairs
+    send nothing to process 0 gives zeros (spec: a process no pair targets). Groups naming
+    other devices are refused at load for every backend (stablehlo/contracts.py); one that
+    leaves process 0 out is refused here, as XLA's verifier refuses it."""
+    operands = [view.tensor(t, f"operand {i}") for i, t in enumerate(view.operand_types)]
+    results = [view.tensor(t, f"result {i}") for i, t in enumerate(view.result_types)]
+    if [(o.shape, o.dtype) for o in operands] != [(r.shape, r.dtype) for r in results]:
+        raise view.error(
+            "on one device the results must have the operands' types (a group of one "
+            f"gathers or scatters nothing), found {operands} -> {results}"
+        )
+    if view.name == "stablehlo.collective_permute":
+        pairs = np.asarray(view.get_dense("source_target_pairs")).astype(np.int64)
+        if [0, 0] not in pairs.reshape(-1, 2).tolist():
+            return lambda *xs: [lax.full_like(x, 0) for x in xs]
+        return lambda *xs: list(xs)
+    if not _in_a_group_of_one(view, "replica_groups"):
+        raise view.error("replica_groups leave process 0 out; XLA's verifier refuses that too")
+    if view.name == "stablehlo.all_to_all" and view.get_int("split_count") != 1:
+        raise view.error(f"split_count = {view.get_int('split_count')} in a group of one")
+    return lambda *xs: list(xs)
