@@ -340,8 +340,13 @@ def chlo_unary_case(draw: Any) -> Case:
                        reference=_ref_check([want]))  # fmt: skip
     op = draw(st.sampled_from(CHLO_UNARY))
     text = module([tt], [f"%0 = chlo.{op} %a0 : {tt} -> {tt}"], [("%0", tt)])
-    return RefCase("chlo", f"chlo.{op}", text, [x], features_of([x]), **_CHLO,
-                   reference=_ref_check([_special_ref(op, x)]))  # fmt: skip
+    want = _special_ref(op, x)
+    feats = features_of([x])
+    w = np.abs(_rounded(_chlo_refs()["unary"][op], x, to=np.dtype(np.float64)))
+    if ((w < float(ml_dtypes.finfo(ELEMENT_TYPES[t]).tiny)) & (w > 0)).any() or (w == 0).any():
+        feats.add("tiny-result")  # exactly 0 or below the smallest normal of the type
+    return RefCase("chlo", f"chlo.{op}", text, [x], feats, **_CHLO,
+                   reference=_ref_check([want]))  # fmt: skip
 
 
 def _broadcast_shapes(draw: Any) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
