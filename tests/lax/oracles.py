@@ -82,14 +82,18 @@ def interpret(text: str, args: Sequence[Any], timeout: float = 120.0) -> list[np
     return _WORKER.run(text, [np.asarray(a) for a in args], timeout)
 
 
-def run_xla(text: str, args: Sequence[Any]) -> list[np.ndarray]:
-    """Run the module through XLA (the xla backend: the original module, compiled)."""
-    return [np.asarray(r) for r in juliabridge.load_mlir(text, backend="xla")(*args)]
+def run_xla(text: str, args: Sequence[Any], *, trust: bool = False) -> list[np.ndarray]:
+    """Run the module through XLA (the xla backend: the original module, compiled); `trust`
+    admits custom-call targets off jax.export's stable list."""
+    fn = juliabridge.load_mlir(text, backend="xla", trust=trust)
+    return [np.asarray(r) for r in fn(*args)]
 
 
-def run_enzyme(text: str, args: Sequence[Any]) -> list[np.ndarray]:
-    """Run the module on the enzyme backend (XLA through enzyme-ad; env A only)."""
-    return [np.asarray(r) for r in juliabridge.load_mlir(text, backend="enzyme")(*args)]
+def run_enzyme(text: str, args: Sequence[Any], *, trust: bool = False) -> list[np.ndarray]:
+    """Run the module on the enzyme backend (XLA through enzyme-ad; env A only); `trust` as
+    for `run_xla`."""
+    fn = juliabridge.load_mlir(text, backend="enzyme", trust=trust)
+    return [np.asarray(r) for r in fn(*args)]
 
 
 def run_lax(text: str, args: Sequence[Any], *, jit: bool = True) -> list[np.ndarray]:
