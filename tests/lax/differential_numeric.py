@@ -461,12 +461,6 @@ def chlo_broadcast_case(draw: Any) -> Case:
     else:
         ref = _ref_check(want)
     feats |= features_of([a, b]) | {f"{t}"}
-    if kind == "int" and op in ("divide", "remainder"):
-        # The xla backend cannot load these: its inline guard of a chlo integer division
-        # builds a module that fails verification (an MLIRError, 'stablehlo.convert' op
-        # requires a single operand; juliabridge/backends/lax/rewrite.py _guard_inline, seen
-        # on jax 0.10.2). Reported; until fixed, the reference alone.
-        xla = False
     if "polygamma" in name and ((b <= 0) & (b == np.floor(b))).any():
         feats.add("polygamma-pole")  # x a non-positive integer (or a zero)
     if "zeta" in name and ((a <= 1).any() or (b <= 0).any()):

@@ -785,3 +785,28 @@ def test_ragged_dot_three_modes() -> None:
     for i, sl in enumerate(_groups(gs)):
         want_g[i] = lhs[sl].T @ w[sl]
     np.testing.assert_allclose(g, want_g, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("op", ["broadcast_divide", "broadcast_remainder"])
+@pytest.mark.parametrize("backend", ["lax", "xla"])
+def test_same_typed_integer_chlo_division_at_zero_and_overflow(op: str, backend: str) -> None:
+    # The xla backend guards a same-typed chlo division inline; in a module of chlo ops only,
+    # the guard's first constant came out renamed ("stablehlo.convert") and the module failed
+    # to verify (a bare MLIRError). The spec's (and XLA's) values: x / 0 = -1, x % 0 = x,
+    # INT_MIN / -1 = INT_MIN, INT_MIN % -1 = 0.
+    tt = "tensor<4xi32>"
+    text = (
+        "module {\n"
+        f"  func.func @main(%a: {tt}, %b: {tt}) -> {tt} {{\n"
+        f'    %0 = "chlo.{op}"(%a, %b) : ({tt}, {tt}) -> {tt}\n'
+        f"    return %0 : {tt}\n  }}\n}}\n"
+    )
+    lo = np.iinfo(np.int32).min
+    x = np.array([7, lo, -7, lo], np.int32)
+    y = np.array([0, -1, 2, 3], np.int32)
+    if op == "broadcast_divide":
+        want = [-1, lo, -3, int(lo / 3)]  # truncating division
+    else:
+        want = [7, 0, -1, lo - 3 * int(lo / 3)]  # the remainder has the dividend's sign
+    (got,) = juliabridge.load_mlir(text, backend=backend)(x, y)
+    np.testing.assert_array_equal(np.asarray(got), np.array(want, np.int32))

@@ -256,6 +256,11 @@ def rewrite_through_lax(
             if not any(picked(op) for op in walk(module.parsed.operation)):
                 return module
     with make_context(allow_unregistered=trust) as ctx:
+        # Loaded before any op is created: the context loads a dialect when a module first uses
+        # it, and an op created by name before then (the guard's stablehlo.constant in a module
+        # of chlo divisions only) was renamed when the dialect loaded later
+        # ("stablehlo.convert" with a `value`, which failed to verify).
+        ctx.dialects["stablehlo"]
         parsed = ir.Module.parse(module.text)
         ops = list(walk(parsed.operation))
         targets = [op for op in ops if select(op) and not _guarded_inline(op)]
