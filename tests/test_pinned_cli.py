@@ -1,0 +1,273 @@
+"""The `juliabridge` command's exit codes and error line, pinned against the documentation.
+
+docs/reliability.md's table is read here as an independent statement of which error class
+ends in which code; every code is then observed through `juliabridge.cli.main` in-process (a
+command that raises the error), not looked up in juliabridge/exitcodes.py's own table.
+"""
+
+from __future__ import annotations
+
+import builtins
+import re
+from pathlib import Path
+
+import pytest
+
+import juliabridge.errors
+from juliabridge.cli import commands as cli
+from juliabridge.exitcodes import EXIT_CODES, safe
+from juliabridge.verification import ResultCheck, VerifyReport
+
+REPO = Path(__file__).resolve().parents[1]
+ROW = re.compile(r"^\| (\d+) \| (.+?) \| (?:`(\w+)`)? \|$")
+
+
+def documented() -> dict[int, str | None]:
+    """code -> error class name (None for codes no error class ends in), from the docs."""
+    text = (REPO / "docs" / "reliability.md").read_text(encoding="utf-8")
+    rows = {int(m[1]): m[3] for m in map(ROW.match, text.splitlines()) if m}
+    assert len(rows) >= 20, "docs/reliability.md lost its exit-code table"
+    return rows
+
+
+def error_class(name: str) -> type[BaseException]:
+    cls = getattr(juliabridge.errors, name, None) or getattr(builtins, name)
+    assert isinstance(cls, type) and issubclass(cls, BaseException), name
+    return cls
+
+
+def raising(monkeypatch: pytest.MonkeyPatch, exc: BaseException) -> None:
+    """Make `juliabridge inspect` raise `exc` (the rest of main runs as it is)."""
+
+    def command(args: object, console: object) -> int:
+        raise exc
+
+    monkeypatch.setattr(cli, "cmd_inspect", command)
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_documented_codes_are_the_table_of_the_command() -> None:
+    table = {row.code: None if row.error is None else row.error.__name__ for row in EXIT_CODES}
+    assert table == documented()
+
+
+@pytest.mark.parametrize(
+    ("code", "name"), [(c, n) for c, n in sorted(documented().items()) if n is not None]
+)
+def test_each_error_class_ends_in_its_documented_code(
+    code: int, name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cls = error_class(name)
+    raising(monkeypatch, cls(f"the {name} message"))
+    assert run(["inspect", "B"], capsys) == (
+        code,
+        "",
+        f"juliabridge inspect: error: the {name} message\n",
+    )
+    # A subclass (a refinement a later release may add) ends in its base's code.
+    sub = type(f"Refined{name}", (cls,), {})
+    raising(monkeypatch, sub("refined"))
+    assert run(["inspect", "B"], capsys)[0] == code
+
+
+def test_success_mismatch_usage_internal_and_interrupt_codes(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = documented()
+    words = {code: name for code, name in docs.items() if name is None}
+    assert set(words) == {0, 1, 2, 70, 130}
+    assert run(["--version"], capsys)[:2] == (0, f"juliabridge {juliabridge.__version__}\n")
+    assert run(["inspect"], capsys)[0] == 2
+    assert run(["frobnicate"], capsys)[0] == 2
+
+    def differs(path: str, **_: object) -> VerifyReport:
+        return VerifyReport(path, "lax", 1e-5, 1e-6, [ResultCheck("output", 1.0, 0.5, False)])
+
+    monkeypatch.setattr("juliabridge.verification.verify", differs)
+    code, out, _ = run(["verify", "B"], capsys)
+    assert code == 1 and "MISMATCH" in out
+    raising(monkeypatch, ZeroDivisionError("division by zero"))
+    code, _, err = run(["inspect", "B"], capsys)
+    assert code == 70 and err.startswith(
+        "juliabridge inspect: error: internal error (ZeroDivisionError: division by zero)"
+    )
+    raising(monkeypatch, KeyboardInterrupt())
+    assert run(["inspect", "B"], capsys) == (130, "", "juliabridge inspect: interrupted\n")
+
+
+def test_a_message_less_error_is_named_by_its_class(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raising(monkeypatch, juliabridge.errors.SaveError())
+    assert run(["inspect", "B"], capsys)[2] == "juliabridge inspect: error: SaveError\n"
+
+
+@pytest.mark.parametrize(
+    ("api", "flag"),
+    [
+        ("pass verify_checksums=False", "pass --no-verify"),
+        ("pass overwrite=True (--overwrite) to", "pass --overwrite to"),
+        ("pass overwrite=True to", "pass --overwrite to"),
+        ("use backend='xla' or", "use --backend xla or"),
+        ("use backend='enzyme' or", "use --backend enzyme or"),
+    ],
+)
+def test_error_lines_name_the_commands_flags(
+    api: str, flag: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raising(monkeypatch, juliabridge.errors.BundleError(api))
+    assert run(["inspect", "B"], capsys)[2] == f"juliabridge inspect: error: {flag}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("tab\there", "tab\\x09here"),
+        ("zero\u200bwidth", "zero\\u200bwidth"),  # Cf
+        ("tag\U000e0041", "tag\\U000e0041"),  # Cf, outside the BMP
+        ("private\U000f0000", "private\\U000f0000"),  # Co, outside the BMP
+        ("line\u2028sep", "line\\u2028sep"),  # Zl
+        ("kept: é 中 \U0001f600", "kept: é 中 \U0001f600"),
+    ],
+)
+def test_error_lines_escape_what_acts_on_a_terminal(
+    text: str, line: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raising(monkeypatch, juliabridge.errors.BundleError(text))
+    assert run(["inspect", "B"], capsys)[2] == f"juliabridge inspect: error: {line}\n"
+
+
+@pytest.mark.parametrize(("debug", "traceback"), [("1", True), ("0", False), (" ", False)])
+def test_debug_shows_the_traceback(
+    debug: str,
+    traceback: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("JULIABRIDGE_DEBUG", debug)
+    raising(monkeypatch, juliabridge.errors.BundleError("broken"))
+    code, _, err = run(["inspect", "B"], capsys)
+    assert code == 10 and err.endswith("juliabridge inspect: error: broken\n")
+    assert ("Traceback (most recent call last)" in err) is traceback
+
+
+# --- juliabridge export, with the Julia driver replaced (it needs Julia) -------------------------
+
+
+class FakeDriver:
+    """Stands in for juliabridge.julia.export_script: records its call, then raises or returns."""
+
+    def __init__(self, outcome: BaseException | None = None) -> None:
+        self.outcome = outcome
+        self.calls: list[tuple[tuple[object, ...], dict[str, object]]] = []
+
+    def __call__(self, *args: object, **kwargs: object) -> Path:
+        self.calls.append((args, kwargs))
+        if self.outcome is not None:
+            raise self.outcome
+        return Path(str(args[1]))
+
+
+def export(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    *flags: str,
+    outcome: BaseException | None = None,
+) -> tuple[int, str, str, FakeDriver]:
+    driver = FakeDriver(outcome)
+    monkeypatch.setattr("juliabridge.julia.export_script", driver)
+    script = tmp_path / "model.jl"
+    script.write_text("model = 1\n")
+    code, out, err = run(
+        ["export", str(script), "--out", str(tmp_path / "m.bundle"), *flags], capsys
+    )
+    return code, out, err, driver
+
+
+def test_export_passes_each_option_to_the_driver(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err, driver = export(monkeypatch, tmp_path, capsys)
+    assert (code, out, err) == (0, f"juliabridge export: wrote {tmp_path / 'm.bundle'}\n", "")
+    ((args, kwargs),) = driver.calls
+    assert args == (tmp_path / "model.jl", tmp_path / "m.bundle")
+    assert kwargs == {
+        "overwrite": False,
+        "vjp": False,
+        "name": None,
+        "mode": "test",
+        "reference": True,
+        "offline": False,
+        "progress": None,  # the driver decides (a bar when stderr is a terminal)
+        "verbose": False,
+        "timeout": None,
+    }
+    flags = ("--overwrite", "--vjp", "--name", "net", "--mode", "train", "--no-reference")
+    more = ("--offline", "--timeout", "2.5", "-v", "-q")
+    driver = export(monkeypatch, tmp_path, capsys, *flags, *more)[3]
+    assert driver.calls[0][1] == {
+        "overwrite": True,
+        "vjp": True,
+        "name": "net",
+        "mode": "train",
+        "reference": False,
+        "offline": True,
+        "progress": False,
+        "verbose": True,
+        "timeout": 2.5,
+    }
+
+
+def test_export_script_must_be_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["export", str(tmp_path), "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and f"argument script: {tmp_path}: is a directory, not a Julia script" in err
+
+
+@pytest.mark.parametrize(
+    ("outcome", "code"),
+    [
+        (juliabridge.errors.JuliaUnavailable("no Julia found\ninstall it with juliaup"), 3),
+        (juliabridge.errors.JuliaExportError("\n  Julia failed: boom\n\n  at line 3\n"), 4),
+        (ValueError("mode must be \x1b[31mtest or train"), 2),
+    ],
+)
+def test_export_errors_are_one_line_with_their_code(
+    outcome: BaseException,
+    code: int,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    first = [ln.strip() for ln in str(outcome).splitlines() if ln.strip()]
+    more = " (more with --verbose)" if len(first) > 1 else ""
+    got = export(monkeypatch, tmp_path, capsys, outcome=outcome)
+    assert got[:3] == (code, "", f"juliabridge export: error: {safe(first[0])}{more}\n")
+    if "\x1b" in str(outcome):  # --verbose shows the message as it is
+        return
+    # --verbose: the whole message, as the driver wrote it
+    got = export(monkeypatch, tmp_path, capsys, "--verbose", outcome=outcome)
+    assert got[:3] == (code, "", f"juliabridge export: error: {outcome}\n")
+
+
+def test_export_error_without_a_message_and_with_api_words(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = export(monkeypatch, tmp_path, capsys, outcome=juliabridge.errors.JuliaExportError())[2]
+    assert err == "juliabridge export: error: unknown error\n"
+    outcome = juliabridge.errors.JuliaExportError("exists; pass overwrite=True to replace it")
+    for flags in ((), ("--verbose",)):
+        err = export(monkeypatch, tmp_path, capsys, *flags, outcome=outcome)[2]
+        assert err == "juliabridge export: error: exists; pass --overwrite to replace it\n"
+
+
+def test_export_interrupted(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    got = export(monkeypatch, tmp_path, capsys, outcome=KeyboardInterrupt())
+    assert got[:3] == (130, "", "juliabridge export: interrupted\n")
