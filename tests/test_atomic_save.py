@@ -116,14 +116,19 @@ def test_killed_write_bundle_leaves_the_previous_bundle_intact(tmp_path: Path) -
     assert juliabridge.import_lux(target, backend="xla").manifest.name == "dense_bn"
 
 
-def test_exchange_swaps_two_directories(tmp_path: Path) -> None:
-    a, b = tmp_path / "a", tmp_path / "b"
+def test_exchange_swaps_two_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Relative paths too (a bundle written as `out/m.bundle`): they start at the working
+    directory. Linux has renameat2 (3.15+), on every filesystem CI writes to."""
+    monkeypatch.chdir(tmp_path)
+    a, b = Path("a"), Path("b")
     a.mkdir()
     b.mkdir()
     (a / "x").write_text("a")
     (b / "x").write_text("b")
-    if not atomic.exchange(a, b):
-        pytest.skip("renameat2(RENAME_EXCHANGE) is not available here; the writer falls back")
+    if not sys.platform.startswith("linux"):
+        assert atomic.exchange(a, b) is False
+        pytest.skip("renameat2(RENAME_EXCHANGE) is Linux's; elsewhere the writer falls back")
+    assert atomic.exchange(a, b) is True
     assert (a / "x").read_text() == "b" and (b / "x").read_text() == "a"
 
 

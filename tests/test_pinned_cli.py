@@ -271,3 +271,83 @@ def test_export_interrupted(
 ) -> None:
     got = export(monkeypatch, tmp_path, capsys, outcome=KeyboardInterrupt())
     assert got[:3] == (130, "", "juliabridge export: interrupted\n")
+
+
+def test_convert_passes_its_options_and_says_what_it_wrote(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = []
+
+    def convert_export(path: str, out: str, **kwargs: object) -> Path:
+        calls.append((path, out, kwargs))
+        return Path(out)
+
+    monkeypatch.setattr("juliabridge.reactant_export.convert.convert_export", convert_export)
+    for flags, overwrite in (((), False), (("--overwrite",), True)):
+        code, out, err = run(["convert", "exp", "--out", "m.bundle", *flags], capsys)
+        assert (code, err) == (0, "")
+        assert out == "wrote m.bundle (no reference outputs: Reactant's exporter records none)\n"
+        assert calls.pop() == ("exp", "m.bundle", {"overwrite": overwrite})
+    assert run(["convert", "exp"], capsys)[0] == 2  # --out is required
+
+
+def _report(tested: bool) -> object:
+    from juliabridge.cli.doctor import Check, Report
+
+    return Report(
+        juliabridge="9.8.7",
+        python="3.12.1 (CPython)",
+        platform="Linux riscv64",
+        jax="0.11.0",
+        jaxlib="0.11.1",
+        jax_tested=tested,
+        devices="cpu:cpu, gpu:H100",
+        stablehlo={"reads_from": "0.9.0", "future_key": "2"},
+        backends=[Check("lax", True, "every transformation"), Check("xla", False, "no jaxlib")],
+        julia=[Check("julia", False, "not found")],
+        extras=[Check("flax", True, "0.12.8")],
+    )
+
+
+def test_doctor_prints_each_fact_of_its_report(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from juliabridge.stablehlo.artifact import ARTIFACT_TARGET
+
+    for tested, words in ((True, "tested"), (False, "NOT in the tested range")):
+        monkeypatch.setattr("juliabridge.cli.doctor.report", lambda t=tested: _report(t))
+        code, out, err = run(["doctor"], capsys)
+        assert (code, err) == (0, "")
+        lines = [" ".join(ln.split()) for ln in out.splitlines()]
+        assert lines[:3] == [
+            "juliabridge 9.8.7, Python 3.12.1 (CPython), Linux riscv64",
+            f"jax 0.11.0 ({words}), jaxlib 0.11.1, devices: cpu:cpu, gpu:H100",
+            "StableHLO: this jaxlib reads portable artifacts from StableHLO 0.9.0, future_key 2, "
+            f"juliabridge writes artifacts at {ARTIFACT_TARGET}",
+        ]
+        for row in (
+            "│ lax │ yes │ every transformation │",
+            "│ xla │ no │ no jaxlib │",
+            "│ julia │ no │ not found │",
+            "│ flax │ yes │ 0.12.8 │",
+        ):
+            assert row in lines, (row, lines)
+        assert [ln for ln in lines if ln in ("backends", "Julia", "extras")] == [
+            "backends",
+            "Julia",
+            "extras",
+        ]
+        code, out, _ = run(["doctor", "--json"], capsys)
+        facts = json.loads(out)
+        assert (
+            code == 0 and facts["jax_tested"] is tested and facts["devices"] == "cpu:cpu, gpu:H100"
+        )
+        assert facts["stablehlo"] == {"reads_from": "0.9.0", "future_key": "2"}
+        assert facts["backends"] == [
+            {"name": "lax", "ok": True, "detail": "every transformation"},
+            {"name": "xla", "ok": False, "detail": "no jaxlib"},
+        ]
+        assert facts["julia"] == [{"name": "julia", "ok": False, "detail": "not found"}]
+        assert facts["extras"] == [{"name": "flax", "ok": True, "detail": "0.12.8"}]

@@ -522,18 +522,13 @@ def test_a_weights_file_that_cannot_be_opened_says_why(
     )
 
 
-def test_a_bundle_directory_swapped_after_it_was_opened_is_read_from_the_one_opened(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Files are opened relative to the directory's own descriptor: a directory put in place of
-    # the bundle's name once it is open (a race an attacker can win) is never read.
+def _swap_once_opened(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, want: np.ndarray) -> None:
+    """Once safefile.directory has opened a bundle directory, move it away and put a directory
+    with another weights file (zeros for /params/layer_1/weight) in its place."""
     import contextlib
 
     from juliabridge.bundle.files import safefile
 
-    root = dense(tmp_path)
-    with h5py.File(root / "weights.h5") as f:
-        want = f["/params/layer_1/weight"][()]
     real = safefile.directory
 
     @contextlib.contextmanager
@@ -549,8 +544,41 @@ def test_a_bundle_directory_swapped_after_it_was_opened_is_read_from_the_one_ope
             yield fd
 
     monkeypatch.setattr(safefile, "directory", then_swapped)
+
+
+def _first_weight(root: Path) -> np.ndarray:
+    with h5py.File(root / "weights.h5") as f:
+        return np.asarray(f["/params/layer_1/weight"][()])
+
+
+def test_a_bundle_directory_swapped_after_it_was_opened_is_read_from_the_one_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Files are opened relative to the directory's own descriptor: a directory put in place of
+    # the bundle's name once it is open (a race an attacker can win) is never read.
+    root = dense(tmp_path)
+    want = _first_weight(root)
+    _swap_once_opened(monkeypatch, tmp_path, want)
     params, _ = juliabridge.load_params(root)
     np.testing.assert_array_equal(np.asarray(params["layer_1"]["weight"]), want)
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_verifying_the_weights_reads_the_directory_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int
+) -> None:
+    # Format 1: the whole file's sha256 (one descriptor, no array read); format 3: each
+    # dataset's digest. Either way the weights hashed are those of the directory opened.
+    from juliabridge.bundle import open_bundle
+    from tests.bundle_factory import make_dense_bn, to_format1
+
+    root = make_dense_bn(tmp_path / "b.bundle")
+    if version == 1:
+        to_format1(root)
+    bundle = open_bundle(root, defer_weights=True)
+    _swap_once_opened(monkeypatch, tmp_path, _first_weight(root))
+    bundle.verify_weights()  # no error: the moved directory's weights match the manifest
+    assert not (root / "manifest.json").exists()  # the name now holds the swapped-in one
 
 
 def test_a_weights_file_removed_just_before_it_is_opened_is_named_missing(
