@@ -180,3 +180,36 @@ def test_save_errors_name_the_target(tmp_path: Path) -> None:
     with pytest.raises(SaveError, match="is a directory") as info:
         juliabridge.save_params({"w": np.ones(3, np.float32)}, tmp_path)
     assert isinstance(info.value, OSError) and isinstance(info.value, juliabridge.JuliaBridgeError)
+
+
+def test_without_renameat2_an_overwrite_moves_the_old_bundle_aside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where renameat2 is missing (macOS, old kernels), the old bundle is moved aside, the new
+    one renamed in, the old one removed; a failed second rename puts the old one back."""
+    target = make_dense_bn(tmp_path / "b.bundle", seed=0)
+    before = {p.name: sha256_file(p) for p in target.iterdir()}
+    monkeypatch.setattr(atomic, "exchange", lambda a, b: False)
+    real_replace = os.replace
+    renames: list[tuple[str, str]] = []
+
+    def failing(src: object, dst: object) -> None:
+        if target in (Path(str(src)), Path(str(dst))):  # not the files inside the new bundle
+            renames.append((Path(str(src)).name, Path(str(dst)).name))
+            if len(renames) == 2:  # the new bundle's rename in, after the old one's aside
+                raise OSError(28, "No space left on device")
+        real_replace(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(SaveError, match="any previous bundle there is unchanged"):
+        make_dense_bn(target, seed=1)
+    assert {p.name: sha256_file(p) for p in target.iterdir()} == before
+    assert _temporaries(target) == []
+    aside, new = renames[0][1], renames[1][0]
+    assert renames == [("b.bundle", aside), (new, "b.bundle"), (aside, "b.bundle")]
+    assert aside != new and atomic.TMP_MARK in aside and atomic.TMP_MARK in new
+    monkeypatch.setattr(os, "replace", real_replace)
+    make_dense_bn(target, seed=1)
+    after = {p.name: sha256_file(p) for p in target.iterdir()}
+    assert after.keys() == before.keys() and after["weights.h5"] != before["weights.h5"]
+    assert _temporaries(target) == []

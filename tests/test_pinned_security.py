@@ -1481,3 +1481,26 @@ def test_dataset_digest_defaults_to_blake3_and_names_the_algorithms() -> None:
     with pytest.raises(BundleError) as e:
         dataset_digest(value, "f32", "sha1")
     assert str(e.value) == "unknown dataset digest algorithm 'sha1'; expected one of sha256, blake3"
+
+
+def test_a_bundles_vjp_module_is_held_to_the_policy_unless_trusted(tmp_path: Path) -> None:
+    # Bundle.vjp_module parses the stored VJP module only when asked; by default under the same
+    # policy as the forward module (a custom call outside the allowlist is refused).
+    from juliabridge.bundle import open_bundle
+    from juliabridge.bundle.files.checksum import sha256_file
+    from tests.bundle_factory import edit_manifest, make_dense_bn
+
+    root = make_dense_bn(tmp_path / "b.bundle")
+    (root / "vjp.mlir").write_text(
+        "module @vjp {\n  func.func public @main(%arg0: tensor<3xf32>) -> tensor<3xf32> {\n"
+        '    %0 = stablehlo.custom_call @tpu_custom_call(%arg0) {backend_config = "x"} : '
+        "(tensor<3xf32>) -> tensor<3xf32>\n    return %0 : tensor<3xf32>\n  }\n}\n"
+    )
+    vjp = {"file": "vjp.mlir", "sha256": sha256_file(root / "vjp.mlir")}
+    edit_manifest(root, lambda m: m.update(vjp=vjp))
+    bundle = open_bundle(root)
+    assert bundle.vjp_source == "text"
+    with pytest.raises(juliabridge.UnsupportedModuleError, match="tpu_custom_call"):
+        bundle.vjp_module()
+    module = bundle.vjp_module(trust=True)
+    assert module is not None and "tpu_custom_call" in module.custom_calls
