@@ -213,3 +213,20 @@ def test_without_renameat2_an_overwrite_moves_the_old_bundle_aside(
     after = {p.name: sha256_file(p) for p in target.iterdir()}
     assert after.keys() == before.keys() and after["weights.h5"] != before["weights.h5"]
     assert _temporaries(target) == []
+
+
+def test_fsync_dir_flushes_that_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rename is durable only once its directory is flushed: fsync_dir syncs a descriptor of
+    the directory itself, and a directory that cannot be opened is skipped, not an error."""
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def record(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", record)
+    atomic.fsync_dir(tmp_path)
+    assert synced == [tmp_path.stat().st_ino]
+    atomic.fsync_dir(tmp_path / "missing")
+    assert synced == [tmp_path.stat().st_ino]

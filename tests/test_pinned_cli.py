@@ -86,11 +86,17 @@ def test_success_mismatch_usage_internal_and_interrupt_codes(
     assert run(["frobnicate"], capsys)[0] == 2
 
     def differs(path: str, **_: object) -> VerifyReport:
-        return VerifyReport(path, "lax", 1e-5, 1e-6, [ResultCheck("output", 1.0, 0.5, False)])
+        checks = [ResultCheck("output", 1.0, 0.5, False)]
+        return VerifyReport(path, "lax", 1e-5, 1e-6, checks, made_with_julia=False)
 
     monkeypatch.setattr("juliabridge.verification.verify", differs)
     code, out, _ = run(["verify", "B"], capsys)
-    assert code == 1 and "MISMATCH" in out
+    lines = [" ".join(re.sub("[│┃]", " ", ln).split()) for ln in out.splitlines()]
+    assert code == 1 and "verify B [lax] rtol=1e-05 atol=1e-06" in lines
+    assert "result max abs err max rel err ok" in lines and "output 1 0.5 NO" in lines
+    assert lines[-1] == (
+        "MISMATCH: outputs differ from the bundle's reference outputs (made without Julia)"
+    )
     raising(monkeypatch, ZeroDivisionError("division by zero"))
     code, _, err = run(["inspect", "B"], capsys)
     assert code == 70 and err.startswith(

@@ -1504,3 +1504,15 @@ def test_a_bundles_vjp_module_is_held_to_the_policy_unless_trusted(tmp_path: Pat
         bundle.vjp_module()
     module = bundle.vjp_module(trust=True)
     assert module is not None and "tpu_custom_call" in module.custom_calls
+
+
+def test_a_module_text_that_is_not_utf8_is_named(tmp_path: Path) -> None:
+    # Its digest recorded (so the checksum passes): the text is refused as text, naming it.
+    from tests.bundle_factory import make_dense_bn
+
+    root = make_dense_bn(tmp_path / "b.bundle", portable_artifact=False)
+    (root / "model.mlir").write_bytes(b"module @m {\xff\xfe}")
+    reseal(root)
+    with pytest.raises(juliabridge.MLIRParseError) as e:
+        juliabridge.import_lux(root)
+    assert str(e.value).startswith(f"{root.resolve() / 'model.mlir'}: not UTF-8 text (")
