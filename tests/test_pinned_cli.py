@@ -357,3 +357,30 @@ def test_doctor_prints_each_fact_of_its_report(
         ]
         assert facts["julia"] == [{"name": "julia", "ok": False, "detail": "not found"}]
         assert facts["extras"] == [{"name": "flax", "ok": True, "detail": "0.12.8"}]
+
+
+def test_inspect_names_the_bundle_and_sizes_each_array(capsys: pytest.CaptureFixture[str]) -> None:
+    """The shipped LeNet: sizes are the shapes' products times 4 bytes (f32), in B below 1 KiB
+    and KiB with one decimal above (hand-computed here)."""
+    from juliabridge.examples.paths import example_bundle_path
+
+    root = example_bundle_path("lenet")
+    code, out, err = run(["inspect", str(root)], capsys)
+    lines = [" ".join(re.sub("[│┃]", " ", ln).split()) for ln in out.splitlines()]
+    assert (code, err) == (0, "")
+    assert lines[0] == f"lenet format 3 mode=test {root}"
+    rows = [ln.split() for ln in lines if ln.split()[1:2] in (["input"], ["parameter"])]
+    sizes = {row[2]: " ".join(row[-2:]) for row in rows}
+    assert sizes == {
+        "x": "12.2 KiB",  # 4*1*28*28*4 = 12544 B
+        "params.layer_1.weight": "600 B",
+        "params.layer_1.bias": "24 B",
+        "params.layer_3.weight": "9.4 KiB",  # 9600 B
+        "params.layer_3.bias": "64 B",
+        "params.layer_6.weight": "128.0 KiB",  # 131072 B
+        "params.layer_6.bias": "512 B",
+        "params.layer_7.weight": "5.0 KiB",  # 5120 B
+        "params.layer_7.bias": "40 B",
+    }
+    # the parameters only (not the input x): 147032 B
+    assert "parameters and state: 143.6 KiB; module ops: 12 kinds" in lines

@@ -342,3 +342,22 @@ def test_upgrade_command_error_is_one_line(
     )  # BundleError (juliabridge/exitcodes.py)
     err = capsys.readouterr().err
     assert "juliabridge upgrade: error:" in err and "no such bundle directory" in err
+
+
+def test_upgrade_without_a_free_artifact_name_is_refused(
+    v1: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # model.mlirbc, model-2.mlirbc ... model-999.mlirbc all taken: nothing is replaced.
+    real = os.path.lexists
+    monkeypatch.setattr(
+        upgrade_mod.os.path, "lexists", lambda p: str(p).endswith(".mlirbc") or real(p)
+    )
+    before = _files(v1)
+    with pytest.raises(juliabridge.SaveError) as e:
+        upgrade_bundle(v1)
+    root = v1.resolve()
+    assert str(e.value) == (
+        f"{root}: no free name for a model artifact; remove stray *.mlirbc files"
+    )
+    monkeypatch.undo()
+    assert _files(v1) == before
