@@ -382,5 +382,32 @@ def test_inspect_names_the_bundle_and_sizes_each_array(capsys: pytest.CaptureFix
         "params.layer_7.weight": "5.0 KiB",  # 5120 B
         "params.layer_7.bias": "40 B",
     }
+    assert "0 output [4, 10] f32" in lines  # the results table: path, shape, dtype
     # the parameters only (not the input x): 147032 B
     assert "parameters and state: 143.6 KiB; module ops: 12 kinds" in lines
+
+
+@pytest.mark.parametrize(
+    ("producer", "line"),
+    [
+        (
+            {"tool": "JuliaBridge.jl", "tool_version": "0.2.0", "made_with_julia": True}
+            | {"julia": "1.11.5", "lux": "1.31.4", "reactant": "0.2.280"},
+            "producer: JuliaBridge.jl 0.2.0 (Julia 1.11.5, Lux 1.31.4, Reactant 0.2.280)",
+        ),
+        (
+            {"tool": "Reactant.Serialization.export_to_enzymejax", "tool_version": "0.2.280"},
+            "producer: Reactant.Serialization.export_to_enzymejax 0.2.280 (Julia, Lux and "
+            "Reactant versions not recorded)",
+        ),
+    ],
+)
+def test_inspect_says_who_made_the_bundle(
+    producer: dict[str, object], line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.bundle_factory import edit_manifest, make_dense_bn
+
+    root = make_dense_bn(tmp_path / "b.bundle")
+    edit_manifest(root, lambda m: m["producer"].update(producer))
+    code, out, _ = run(["inspect", str(root)], capsys)
+    assert code == 0 and line in out.splitlines()
