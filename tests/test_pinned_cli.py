@@ -85,7 +85,10 @@ def test_success_mismatch_usage_internal_and_interrupt_codes(
     assert run(["inspect"], capsys)[0] == 2
     assert run(["frobnicate"], capsys)[0] == 2
 
-    def differs(path: str, **_: object) -> VerifyReport:
+    asked: list[dict[str, object]] = []
+
+    def differs(path: str, **kwargs: object) -> VerifyReport:
+        asked.append(kwargs)
         checks = [ResultCheck("output", 1.0, 0.5, False)]
         return VerifyReport(path, "lax", 1e-5, 1e-6, checks, made_with_julia=False)
 
@@ -97,6 +100,10 @@ def test_success_mismatch_usage_internal_and_interrupt_codes(
     assert lines[-1] == (
         "MISMATCH: outputs differ from the bundle's reference outputs (made without Julia)"
     )
+    assert asked.pop() == {"backend": "auto", "rtol": None, "atol": None, "verify_checksums": True}
+    flags = ["--backend", "xla", "--rtol", "0.1", "--atol", "0", "--no-verify"]
+    assert run(["verify", "B", *flags], capsys)[0] == 1
+    assert asked.pop() == {"backend": "xla", "rtol": 0.1, "atol": 0.0, "verify_checksums": False}
     raising(monkeypatch, ZeroDivisionError("division by zero"))
     code, _, err = run(["inspect", "B"], capsys)
     assert code == 70 and err.startswith(
@@ -411,3 +418,17 @@ def test_inspect_says_who_made_the_bundle(
     edit_manifest(root, lambda m: m["producer"].update(producer))
     code, out, _ = run(["inspect", str(root)], capsys)
     assert code == 0 and line in out.splitlines()
+
+
+def test_help_carries_the_exit_code_table_and_argument_help(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(["--help"], capsys)
+    docs = documented()
+    table = "\n".join(f"  {c:>3}  " for c in docs)  # each code right-aligned, in order
+    assert code == 0 and "exit codes (one per error class):\n" in out
+    got = [ln[:7] for ln in out.split("exit codes (one per error class):\n", 1)[1].splitlines()]
+    assert "\n".join(got[: len(docs)]) == table
+    for command in ("verify", "vjp"):
+        out = run([command, "--help"], capsys)[1]
+        assert re.search(r"\n  path +bundle directory\n", out), out
