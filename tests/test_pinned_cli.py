@@ -432,3 +432,26 @@ def test_help_carries_the_exit_code_table_and_argument_help(
     for command in ("verify", "vjp"):
         out = run([command, "--help"], capsys)[1]
         assert re.search(r"\n  path +bundle directory\n", out), out
+
+
+def test_vjp_passes_its_options_and_says_what_it_wrote(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = []
+
+    def add_vjp(path: str, **kwargs: object) -> Path:
+        calls.append((path, kwargs))
+        return Path(path) / "vjp.mlir"
+
+    monkeypatch.setattr("juliabridge.bundle.write.vjp_bundle.add_vjp", add_vjp)
+    for flags, kwargs in (
+        ((), {"overwrite": False, "verify_checksums": True}),
+        (("--overwrite", "--no-verify"), {"overwrite": True, "verify_checksums": False}),
+    ):
+        code, out, err = run(["vjp", "b.bundle", *flags], capsys)
+        assert (code, err) == (0, "")
+        assert out == (
+            f"wrote {Path('b.bundle') / 'vjp.mlir'}; gradients on backend 'xla' now need no "
+            "derivation for this bundle\n"
+        )
+        assert calls.pop() == ("b.bundle", kwargs)

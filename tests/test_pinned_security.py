@@ -1516,3 +1516,17 @@ def test_a_module_text_that_is_not_utf8_is_named(tmp_path: Path) -> None:
     with pytest.raises(juliabridge.MLIRParseError) as e:
         juliabridge.import_lux(root)
     assert str(e.value).startswith(f"{root.resolve() / 'model.mlir'}: not UTF-8 text (")
+
+
+def test_a_manifest_argument_of_another_type_is_refused_naming_both(tmp_path: Path) -> None:
+    from tests.bundle_factory import edit_manifest, make_dense_bn
+
+    root = make_dense_bn(tmp_path / "b.bundle", portable_artifact=False)
+    edit_manifest(root, lambda m: m["arguments"][3].update(shape=[4], julia_shape=[4]))
+    with pytest.raises(juliabridge.SignatureMismatchError) as e:
+        juliabridge.import_lux(root)
+    assert str(e.value) == (
+        f"{root.resolve() / 'model.mlir'}: @main argument 3 (params.layer_2.scale) is "
+        "tensor<3xf32> but the manifest says tensor<4xf32>; the manifest does not belong to "
+        "this module. Export or download the bundle again"
+    )
