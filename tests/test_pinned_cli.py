@@ -432,6 +432,19 @@ def test_help_carries_the_exit_code_table_and_argument_help(
     for command in ("verify", "vjp"):
         out = run([command, "--help"], capsys)[1]
         assert re.search(r"\n  path +bundle directory\n", out), out
+    assert re.search(
+        r"\n  --json +print the report as JSON\n", run(["doctor", "--help"], capsys)[1]
+    )
+
+
+@pytest.mark.parametrize("command", [["verify", "B"], ["demo"]])
+@pytest.mark.parametrize("backend", ["auto", "lax", "enzyme", "xla"])
+def test_each_documented_backend_is_accepted(
+    command: list[str], backend: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # parsed before --help exits: an unknown backend would be a usage error (2)
+    assert run([*command, "--backend", backend, "--help"], capsys)[0] == 0
+    assert run([*command, "--backend", "tpu", "--help"], capsys)[0] == 2
 
 
 def test_vjp_passes_its_options_and_says_what_it_wrote(
