@@ -436,7 +436,9 @@ def test_help_carries_the_exit_code_table_and_argument_help(
         r"\n  --json +print the report as JSON\n", run(["doctor", "--help"], capsys)[1]
     )
     out = run(["export", "--help"], capsys)[1]
-    assert re.search(r"\n  --out OUT, -o OUT +bundle directory to write\n", out), out
+    assert re.search(r"\n  --out( OUT)?, -o OUT +bundle directory to write\n", out), (
+        out
+    )  # 3.13: no first OUT
 
 
 @pytest.mark.parametrize("command", [["verify", "B"], ["demo"]])
