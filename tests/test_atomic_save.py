@@ -230,3 +230,26 @@ def test_fsync_dir_flushes_that_directory(tmp_path: Path, monkeypatch: pytest.Mo
     assert synced == [tmp_path.stat().st_ino]
     atomic.fsync_dir(tmp_path / "missing")
     assert synced == [tmp_path.stat().st_ino]
+
+
+def test_an_overwrite_succeeds_when_the_old_bundle_cannot_be_removed(tmp_path: Path) -> None:
+    """Once the new bundle is in place the write has succeeded: a file of the replaced bundle
+    that cannot be deleted (immutable, chattr +i) leaves a hidden leftover, not an error."""
+    import shutil
+
+    target = make_dense_bn(tmp_path / "b.bundle", seed=0)
+    stuck = target / "notes.txt"
+    stuck.write_text("cannot be deleted")
+    chattr = shutil.which("chattr")
+    if chattr is None or subprocess.run([chattr, "+i", str(stuck)]).returncode != 0:
+        pytest.skip("chattr +i is not available here (needs root and a filesystem with it)")
+    try:
+        before = sha256_file(target / "weights.h5")
+        make_dense_bn(target, seed=1)  # overwrite=True
+        assert sha256_file(target / "weights.h5") != before
+        assert not (target / "notes.txt").exists()
+        (leftover,) = _temporaries(target)
+        assert (leftover / "notes.txt").read_text() == "cannot be deleted"
+    finally:
+        for p in tmp_path.rglob("notes.txt"):
+            subprocess.run([chattr, "-i", str(p)], check=False)
