@@ -472,3 +472,25 @@ def test_vjp_passes_its_options_and_says_what_it_wrote(
             "derivation for this bundle\n"
         )
         assert calls.pop() == ("b.bundle", kwargs)
+
+
+def test_on_a_terminal_plain_lines_are_not_highlighted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """rich would colour the numbers and paths of a plain line on a colour terminal; what a
+    command prints is the text as it is."""
+    import shutil
+    import sys
+
+    from juliabridge.examples.paths import example_bundle_path
+
+    bundle = tmp_path / "lenet.bundle"
+    shutil.copytree(example_bundle_path("lenet"), bundle)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    code, out, err = run(["upgrade", str(bundle)], capsys)
+    assert (code, err, "\x1b" in out) == (0, "", False)
+    assert " ".join(out.split()) == (  # wrapped at the terminal's width
+        f"{bundle.resolve()}: already format 3 with portable artifacts; nothing to do"
+    )
