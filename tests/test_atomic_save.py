@@ -116,14 +116,19 @@ def test_killed_write_bundle_leaves_the_previous_bundle_intact(tmp_path: Path) -
     assert juliabridge.import_lux(target, backend="xla").manifest.name == "dense_bn"
 
 
-def test_exchange_swaps_two_directories(tmp_path: Path) -> None:
-    a, b = tmp_path / "a", tmp_path / "b"
+def test_exchange_swaps_two_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Relative paths too (a bundle written as `out/m.bundle`): they start at the working
+    directory. Linux has renameat2 (3.15+), on every filesystem CI writes to."""
+    monkeypatch.chdir(tmp_path)
+    a, b = Path("a"), Path("b")
     a.mkdir()
     b.mkdir()
     (a / "x").write_text("a")
     (b / "x").write_text("b")
-    if not atomic.exchange(a, b):
-        pytest.skip("renameat2(RENAME_EXCHANGE) is not available here; the writer falls back")
+    if not sys.platform.startswith("linux"):
+        assert atomic.exchange(a, b) is False
+        pytest.skip("renameat2(RENAME_EXCHANGE) is Linux's; elsewhere the writer falls back")
+    assert atomic.exchange(a, b) is True
     assert (a / "x").read_text() == "b" and (b / "x").read_text() == "a"
 
 
@@ -175,3 +180,76 @@ def test_save_errors_name_the_target(tmp_path: Path) -> None:
     with pytest.raises(SaveError, match="is a directory") as info:
         juliabridge.save_params({"w": np.ones(3, np.float32)}, tmp_path)
     assert isinstance(info.value, OSError) and isinstance(info.value, juliabridge.JuliaBridgeError)
+
+
+def test_without_renameat2_an_overwrite_moves_the_old_bundle_aside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where renameat2 is missing (macOS, old kernels), the old bundle is moved aside, the new
+    one renamed in, the old one removed; a failed second rename puts the old one back."""
+    target = make_dense_bn(tmp_path / "b.bundle", seed=0)
+    before = {p.name: sha256_file(p) for p in target.iterdir()}
+    monkeypatch.setattr(atomic, "exchange", lambda a, b: False)
+    real_replace = os.replace
+    renames: list[tuple[str, str]] = []
+
+    def failing(src: object, dst: object) -> None:
+        if target in (Path(str(src)), Path(str(dst))):  # not the files inside the new bundle
+            renames.append((Path(str(src)).name, Path(str(dst)).name))
+            if len(renames) == 2:  # the new bundle's rename in, after the old one's aside
+                raise OSError(28, "No space left on device")
+        real_replace(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(SaveError, match="any previous bundle there is unchanged"):
+        make_dense_bn(target, seed=1)
+    assert {p.name: sha256_file(p) for p in target.iterdir()} == before
+    assert _temporaries(target) == []
+    aside, new = renames[0][1], renames[1][0]
+    assert renames == [("b.bundle", aside), (new, "b.bundle"), (aside, "b.bundle")]
+    assert aside != new and atomic.TMP_MARK in aside and atomic.TMP_MARK in new
+    monkeypatch.setattr(os, "replace", real_replace)
+    make_dense_bn(target, seed=1)
+    after = {p.name: sha256_file(p) for p in target.iterdir()}
+    assert after.keys() == before.keys() and after["weights.h5"] != before["weights.h5"]
+    assert _temporaries(target) == []
+
+
+def test_fsync_dir_flushes_that_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rename is durable only once its directory is flushed: fsync_dir syncs a descriptor of
+    the directory itself, and a directory that cannot be opened is skipped, not an error."""
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def record(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", record)
+    atomic.fsync_dir(tmp_path)
+    assert synced == [tmp_path.stat().st_ino]
+    atomic.fsync_dir(tmp_path / "missing")
+    assert synced == [tmp_path.stat().st_ino]
+
+
+def test_an_overwrite_succeeds_when_the_old_bundle_cannot_be_removed(tmp_path: Path) -> None:
+    """Once the new bundle is in place the write has succeeded: a file of the replaced bundle
+    that cannot be deleted (immutable, chattr +i) leaves a hidden leftover, not an error."""
+    import shutil
+
+    target = make_dense_bn(tmp_path / "b.bundle", seed=0)
+    stuck = target / "notes.txt"
+    stuck.write_text("cannot be deleted")
+    chattr = shutil.which("chattr")
+    if chattr is None or subprocess.run([chattr, "+i", str(stuck)]).returncode != 0:
+        pytest.skip("chattr +i is not available here (needs root and a filesystem with it)")
+    try:
+        before = sha256_file(target / "weights.h5")
+        make_dense_bn(target, seed=1)  # overwrite=True
+        assert sha256_file(target / "weights.h5") != before
+        assert not (target / "notes.txt").exists()
+        (leftover,) = _temporaries(target)
+        assert (leftover / "notes.txt").read_text() == "cannot be deleted"
+    finally:
+        for p in tmp_path.rglob("notes.txt"):
+            subprocess.run([chattr, "-i", str(p)], check=False)

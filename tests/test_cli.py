@@ -86,6 +86,9 @@ def test_demo_runs_the_shipped_example(capsys: pytest.CaptureFixture[str]) -> No
     assert main(["demo", "--backend", "xla"]) == 0
     out = capsys.readouterr().out
     assert "logits (4, 10)" in out and "OK" in out
+    assert main(["demo"]) == 0  # backend auto: every op of LeNet lifts onto lax
+    out = " ".join(capsys.readouterr().out.split())
+    assert "verify against the bundled reference outputs (backend lax)" in out
 
 
 def test_doctor_reports_backends(capsys: pytest.CaptureFixture[str]) -> None:

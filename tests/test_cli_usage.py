@@ -246,8 +246,12 @@ def test_vjp_without_lax_or_enzyme_says_what_would_work(
     line = one_line(err)
     assert code == CODE[juliabridge.BackendUnavailableError]
     assert "--backend" not in line  # vjp has no such option
-    assert "the lax backend cannot lift the module (op foo.bar does not lift)" in line
-    assert "enzyme-ad is not importable" in line
+    assert line == (
+        f"juliabridge vjp: error: {bundle.resolve()}: the VJP module cannot be derived here: the "
+        "lax backend cannot lift the module (op foo.bar does not lift) and enzyme-ad is not "
+        "importable (its wheels are for CPython 3.11: pip install 'juliabridge[enzyme]' there and "
+        "run juliabridge vjp there), or export with JuliaBridge.export_lux(...; vjp=true)"
+    )
 
 
 def test_usage_errors_are_one_line_in_a_fresh_process(tmp_path: Path) -> None:
@@ -314,6 +318,10 @@ def test_demo_says_whether_enzyme_was_installed(
     assert 'prints "enzyme backend: not available"' in readme
     pyproject = (REPO / "pyproject.toml").read_text()
     assert "enzyme-ad==0.0.16; python_version == '3.11'" in pyproject  # what README says
+    monkeypatch.setattr(enzyme, "enzyme_available", lambda: True)
+    code, out, err = run_cli(["demo", "--backend", "lax"], capsys)
+    assert code == OK, err
+    assert out.splitlines()[1] == "enzyme backend: available (enzyme-ad)"
 
 
 # --- piped output -------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax
+import numpy as np
 import pytest
 
 from juliabridge.backends.enzyme import enzyme_available
@@ -41,3 +42,106 @@ def test_julia_absence_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr("juliabridge.julia.driver.find_julia", missing)
     julia = {c.name: c for c in doctor.report().julia}["julia"]
     assert not julia.ok and "juliaup" in julia.detail
+
+
+def test_report_names_this_interpreter_platform_and_devices() -> None:
+    import importlib.metadata
+    import platform
+    import sys
+
+    import juliabridge
+
+    r = doctor.report()
+    assert r.juliabridge == juliabridge.__version__
+    assert r.python == f"{platform.python_version()} ({platform.python_implementation()})"
+    assert r.python.startswith(f"{sys.version_info.major}.{sys.version_info.minor}.")
+    assert r.platform == f"{platform.system()} {platform.machine()}"
+    assert r.jaxlib == importlib.metadata.version("jaxlib")
+    kinds = {f"{d.platform}:{d.device_kind}" for d in jax.devices()}
+    assert r.devices == ", ".join(sorted(kinds))
+    for c in r.extras:
+        assert c.detail == (
+            importlib.metadata.version(c.name) if c.ok else f"pip install 'juliabridge[{c.name}]'"
+        )
+
+
+def test_missing_distributions_say_how_to_install_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(doctor, "_version", lambda dist: None)
+    r = doctor.report()
+    assert r.jaxlib == "unknown"
+    julia = {c.name: c for c in r.julia}
+    assert not julia["juliacall"].ok and not julia["juliapkg"].ok
+    assert julia["juliacall"].detail == (
+        "not installed (pip install 'juliabridge[julia]'; export from live Julia objects)"
+    )
+    assert julia["juliapkg"].detail == "not installed (pip install 'juliabridge[julia]')"
+    assert [(c.name, c.ok, c.detail) for c in r.extras] == [
+        ("flax", False, "pip install 'juliabridge[flax]'"),
+        ("equinox", False, "pip install 'juliabridge[equinox]'"),
+    ]
+
+
+def test_a_version_of_a_distribution_that_is_not_installed_is_none() -> None:
+    assert doctor._version("juliabridge-no-such-distribution") is None
+    assert doctor._version("numpy") == np.__version__
+
+
+def test_a_failed_probe_reports_the_first_line_of_its_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from juliabridge.errors import JuliaUnavailable
+
+    def missing(**_: object) -> None:
+        raise JuliaUnavailable("  no Julia found\nsecond line " + "x" * 400)
+
+    def broken() -> None:
+        raise RuntimeError("x" * 400 + "\nmore")
+
+    monkeypatch.setattr("juliabridge.julia.driver.find_julia", missing)
+    monkeypatch.setattr("juliabridge.jaxinternals._export_module", broken)
+    r = doctor.report()
+    julia = {c.name: c for c in r.julia}["julia"]
+    assert (julia.ok, julia.detail) == (False, "JuliaUnavailable: no Julia found")
+    xla = {c.name: c for c in r.backends}["xla"]
+    assert (xla.ok, xla.detail) == (False, "RuntimeError: " + "x" * 300)
+
+    def empty() -> None:
+        raise ValueError()
+
+    monkeypatch.setattr("juliabridge.julia.driver.find_julia", empty)
+    assert {c.name: c for c in doctor.report().julia}["julia"].detail == "ValueError: "
+
+
+def test_a_found_julia_is_named_with_where_it_was_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    from juliabridge.julia.driver import JuliaInstallation
+
+    found = JuliaInstallation("/opt/julia/bin/julia", (1, 11, 5), "PATH")
+    monkeypatch.setattr("juliabridge.julia.driver.find_julia", lambda: found)
+    julia = {c.name: c for c in doctor.report().julia}["julia"]
+    assert (julia.ok, julia.detail) == (True, "/opt/julia/bin/julia (PATH)")
+
+
+def test_without_enzyme_it_says_why_and_where_it_installs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setattr("juliabridge.backends.enzyme.enzyme_available", lambda: False)
+    monkeypatch.setitem(sys.modules, "enzyme_ad", None)  # its import fails, as without it
+    enzyme = {c.name: c for c in doctor.report().backends}["enzyme"]
+    assert not enzyme.ok
+    assert enzyme.detail.startswith("ModuleNotFoundError: ") and "enzyme_ad" in enzyme.detail
+    assert enzyme.detail.endswith(
+        ". enzyme-ad publishes wheels for CPython 3.11 only (pip install 'juliabridge[enzyme]' "
+        "there); the lax backend needs nothing extra"
+    )
+
+
+def test_a_jaxlib_without_stablehlo_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    import jaxlib.mlir.dialects
+
+    monkeypatch.delattr(jaxlib.mlir.dialects, "stablehlo", raising=False)
+    monkeypatch.setitem(sys.modules, "jaxlib.mlir.dialects.stablehlo", None)
+    versions = doctor.report().stablehlo
+    assert list(versions) == ["error"]
+    assert versions["error"].startswith("ModuleNotFoundError: ")

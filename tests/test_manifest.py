@@ -102,6 +102,30 @@ def _mutated(change: Any) -> dict[str, Any]:
         (lambda m: m["module"].update(sha256="abc"), "hex"),
         (lambda m: m.update(batch={"size": 0, "samples_independent": True}), "batch.size"),
         (lambda m: m.update(metadata=[1]), "metadata"),
+        (
+            lambda m: m["arguments"][1].update(path=["\ud800", "weight"]),
+            r"^manifest.json: arguments\[1\]\.path\[0\]: '\\ud800' is not valid Unicode",
+        ),
+        (
+            lambda m: m["arguments"][0].update(dataset="/examples/inputs/0"),
+            r"^manifest.json: arguments\[0\]\.dataset: an input has no dataset \(its example "
+            r"value, if any, is in examples.inputs\)$",
+        ),
+        (
+            lambda m: m["arguments"][1].pop("blake3"),
+            r"^manifest.json: arguments\[1\]: missing required key 'blake3'$",
+        ),
+        (
+            lambda m: m["producer"].update(lux=None),
+            "^manifest.json: producer.lux: expected the version string of a bundle made with Julia$",
+        ),
+        (
+            lambda m: m["producer"].update(
+                tool="other", made_with_julia=False, julia=None, lux=None
+            ),
+            "^manifest.json: producer.reactant: expected null for a bundle made without Julia, "
+            "found '0.2.280'$",
+        ),
     ],
 )
 def test_invalid_manifests(change: Any, needle: str) -> None:
@@ -127,3 +151,32 @@ def test_deeply_nested_json_is_refused(tmp_path: Path) -> None:
     p.write_text("[" * 100000 + "]" * 100000)
     with pytest.raises(juliabridge.ManifestError):
         load_manifest(p)
+
+
+def _static_value(value: Any) -> dict[str, Any]:
+    return _mutated(lambda m: m["static_state"][0].update(value=value))
+
+
+@pytest.mark.parametrize(
+    "value", [None, True, False, 0.5, -1.0e300, -(2**63), 2**64 - 1, "", "x" * 4096, "Val"]
+)
+def test_static_state_values_are_json_scalars(value: Any) -> None:
+    """Spec §3.11: null, a boolean, a number (integers in [-2^63, 2^64)), a string of at most
+    4096 characters; read back as they are."""
+    assert parse_manifest(_static_value(value)).static_state[0].value == value
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("x" * 4097, "string longer than 4096 characters"),
+        (2**64, f"integer {2**64} fits neither Int64 nor UInt64"),
+        (-(2**63) - 1, f"integer {-(2**63) - 1} fits neither Int64 nor UInt64"),
+        ([1], "expected a JSON scalar (null, boolean, number or string), found list"),
+        ({"v": 1}, "expected a JSON scalar (null, boolean, number or string), found dict"),
+    ],
+)
+def test_static_state_values_that_are_not_scalars_are_refused(value: Any, message: str) -> None:
+    with pytest.raises(juliabridge.ManifestError) as e:
+        parse_manifest(_static_value(value))
+    assert str(e.value) == f"manifest.json: static_state[0].value: {message}"

@@ -9,6 +9,7 @@ reader refuses for a structural reason is refused by the schema too.
 from __future__ import annotations
 
 import copy
+import importlib.machinery
 import json
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 
 import juliabridge
-from juliabridge.bundle.manifest import parse_manifest, schema
+from juliabridge.bundle.manifest import parse_manifest, schema, write_schema
 from tests.bundle_factory import make_dense_bn, to_format1, to_format2
 from tests.test_julia_spec_alignment import JULIA_MANIFESTS
 from tests.test_manifest import spec_example, spec_example_with_aliases
@@ -59,6 +60,41 @@ def test_the_command_prints_the_schema() -> None:
     )
     assert out.stdout == schema.schema_text()
     assert out.stderr == ""
+
+
+def test_write_schema_writes_the_shipped_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    write_schema.main()
+    assert capsys.readouterr() == (SHIPPED.read_text(encoding="utf-8"), "")
+
+
+def test_the_declarations_built_afresh_are_the_shipped_schema() -> None:
+    """schema.py's declarations (MANIFEST and the nodes and helpers it is built from) run again
+    here, inside the test, not only when juliabridge was first imported: they write the shipped
+    schema and refuse empty state paths with their own messages."""
+    loader = importlib.machinery.SourceFileLoader(schema.__name__, schema.__file__)
+    fresh = {"__name__": schema.__name__, "__package__": schema.__package__}
+    exec(loader.get_code(schema.__name__), fresh)
+    assert fresh["schema_text"]() == SHIPPED.read_text(encoding="utf-8")
+    manifest = fresh["MANIFEST"]
+    good = spec_example()
+    assert manifest.check(copy.deepcopy(good), "", 3) == schema.MANIFEST.check(good, "", 3)
+    for change, where, why in (
+        (
+            lambda m: m["static_state"][0].update(path=[]),
+            "static_state[0].path",
+            "a state path names a leaf inside st, so it cannot be empty",
+        ),
+        (
+            lambda m: m["empty"].update(params=[[]]),
+            "empty.params[0]",
+            "the root cannot be listed as an empty container",
+        ),
+    ):
+        broken = copy.deepcopy(good)
+        change(broken)
+        with pytest.raises(juliabridge.ManifestError) as e:
+            manifest.check(broken, "", 3)
+        assert str(e.value) == f"manifest.json: {where}: {why}"
 
 
 def test_the_schema_tells_the_versions_apart() -> None:

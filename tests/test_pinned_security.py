@@ -522,18 +522,13 @@ def test_a_weights_file_that_cannot_be_opened_says_why(
     )
 
 
-def test_a_bundle_directory_swapped_after_it_was_opened_is_read_from_the_one_opened(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Files are opened relative to the directory's own descriptor: a directory put in place of
-    # the bundle's name once it is open (a race an attacker can win) is never read.
+def _swap_once_opened(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, want: np.ndarray) -> None:
+    """Once safefile.directory has opened a bundle directory, move it away and put a directory
+    with another weights file (zeros for /params/layer_1/weight) in its place."""
     import contextlib
 
     from juliabridge.bundle.files import safefile
 
-    root = dense(tmp_path)
-    with h5py.File(root / "weights.h5") as f:
-        want = f["/params/layer_1/weight"][()]
     real = safefile.directory
 
     @contextlib.contextmanager
@@ -549,8 +544,41 @@ def test_a_bundle_directory_swapped_after_it_was_opened_is_read_from_the_one_ope
             yield fd
 
     monkeypatch.setattr(safefile, "directory", then_swapped)
+
+
+def _first_weight(root: Path) -> np.ndarray:
+    with h5py.File(root / "weights.h5") as f:
+        return np.asarray(f["/params/layer_1/weight"][()])
+
+
+def test_a_bundle_directory_swapped_after_it_was_opened_is_read_from_the_one_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Files are opened relative to the directory's own descriptor: a directory put in place of
+    # the bundle's name once it is open (a race an attacker can win) is never read.
+    root = dense(tmp_path)
+    want = _first_weight(root)
+    _swap_once_opened(monkeypatch, tmp_path, want)
     params, _ = juliabridge.load_params(root)
     np.testing.assert_array_equal(np.asarray(params["layer_1"]["weight"]), want)
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_verifying_the_weights_reads_the_directory_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int
+) -> None:
+    # Format 1: the whole file's sha256 (one descriptor, no array read); format 3: each
+    # dataset's digest. Either way the weights hashed are those of the directory opened.
+    from juliabridge.bundle import open_bundle
+    from tests.bundle_factory import make_dense_bn, to_format1
+
+    root = make_dense_bn(tmp_path / "b.bundle")
+    if version == 1:
+        to_format1(root)
+    bundle = open_bundle(root, defer_weights=True)
+    _swap_once_opened(monkeypatch, tmp_path, _first_weight(root))
+    bundle.verify_weights()  # no error: the moved directory's weights match the manifest
+    assert not (root / "manifest.json").exists()  # the name now holds the swapped-in one
 
 
 def test_a_weights_file_removed_just_before_it_is_opened_is_named_missing(
@@ -1453,3 +1481,52 @@ def test_dataset_digest_defaults_to_blake3_and_names_the_algorithms() -> None:
     with pytest.raises(BundleError) as e:
         dataset_digest(value, "f32", "sha1")
     assert str(e.value) == "unknown dataset digest algorithm 'sha1'; expected one of sha256, blake3"
+
+
+def test_a_bundles_vjp_module_is_held_to_the_policy_unless_trusted(tmp_path: Path) -> None:
+    # Bundle.vjp_module parses the stored VJP module only when asked; by default under the same
+    # policy as the forward module (a custom call outside the allowlist is refused).
+    from juliabridge.bundle import open_bundle
+    from juliabridge.bundle.files.checksum import sha256_file
+    from tests.bundle_factory import edit_manifest, make_dense_bn
+
+    root = make_dense_bn(tmp_path / "b.bundle")
+    (root / "vjp.mlir").write_text(
+        "module @vjp {\n  func.func public @main(%arg0: tensor<3xf32>) -> tensor<3xf32> {\n"
+        '    %0 = stablehlo.custom_call @tpu_custom_call(%arg0) {backend_config = "x"} : '
+        "(tensor<3xf32>) -> tensor<3xf32>\n    return %0 : tensor<3xf32>\n  }\n}\n"
+    )
+    vjp = {"file": "vjp.mlir", "sha256": sha256_file(root / "vjp.mlir")}
+    edit_manifest(root, lambda m: m.update(vjp=vjp))
+    bundle = open_bundle(root)
+    assert bundle.vjp_source == "text"
+    with pytest.raises(juliabridge.UnsupportedModuleError, match="tpu_custom_call"):
+        bundle.vjp_module()
+    module = bundle.vjp_module(trust=True)
+    assert module is not None and "tpu_custom_call" in module.custom_calls
+
+
+def test_a_module_text_that_is_not_utf8_is_named(tmp_path: Path) -> None:
+    # Its digest recorded (so the checksum passes): the text is refused as text, naming it.
+    from tests.bundle_factory import make_dense_bn
+
+    root = make_dense_bn(tmp_path / "b.bundle", portable_artifact=False)
+    (root / "model.mlir").write_bytes(b"module @m {\xff\xfe}")
+    reseal(root)
+    with pytest.raises(juliabridge.MLIRParseError) as e:
+        juliabridge.import_lux(root)
+    assert str(e.value).startswith(f"{root.resolve() / 'model.mlir'}: not UTF-8 text (")
+
+
+def test_a_manifest_argument_of_another_type_is_refused_naming_both(tmp_path: Path) -> None:
+    from tests.bundle_factory import edit_manifest, make_dense_bn
+
+    root = make_dense_bn(tmp_path / "b.bundle", portable_artifact=False)
+    edit_manifest(root, lambda m: m["arguments"][3].update(shape=[4], julia_shape=[4]))
+    with pytest.raises(juliabridge.SignatureMismatchError) as e:
+        juliabridge.import_lux(root)
+    assert str(e.value) == (
+        f"{root.resolve() / 'model.mlir'}: @main argument 3 (params.layer_2.scale) is "
+        "tensor<3xf32> but the manifest says tensor<4xf32>; the manifest does not belong to "
+        "this module. Export or download the bundle again"
+    )

@@ -84,3 +84,16 @@ def test_recorded_tiling_reads_hlo_sharding_strings(
     text: str, rank: int, want: tuple[int, ...] | None
 ) -> None:
     assert recorded_tiling(text, rank) == want
+
+
+def test_inspect_reports_the_recorded_shardings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from juliabridge.cli import main
+
+    assert main(["inspect", str(_bundle(tmp_path, "{devices=[2,1]<=[2]}"))]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "recorded shardings (reported, not applied; place arrays with jax.device_put): "
+        'num_partitions=1; x: "{devices=[2,1]<=[2]}"'
+    ) in out

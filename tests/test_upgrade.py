@@ -29,6 +29,7 @@ from juliabridge.bundle.write import upgrade as upgrade_mod
 from juliabridge.bundle.write.upgrade import upgrade_bundle
 from juliabridge.cli import main
 from juliabridge.examples.paths import example_bundle_path
+from tests.bundle_factory import make_dense_bn
 from tests.reference import lux_numpy
 
 LENET = example_bundle_path("lenet")
@@ -166,6 +167,10 @@ def test_upgrade_format_1(v1: Path) -> None:
     y_before = np.asarray(juliabridge.import_lux(v1, backend="xla")(_x()))
     report = upgrade_bundle(v1)
     assert report.changed and (report.from_version, report.to_version) == (1, 3)
+    assert report.changes[:2] == (
+        "format_version 1 -> 3",
+        "blake3 of 10 datasets (the whole-file weights hash is dropped)",
+    )
     after = _files(v1)
     # Only the manifest changed; the artifacts are new; weights and text modules are untouched.
     assert set(after) - set(before) == {"model.mlirbc", "vjp.mlirbc"}
@@ -342,3 +347,53 @@ def test_upgrade_command_error_is_one_line(
     )  # BundleError (juliabridge/exitcodes.py)
     err = capsys.readouterr().err
     assert "juliabridge upgrade: error:" in err and "no such bundle directory" in err
+
+
+def test_upgrade_without_a_free_artifact_name_is_refused(
+    v1: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # model.mlirbc, model-2.mlirbc ... model-999.mlirbc all taken: nothing is replaced.
+    real = os.path.lexists
+    monkeypatch.setattr(
+        upgrade_mod.os.path, "lexists", lambda p: str(p).endswith(".mlirbc") or real(p)
+    )
+    before = _files(v1)
+    with pytest.raises(juliabridge.SaveError) as e:
+        upgrade_bundle(v1)
+    root = v1.resolve()
+    assert str(e.value) == (
+        f"{root}: no free name for a model artifact; remove stray *.mlirbc files"
+    )
+    monkeypatch.undo()
+    assert _files(v1) == before
+
+
+def test_a_failed_manifest_write_is_a_save_error(v2: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # v2 has its artifacts: only the manifest is written, and that write fails before its
+    # temporary exists (no space for it).
+    def full(tmp: Path, data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    before = _files(v2)
+    monkeypatch.setattr(upgrade_mod, "_write_temp", full)
+    with pytest.raises(juliabridge.SaveError) as e:
+        upgrade_bundle(v2)
+    assert str(e.value) == (
+        f"{v2.resolve()}: the upgrade failed ([Errno 28] No space left on device); the bundle "
+        "is unchanged. Check free space and permissions"
+    )
+    assert _files(v2) == before
+
+
+def test_upgrade_holds_the_module_to_the_policy_unless_trusted(v1: Path) -> None:
+    # A custom call outside the allowlist: refused as import_lux refuses it, unless trust=True.
+    from tests.test_cli_errors import CASES
+
+    edit, cls, named = CASES["policy"]
+    bundle = make_dense_bn(v1.parent / "policy.bundle")
+    edit(bundle)
+    before = _files(bundle)
+    with pytest.raises(cls, match=named):
+        upgrade_bundle(bundle)
+    assert _files(bundle) == before
+    upgrade_bundle(bundle, trust=True)
