@@ -144,8 +144,19 @@ def smoke_config(pyproject: Path, files: list[str], tests: list[str]) -> None:
 
 
 def module_name(path: str) -> str:
-    """``juliabridge/lux/trees.py`` -> ``juliabridge.lux.trees`` (mutmut's prefix)."""
-    return path.removesuffix(".py").replace("/", ".")
+    """``juliabridge/lux/trees.py`` -> ``juliabridge.lux.trees`` (mutmut's prefix); a
+    package's ``__init__.py`` is the package: ``juliabridge.bundle.weights``."""
+    return path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+
+
+def link_shared(base: Path, work: Path) -> None:
+    """Make ``../shared`` (the real Reactant fixtures beside the clone, where there is one)
+    reachable from the scratch copy's tests, as they look for it: two folders above the test
+    file, both where mutmut runs them (`work`/mutants/tests) and in `work`/tests."""
+    shared = ROOT.parent / "shared"
+    if shared.is_dir():
+        for where in (base, work):
+            (where / "shared").symlink_to(shared.resolve(), target_is_directory=True)
 
 
 def patterns(files: list[str], stride: int) -> list[str]:
@@ -241,9 +252,11 @@ def main() -> int:
     whole = sorted(set(args.files or []) | set(changed))  # sampled at --stride
     files = sorted(set(args.files or core) | set(changed))
     tests = args.tests or tests_for(files, selection)
-    work = Path(tempfile.mkdtemp(prefix="jb-mutation-smoke-"))
+    base = Path(tempfile.mkdtemp(prefix="jb-mutation-smoke-"))
+    work = base / "repo"
     try:
         scratch_copy(work)
+        link_shared(base, work)
         smoke_config(work / "pyproject.toml", files, tests)
         wanted = patterns(whole, args.stride)
         if not args.files:
@@ -298,7 +311,7 @@ def main() -> int:
         if args.keep:
             print(f"scratch copy kept at {work}")
         else:
-            shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":
