@@ -1606,3 +1606,18 @@ def test_xla_rewrite_hands_on_two_result_ops_it_does_not_cover() -> None:
     keys, values = juliabridge.load_mlir(text, backend="xla")(k, v)
     np.testing.assert_array_equal(np.asarray(keys), np.sort(k))
     np.testing.assert_array_equal(np.asarray(values), v[np.argsort(k)])
+
+
+def test_a_module_without_its_parse_is_lifted_from_its_text(rules: dict[str, Rule]) -> None:
+    # A StableHLOModule whose `parsed` IR is absent (the field's default) is lifted from its
+    # text, unregistered (trusted) ops included, and computes what the parsed one does.
+    import dataclasses
+
+    from juliabridge.backends.lax import LaxBackend
+    from juliabridge.stablehlo import parse_module
+
+    add_rule(rules, "jbtest.twice", lambda view: lambda x: [x * 2])
+    module = parse_module(generic("jbtest.twice"), trust=True)
+    bare = dataclasses.replace(module, parsed=None)
+    (got,) = LaxBackend(bare, trust=True).call(jnp.array([1.5, -2.0], F))
+    np.testing.assert_array_equal(np.asarray(got), np.array([3.0, -4.0], F))

@@ -335,3 +335,26 @@ def test_sort_by_own_comparator_differentiates() -> None:
     iota = np.tile(np.arange(6, dtype=np.int32), (2, 1))
     check_grad(fn, [np.where(np.isnan(a), 0.0, a), iota], argnums=(0,))
     check_vmap(fn, [np.stack([a, -a]), np.stack([iota, iota])])
+
+
+def test_a_logic_op_comparator_on_one_operand_is_xla_sort() -> None:
+    # `and` of a key's two arguments is not a compare (and no strict weak order): the lax
+    # backend gives XLA's sort with that very comparator rather than reading it as keys.
+    body = "      %c = stablehlo.and %l0, %r0 : tensor<i1>\n      stablehlo.return %c : tensor<i1>"
+    text = sort_module(["i1", "i32"], "9", body)
+    x = np.array([1, 0, 1, 1, 0, 0, 1, 0, 1], bool)
+    check_module(text, [x, np.arange(9, dtype=np.int32)], interpreter=False)
+    assert EXACT in primitives(jax.make_jaxpr(lax_fn(text))(x, np.arange(9, dtype=np.int32)))
+
+
+def test_vmap_of_a_comparator_sort_with_an_unbatched_operand() -> None:
+    # Only the keys are batched; the payload is shared by every batch element.
+    types, body, less = ARBITRARY["by_abs"]
+    text = sort_module(types, "6", body)
+    keys = np.round(random_array(rng, (3, 6), "f32"))
+    pay = np.arange(6, dtype=np.int32)
+    check_vmap(lax_fn(text), [keys, pay], in_axes=(0, None))
+    got = jax.vmap(lax_fn(text), in_axes=(0, None))(keys, pay)
+    for k in range(3):
+        want = python_sort([keys[k], pay], less, 0)
+        np.testing.assert_array_equal(np.asarray(got[1][k]), want[1])
