@@ -697,3 +697,35 @@ def test_host_io_and_collectives_are_refused_at_load(name: str) -> None:
     assert e.value.op == f"stablehlo.{name}"
     assert e.value.where == f"line {line}", str(e.value)
     assert "stablehlo." + name in str(e.value)
+
+
+def test_case_with_more_branches_than_one_switch_takes() -> None:
+    # 20 branches (more than one lax.switch is given): each index runs its own branch, and an
+    # index out of range the last one (spec.md#case).
+    n = 20
+    branches = ",\n".join(
+        f"{{\n      %c = stablehlo.constant dense<{k}> : tensor<i64>\n"
+        "      stablehlo.return %c : tensor<i64>\n    }"
+        for k in range(n)
+    )
+    text = f"""module {{
+  func.func @main(%i: tensor<i32>) -> tensor<i64> {{
+    %0 = "stablehlo.case"(%i) ({branches}) : (tensor<i32>) -> tensor<i64>
+    return %0 : tensor<i64>
+  }}
+}}"""
+    fn = jax.jit(lax_fn(text))
+    for index in (-7, 0, 1, 7, 8, 9, 10, 11, 15, 18, 19, 20, 1000):
+        want = index if 0 <= index < n else n - 1
+        assert int(fn(np.int32(index))[0]) == want, index
+
+
+def test_counted_loop_with_the_constant_first_in_its_increment() -> None:
+    # `iv = 1 + iv` counts like `iv = iv + 1`: a counted loop (a scan), with numpy's values.
+    text = loop_module("i32", 2, "LT", 9, "+1", iv_first=True).replace(
+        "stablehlo.add %i, %c1", "stablehlo.add %c1, %i"
+    )
+    assert "stablehlo.add %c1, %i" in text
+    x = np.float32(0.25)
+    check_module(text, [x], expected=[np.int32(9), np.float32(0.25 + 0.5 * 7)])
+    assert "scan" in primitives(lax_fn(text), x)
