@@ -729,3 +729,30 @@ def test_counted_loop_with_the_constant_first_in_its_increment() -> None:
     x = np.float32(0.25)
     check_module(text, [x], expected=[np.int32(9), np.float32(0.25 + 0.5 * 7)])
     assert "scan" in primitives(lax_fn(text), x)
+
+
+def test_a_loop_whose_condition_reads_an_outer_argument_is_not_counted() -> None:
+    # `n < 3` with @main's own argument n (not the carried counter) decides nothing about the
+    # trips: with n = 5 the body never runs, and the loop is a while loop, not a scan.
+    text = """module {
+  func.func @main(%n: tensor<i32>, %x: tensor<f32>) -> (tensor<i32>, tensor<f32>) {
+    %c0 = stablehlo.constant dense<0> : tensor<i32>
+    %c1 = stablehlo.constant dense<1> : tensor<i32>
+    %c3 = stablehlo.constant dense<3> : tensor<i32>
+    %h = stablehlo.constant dense<5.000000e-01> : tensor<f32>
+    %0:2 = stablehlo.while(%i = %c0, %a = %x) : tensor<i32>, tensor<f32>
+    cond {
+      %1 = stablehlo.compare  LT, %n, %c3 : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %1 : tensor<i1>
+    } do {
+      %1 = stablehlo.add %i, %c1 : tensor<i32>
+      %2 = stablehlo.add %a, %h : tensor<f32>
+      stablehlo.return %1, %2 : tensor<i32>, tensor<f32>
+    }
+    return %0#0, %0#1 : tensor<i32>, tensor<f32>
+  }
+}"""
+    n, x = np.int32(5), np.float32(0.25)
+    check_module(text, [n, x], expected=[np.int32(0), x])
+    prims = primitives(lax_fn(text), n, x)
+    assert "while" in prims and "scan" not in prims, prims
