@@ -756,3 +756,15 @@ def test_a_loop_whose_condition_reads_an_outer_argument_is_not_counted() -> None
     check_module(text, [n, x], expected=[np.int32(0), x])
     prims = primitives(lax_fn(text), n, x)
     assert "while" in prims and "scan" not in prims, prims
+
+
+@pytest.mark.parametrize(("ty", "kind"), [("i32", "SIGNED"), ("ui32", "UNSIGNED")])
+def test_counted_loop_with_the_compare_type_of_its_counter(ty: str, kind: str) -> None:
+    # An explicit compare_type matching the counter's signedness is the same counted loop.
+    text = loop_module(ty, 1, "LT", 6, "+1", iv_first=True)
+    text = text.replace(f"%i, %cb : (tensor<{ty}>", f"%i, %cb, {kind} : (tensor<{ty}>")
+    assert kind in text
+    x = np.float32(0.25)
+    dtype = np.int32 if ty == "i32" else np.uint32
+    check_module(text, [x], expected=[dtype(6), np.float32(0.25 + 0.5 * 5)])
+    assert "scan" in primitives(lax_fn(text), x)
