@@ -1447,3 +1447,177 @@ print("ok")
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+# --- the xla/enzyme rewrite's inline integer-division guard (backends/lax/rewrite.py) ---------
+
+
+def _trapping_main(module: Any, args: list[np.ndarray]) -> list[list[Any]]:
+    """@main of `module` evaluated op by op in Python integers on a host whose division traps,
+    as XLA's constant folder divides: x / 0 and INT_MIN / -1 raise ArithmeticError. It knows
+    only the ops of a guarded division (constant, compare EQ, and, or, select, divide,
+    remainder, return) and refuses any other."""
+    from juliabridge.jaxinternals import ir
+
+    with module.parsed.context:
+        (main,) = (o.operation for o in module.parsed.body.operations)
+        block = main.regions[0].blocks[0]
+        env: dict[Any, list[Any]] = {
+            a: np.asarray(v).tolist() for a, v in zip(block.arguments, args)
+        }
+        for op in (o.operation for o in block.operations):
+            ins = [env[v] for v in op.operands]
+            if op.name == "func.return":
+                return ins
+            t = ir.RankedTensorType(op.results[0].type)
+            et = ir.IntegerType(t.element_type)
+            bits, signed = et.width, not et.is_unsigned
+            if op.name == "stablehlo.constant":
+                attr = ir.DenseIntElementsAttr(op.attributes["value"])
+                if attr.is_splat:
+                    values = [int(ir.IntegerAttr(attr.get_splat_value()).value)] * t.shape[0]
+                else:
+                    values = [int(v) for v in np.asarray(attr)]
+                out = [_wrap(v, bits, signed) for v in values]
+            elif op.name == "stablehlo.compare":
+                assert str(op.attributes["comparison_direction"]).endswith(" EQ>"), op
+                out = [a == b for a, b in zip(*ins, strict=True)]
+            elif op.name in ("stablehlo.and", "stablehlo.or"):
+                out = [(all if op.name.endswith("and") else any)(p) for p in zip(*ins, strict=True)]
+            elif op.name == "stablehlo.select":
+                out = [a if p else b for p, a, b in zip(*ins, strict=True)]
+            elif op.name in ("stablehlo.divide", "stablehlo.remainder"):
+                out = []
+                for x, y in zip(*ins, strict=True):
+                    if y == 0 or (signed and x == -(1 << (bits - 1)) and y == -1):
+                        raise ArithmeticError(f"{op.name} of {x} by {y} traps")
+                    q = abs(x) // abs(y) * (1 if (x < 0) == (y < 0) else -1)  # toward zero
+                    out.append(x - q * y if op.name.endswith("remainder") else q)
+            else:
+                raise AssertionError(f"a guarded division has no {op.name}")
+            env[op.results[0]] = out
+    raise AssertionError("@main has no return")
+
+
+def _division_module(op: str, t: str, divisor: str | None) -> str:
+    """@main(%a, %b) = %a `op` %b, or `op` by the constant `divisor` (dense<...> text)."""
+    const = f"%b = stablehlo.constant {divisor} : {t}\n    " if divisor else ""
+    arg = f", %b: {t}" if divisor is None else ""
+    return f"""module {{
+  func.func @main(%a: {t}{arg}) -> {t} {{
+    {const}%0 = {op} %a, %b : {t}
+    return %0 : {t}
+  }}
+}}"""
+
+
+@pytest.mark.parametrize("op", ["stablehlo.divide", "stablehlo.remainder"])
+@pytest.mark.parametrize(("elem", "dtype"), [("i8", np.int8), ("i32", np.int32), ("ui8", np.uint8)])
+def test_xla_rewrite_guards_integer_division_so_nothing_divides_by_zero(
+    op: str, elem: str, dtype: Any
+) -> None:
+    # XLA folds divisions of constants with the host's trapping instruction: the rewrite for
+    # xla/enzyme leaves only divisions by a divisor free of 0 (and of -1 with INT_MIN) and still
+    # gives the spec's values (_spec_divide), x / 0 and INT_MIN / -1 included.
+    from juliabridge.backends.lax.rewrite import misread_by_xla, rewrite_through_lax
+    from juliabridge.stablehlo import parse_module
+
+    info = np.iinfo(dtype)
+    signed = info.min < 0
+    xs = [0, 7, -7, info.min, info.max] if signed else [0, 7, 200, info.max]
+    ys = [0, -1, 2, -2, 1] if signed else [0, 2, 1, info.max]
+    pairs = [(a, b) for a in xs for b in ys]
+    x = np.array([p[0] for p in pairs], dtype)
+    y = np.array([p[1] for p in pairs], dtype)
+    rem = op.endswith("remainder")
+    want = [_spec_divide(a, b, info.bits, signed, rem) for a, b in pairs]
+    t = f"tensor<{len(pairs)}x{elem}>"
+    direct = parse_module(_division_module(op, t, None))
+    with pytest.raises(ArithmeticError):  # the evaluator traps where the host does
+        _trapping_main(direct, [x, y])
+    assert _trapping_main(rewrite_through_lax(direct, misread_by_xla), [x, y]) == [want]
+    listed = parse_module(_division_module(op, t, f"dense<{[b for _, b in pairs]}>"))
+    assert _trapping_main(rewrite_through_lax(listed, misread_by_xla), [x]) == [want]
+    # the same values from XLA running the rewritten module (arguments are not folded)
+    (got,) = juliabridge.load_mlir(_division_module(op, t, None), backend="xla")(x, y)
+    np.testing.assert_array_equal(np.asarray(got).astype(np.int64), want)
+
+
+@pytest.mark.parametrize(
+    ("elem", "divisor", "guarded"),
+    [("i32", 3, False), ("i32", 0, True), ("i32", -1, True), ("i32", -2, False),
+     ("ui8", 255, False), ("ui8", 0, True)],
+)  # fmt: skip
+def test_xla_rewrite_guards_only_divisions_that_can_trap(
+    elem: str, divisor: int, guarded: bool
+) -> None:
+    # A splat constant divisor other than 0 (and -1 when signed) cannot trap: the module is
+    # handed on as it is; one that can is guarded (and then traps nowhere).
+    from juliabridge.backends.lax.rewrite import misread_by_xla, rewrite_through_lax
+    from juliabridge.stablehlo import parse_module
+
+    t = f"tensor<3x{elem}>"
+    module = parse_module(_division_module("stablehlo.divide", t, f"dense<{divisor}>"))
+    out = rewrite_through_lax(module, misread_by_xla)
+    assert (out is not module) == guarded
+    if guarded:
+        dtype = {"i32": np.int32, "ui8": np.uint8}[elem]
+        x = np.array([5, 0, np.iinfo(dtype).min], dtype)
+        signed = np.iinfo(dtype).min < 0
+        want = [_spec_divide(int(a), _wrap(divisor, 8 * x.itemsize, signed), 8 * x.itemsize,
+                             signed, False) for a in x]  # fmt: skip
+        assert _trapping_main(out, [x]) == [want]
+
+
+def test_the_lax_backend_leaves_derivatives_to_jax() -> None:
+    # JAX differentiates the lifted program itself: asking the backend for a JVP or VJP of its
+    # own is a TransformError saying so.
+    from juliabridge.backends.lax import LaxBackend
+    from juliabridge.stablehlo import parse_module
+
+    backend = LaxBackend(parse_module(binary_module("stablehlo.add", "f32", 2)))
+    assert backend.name == "lax" and backend.traceable
+    for factory in (backend.jvp_function, backend.vjp_function):
+        with pytest.raises(TransformError) as e:
+            factory()
+        assert str(e.value) == "the lax backend is differentiated by JAX directly"
+
+
+def test_xla_rewrite_hands_on_two_result_ops_it_does_not_cover() -> None:
+    # Only rng_bit_generator's two results are redrawn; a sort of two operands (a region op, which
+    # could not be rewritten) and a two-value barrier of signed integers go to XLA as written.
+    from juliabridge.backends.lax.rewrite import misread_by_xla, rewrite_through_lax
+    from juliabridge.stablehlo import parse_module
+
+    text = """module {
+  func.func @main(%k: tensor<3xf32>, %v: tensor<3xi32>) -> (tensor<3xf32>, tensor<3xi32>) {
+    %b:2 = stablehlo.optimization_barrier %k, %v : tensor<3xf32>, tensor<3xi32>
+    %s:2 = "stablehlo.sort"(%b#0, %b#1) <{dimension = 0 : i64, is_stable = true}> ({
+    ^bb0(%a: tensor<f32>, %c: tensor<f32>, %x: tensor<i32>, %y: tensor<i32>):
+      %lt = stablehlo.compare LT, %a, %c : (tensor<f32>, tensor<f32>) -> tensor<i1>
+      stablehlo.return %lt : tensor<i1>
+    }) : (tensor<3xf32>, tensor<3xi32>) -> (tensor<3xf32>, tensor<3xi32>)
+    return %s#0, %s#1 : tensor<3xf32>, tensor<3xi32>
+  }
+}"""
+    module = parse_module(text)
+    assert rewrite_through_lax(module, misread_by_xla) is module
+    k, v = np.array([2.0, -1.0, 0.5], F), np.array([7, 8, 9], np.int32)
+    keys, values = juliabridge.load_mlir(text, backend="xla")(k, v)
+    np.testing.assert_array_equal(np.asarray(keys), np.sort(k))
+    np.testing.assert_array_equal(np.asarray(values), v[np.argsort(k)])
+
+
+def test_a_module_without_its_parse_is_lifted_from_its_text(rules: dict[str, Rule]) -> None:
+    # A StableHLOModule whose `parsed` IR is absent (the field's default) is lifted from its
+    # text, unregistered (trusted) ops included, and computes what the parsed one does.
+    import dataclasses
+
+    from juliabridge.backends.lax import LaxBackend
+    from juliabridge.stablehlo import parse_module
+
+    add_rule(rules, "jbtest.twice", lambda view: lambda x: [x * 2])
+    module = parse_module(generic("jbtest.twice"), trust=True)
+    bare = dataclasses.replace(module, parsed=None)
+    (got,) = LaxBackend(bare, trust=True).call(jnp.array([1.5, -2.0], F))
+    np.testing.assert_array_equal(np.asarray(got), np.array([3.0, -4.0], F))

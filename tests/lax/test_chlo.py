@@ -810,3 +810,19 @@ def test_same_typed_integer_chlo_division_at_zero_and_overflow(op: str, backend:
         want = [7, 0, -1, lo - 3 * int(lo / 3)]  # the remainder has the dividend's sign
     (got,) = juliabridge.load_mlir(text, backend=backend)(x, y)
     np.testing.assert_array_equal(np.asarray(got), np.array(want, np.int32))
+
+
+def test_broadcast_dimensions_permuting_an_operand_of_the_result_shape() -> None:
+    # A square operand of the result's own shape, mapped by broadcast_dimensions = [1, 0], is
+    # transposed into place (operand dim i -> result dim broadcast_dimensions[i]).
+    st = "tensor<2x2xf32>"
+    text = module(
+        [st, st],
+        [
+            f"%0 = chlo.broadcast_subtract %a0, %a1 {{broadcast_dimensions = array<i64: 1, 0>}} : ({st}, {st}) -> {st}"
+        ],
+        [("%0", st)],
+    )
+    a = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    b = np.array([[10.0, 20.0], [30.0, 40.0]], np.float32)
+    check(text, [a, b], [a.T - b], ["dims [1, 0] square"], interpreter=False, xla=False)

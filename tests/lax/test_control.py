@@ -731,3 +731,74 @@ def test_collective_leaving_process_zero_out_is_refused() -> None:
     with pytest.raises(UnsupportedOpError, match="replica_groups leave process 0 out") as e:
         lax_fn(_one_device(op))
     assert e.value.where == "line 3"
+
+
+def test_case_with_more_branches_than_one_switch_takes() -> None:
+    # 20 branches (more than one lax.switch is given): each index runs its own branch, and an
+    # index out of range the last one (spec.md#case).
+    n = 20
+    branches = ",\n".join(
+        f"{{\n      %c = stablehlo.constant dense<{k}> : tensor<i64>\n"
+        "      stablehlo.return %c : tensor<i64>\n    }"
+        for k in range(n)
+    )
+    text = f"""module {{
+  func.func @main(%i: tensor<i32>) -> tensor<i64> {{
+    %0 = "stablehlo.case"(%i) ({branches}) : (tensor<i32>) -> tensor<i64>
+    return %0 : tensor<i64>
+  }}
+}}"""
+    fn = jax.jit(lax_fn(text))
+    for index in (-7, 0, 1, 7, 8, 9, 10, 11, 15, 18, 19, 20, 1000):
+        want = index if 0 <= index < n else n - 1
+        assert int(fn(np.int32(index))[0]) == want, index
+
+
+def test_counted_loop_with_the_constant_first_in_its_increment() -> None:
+    # `iv = 1 + iv` counts like `iv = iv + 1`: a counted loop (a scan), with numpy's values.
+    text = loop_module("i32", 2, "LT", 9, "+1", iv_first=True).replace(
+        "stablehlo.add %i, %c1", "stablehlo.add %c1, %i"
+    )
+    assert "stablehlo.add %c1, %i" in text
+    x = np.float32(0.25)
+    check_module(text, [x], expected=[np.int32(9), np.float32(0.25 + 0.5 * 7)])
+    assert "scan" in primitives(lax_fn(text), x)
+
+
+def test_a_loop_whose_condition_reads_an_outer_argument_is_not_counted() -> None:
+    # `n < 3` with @main's own argument n (not the carried counter) decides nothing about the
+    # trips: with n = 5 the body never runs, and the loop is a while loop, not a scan.
+    text = """module {
+  func.func @main(%n: tensor<i32>, %x: tensor<f32>) -> (tensor<i32>, tensor<f32>) {
+    %c0 = stablehlo.constant dense<0> : tensor<i32>
+    %c1 = stablehlo.constant dense<1> : tensor<i32>
+    %c3 = stablehlo.constant dense<3> : tensor<i32>
+    %h = stablehlo.constant dense<5.000000e-01> : tensor<f32>
+    %0:2 = stablehlo.while(%i = %c0, %a = %x) : tensor<i32>, tensor<f32>
+    cond {
+      %1 = stablehlo.compare  LT, %n, %c3 : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %1 : tensor<i1>
+    } do {
+      %1 = stablehlo.add %i, %c1 : tensor<i32>
+      %2 = stablehlo.add %a, %h : tensor<f32>
+      stablehlo.return %1, %2 : tensor<i32>, tensor<f32>
+    }
+    return %0#0, %0#1 : tensor<i32>, tensor<f32>
+  }
+}"""
+    n, x = np.int32(5), np.float32(0.25)
+    check_module(text, [n, x], expected=[np.int32(0), x])
+    prims = primitives(lax_fn(text), n, x)
+    assert "while" in prims and "scan" not in prims, prims
+
+
+@pytest.mark.parametrize(("ty", "kind"), [("i32", "SIGNED"), ("ui32", "UNSIGNED")])
+def test_counted_loop_with_the_compare_type_of_its_counter(ty: str, kind: str) -> None:
+    # An explicit compare_type matching the counter's signedness is the same counted loop.
+    text = loop_module(ty, 1, "LT", 6, "+1", iv_first=True)
+    text = text.replace(f"%i, %cb : (tensor<{ty}>", f"%i, %cb, {kind} : (tensor<{ty}>")
+    assert kind in text
+    x = np.float32(0.25)
+    dtype = np.int32 if ty == "i32" else np.uint32
+    check_module(text, [x], expected=[dtype(6), np.float32(0.25 + 0.5 * 5)])
+    assert "scan" in primitives(lax_fn(text), x)

@@ -281,3 +281,24 @@ def test_lenet_dense_layer_matches_numpy() -> None:
     x, w = random_array(rng, (4, 256), "f32"), random_array(rng, (256, 128), "f32")
     got = run_lax(text, [x, w])[0]
     np.testing.assert_allclose(got, x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rhs", ["f8E4M3FN", "f8E5M2"])
+@pytest.mark.parametrize("imprecise", ["false", "true"])
+def test_f8_dot_algorithms_lift(rhs: str, imprecise: str) -> None:
+    # Any pair of f8 precision types accumulating in f32 is JAX's ANY_F8_ANY_F8_F32 preset (its
+    # FAST_ACCUM form with imprecise accumulation); XLA's CPU backend ignores it, as lax does
+    # there. (jax 0.12's XLA cannot take the original module, so numpy is the oracle.)
+    ls, rs, lb, rb, lc, rc = LAYOUTS["matmul"]
+    algo = (
+        ALGORITHM.format(lhs="f8E4M3FN", acc="f32", ops=1)
+        .replace("rhs_precision_type = f8E4M3FN", f"rhs_precision_type = {rhs}")
+        .replace("= false>", f"= {imprecise}>")
+    )
+    text = dot_text(ls, rs, lb, rb, lc, rc, "f32", generic=True, algorithm=algo)
+    rng = np.random.default_rng(4)
+    x, y = random_array(rng, ls, "f32"), random_array(rng, rs, "f32")
+    want = [dot_reference(x, y, lb, rb, lc, rc, np.float32)]
+    fn = lax_fn(text)
+    if jax.default_backend() == "cpu":
+        np.testing.assert_allclose(np.asarray(fn(x, y)[0]), want[0], rtol=1e-5, atol=1e-5)

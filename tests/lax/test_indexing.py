@@ -693,3 +693,19 @@ def test_random_scatters_against_numpy_and_the_interpreter(seed: int) -> None:
     got = run_lax(mod.text(), [x, idx, u])
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(interpret(mod.text(), [x, idx, u])[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["add", "replace", "keep", "maximum", "multiply"])
+def test_recognised_update_computations_scatter_without_a_loop(op: str) -> None:
+    # A body that returns its input, its update or one binary op of the two is a JAX scatter
+    # (or, for "keep", no scatter at all): no per-element loop.
+    dn = ScatterDims([1], [0], [0], 1)
+    mod = ScatterModule(
+        ["tensor<6x4xf32>"], "tensor<5x1xi32>", ["tensor<5x4xf32>"], dn, _body(op, "f32")
+    )
+    x, u = arr((6, 4)), arr((5, 4))
+    idx = np.array([4, 0, 2, 5, 1], np.int32)[:, None]
+    fn = lax_fn(mod.text())
+    want = np_scatter([x], idx, [u], dn, _NP[op])
+    np.testing.assert_allclose(np.asarray(fn(x, idx, u)[0]), want[0], rtol=1e-6)
+    assert loop_count(jax.make_jaxpr(fn)(x, idx, u)) == 0, op

@@ -312,3 +312,16 @@ def test_rng_uniform_on_narrow_integers_is_refused(t: str) -> None:
         UnsupportedOpError, match=r"UNIFORM over .*XLA draws integers of 32 or 64 bits"
     ):
         juliabridge.load_mlir(_rng("UNIFORM", t, (4,)), backend="lax")
+
+
+def test_rng_vmap_with_one_bound_batched() -> None:
+    # One bound per batch element, the other shared: each row is drawn within its own bounds.
+    fn = juliabridge.load_mlir(_rng("UNIFORM", "f32", (16,)), backend="lax")
+    lo = np.array([0, 10, 20], np.float32)
+    for in_axes, a, b in (((0, None), lo, np.float32(30)), ((None, 0), np.float32(-5), lo + 1)):
+        rows = np.asarray(jax.vmap(fn, in_axes=in_axes)(a, b)[0])
+        assert rows.shape == (3, 16)
+        for i in range(3):
+            low = a[i] if in_axes[0] == 0 else a
+            high = b[i] if in_axes[1] == 0 else b
+            assert (rows[i] >= low).all() and (rows[i] < high).all(), (in_axes, i)

@@ -728,3 +728,17 @@ def test_select_and_scatter_unsupported_scatter_body_is_a_typed_error() -> None:
     text = sas_text("GE", "subtract", shape, src, "f32", window, strides, padding)
     with pytest.raises(UnsupportedOpError, match=r"select_and_scatter at line 3.*scatter body"):
         juliabridge.load_mlir(text, backend="lax")
+
+
+def test_select_and_scatter_add_of_integers_without_padding() -> None:
+    # The max-pool cotangent shortcut is for floats; integers (ties included) take the spec's
+    # selection and sum like any other select_and_scatter.
+    shape, src, window, strides, padding = SAS_GEOMETRIES[1]
+    assert all(p == (0, 0) for p in padding)
+    rng = np.random.default_rng(15)
+    x = rng.integers(-3, 4, shape).astype(np.int32)
+    s = rng.integers(-5, 6, src).astype(np.int32)
+    text = sas_text("GE", "add", shape, src, "i32", window, strides, padding)
+    zero = np.int32(0)
+    want = ref.select_and_scatter("GE", "add", x, s, zero, window, strides, padding)
+    check_module(text, [x, s, zero], expected=[want])

@@ -374,3 +374,22 @@ def test_real_dynamic_slice_generic_syntax() -> None:
     )
     x = arr((2, 3))
     np.testing.assert_array_equal(run_lax(text, [x, np.array([2, 3])])[0], x[0:2, 1:3])
+
+
+def test_dynamic_pad_and_real_dynamic_slice_of_a_unit_dim() -> None:
+    # An operand with a dim of size 1 is data like any other (only a 0-size dim is empty).
+    text = main(
+        ["tensor<1x3xf32>", "tensor<f32>", "tensor<2xi64>", "tensor<2xi64>", "tensor<2xi64>"],
+        ["tensor<2x6xf32>", "tensor<1x2xf32>"],
+        """    %0 = stablehlo.dynamic_pad %a0, %a1, %a2, %a3, %a4 : (tensor<1x3xf32>, tensor<f32>, tensor<2xi64>, tensor<2xi64>, tensor<2xi64>) -> tensor<2x6xf32>
+    %st = stablehlo.constant dense<[0, 1]> : tensor<2xi64>
+    %lim = stablehlo.constant dense<[1, 3]> : tensor<2xi64>
+    %one = stablehlo.constant dense<1> : tensor<2xi64>
+    %1 = stablehlo.real_dynamic_slice %a0, %st, %lim, %one : (tensor<1x3xf32>, tensor<2xi64>, tensor<2xi64>, tensor<2xi64>) -> tensor<1x2xf32>
+    return %0, %1 : tensor<2x6xf32>, tensor<1x2xf32>""",
+    )
+    x, v = arr((1, 3)), np.float32(9)
+    low, high, inner = [1, 0], [0, 1], [0, 1]
+    got = run_lax(text, [x, v, np.array(low), np.array(high), np.array(inner)])
+    np.testing.assert_array_equal(got[0], _np_pad(x, v, low, high, inner))
+    np.testing.assert_array_equal(got[1], x[0:1, 1:3])

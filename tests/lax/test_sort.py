@@ -335,3 +335,68 @@ def test_sort_by_own_comparator_differentiates() -> None:
     iota = np.tile(np.arange(6, dtype=np.int32), (2, 1))
     check_grad(fn, [np.where(np.isnan(a), 0.0, a), iota], argnums=(0,))
     check_vmap(fn, [np.stack([a, -a]), np.stack([iota, iota])])
+
+
+def test_a_logic_op_comparator_on_one_operand_is_xla_sort() -> None:
+    # `and` of a key's two arguments is not a compare (and no strict weak order): the lax
+    # backend gives XLA's sort with that very comparator rather than reading it as keys.
+    body = "      %c = stablehlo.and %l0, %r0 : tensor<i1>\n      stablehlo.return %c : tensor<i1>"
+    text = sort_module(["i1", "i32"], "9", body)
+    x = np.array([1, 0, 1, 1, 0, 0, 1, 0, 1], bool)
+    check_module(text, [x, np.arange(9, dtype=np.int32)], interpreter=False)
+    assert EXACT in primitives(jax.make_jaxpr(lax_fn(text))(x, np.arange(9, dtype=np.int32)))
+
+
+def test_vmap_of_a_comparator_sort_with_an_unbatched_operand() -> None:
+    # Only the keys are batched; the payload is shared by every batch element.
+    types, body, less = ARBITRARY["by_abs"]
+    text = sort_module(types, "6", body)
+    keys = np.round(random_array(rng, (3, 6), "f32"))
+    pay = np.arange(6, dtype=np.int32)
+    check_vmap(lax_fn(text), [keys, pay], in_axes=(0, None))
+    got = jax.vmap(lax_fn(text), in_axes=(0, None))(keys, pay)
+    for k in range(3):
+        want = python_sort([keys[k], pay], less, 0)
+        np.testing.assert_array_equal(np.asarray(got[1][k]), want[1])
+
+
+def _two_keys(head: str, tie: str, or_order: tuple[str, str], and_order: tuple[str, str]) -> str:
+    """or(head, and(tie, LT on key 1)) on i32 keys, operands of `or`/`and` in the given order
+    (names "%h", "%a" / "%e", "%t")."""
+    return f"""      %h = stablehlo.compare {head}, %l0, %r0 : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      %e = stablehlo.compare {tie}, %l0, %r0 : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      %t = stablehlo.compare LT, %l1, %r1 : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      %a = stablehlo.and {and_order[0]}, {and_order[1]} : tensor<i1>
+      %o = stablehlo.or {or_order[0]}, {or_order[1]} : tensor<i1>
+      stablehlo.return %o : tensor<i1>"""
+
+
+@pytest.mark.parametrize("or_order", [("%h", "%a"), ("%a", "%h")])
+@pytest.mark.parametrize("and_order", [("%e", "%t"), ("%t", "%e")])
+def test_lexicographic_comparators_in_either_operand_order_become_one_lax_sort(
+    or_order: tuple[str, str], and_order: tuple[str, str]
+) -> None:
+    k0 = np.array([2, 0, 2, 1, 0, 2, 1, 0], np.int32)
+    k1 = np.array([5, 3, -1, 4, 3, 0, -2, 9], np.int32)
+    pay = np.arange(8, dtype=np.int32)
+    for head in ("LT", "GT"):
+        text = sort_module(["i32", "i32", "i32"], "8", _two_keys(head, "EQ", or_order, and_order))
+
+        def less(a0, b0, a1, b1, *_, desc=head == "GT"):
+            return bool(a0 > b0 if desc else a0 < b0) or (a0 == b0 and bool(a1 < b1))
+
+        check_module(text, [k0, k1, pay], expected=python_sort([k0, k1, pay], less, 0))
+        names = primitives(jax.make_jaxpr(lax_fn(text))(k0, k1, pay))
+        assert "sort" in names and EXACT not in names, (head, names)
+
+
+def test_a_tie_that_is_not_equality_is_not_read_as_lexicographic_keys() -> None:
+    # or(a < b, and(a != b, c < d)) is not "key 0, then key 1": it is run as written, so the
+    # result is XLA's sort with that comparator.
+    text = sort_module(
+        ["i32", "i32", "i32"], "8", _two_keys("LT", "NE", ("%h", "%a"), ("%e", "%t"))
+    )
+    k0 = np.array([2, 0, 2, 1, 0, 2, 1, 0], np.int32)
+    k1 = np.array([5, 3, -1, 4, 3, 0, -2, 9], np.int32)
+    check_module(text, [k0, k1, np.arange(8, dtype=np.int32)], interpreter=False)
+    assert EXACT in primitives(jax.make_jaxpr(lax_fn(text))(k0, k1, np.arange(8, dtype=np.int32)))
