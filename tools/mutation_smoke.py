@@ -88,6 +88,11 @@ def load_equivalents(folder: Path = EQUIVALENTS_DIR) -> dict[str, str]:
 EQUIVALENT = load_equivalents()
 
 KILLED = {1, 3, 24, -24, 36, 152, 255}  # mutmut: test failure, pytest error, timeouts
+TIMEOUTS = {24, -24, 36, 152, 255}
+#: mutmut also stops a mutant at a wall-clock limit (half its CPU limit), so on a loaded
+#: machine a slow survivor can end as a timeout: each timeout is run once more with limits
+#: this many times longer, and counts as killed only if it times out again.
+RECHECK_FACTOR = 4
 SURVIVED = {0, 5, 33, 35}  # survived, no tests, no tests, suspicious
 
 
@@ -140,6 +145,19 @@ def smoke_config(pyproject: Path, files: list[str], tests: list[str]) -> None:
         text, n = block.subn(new, text)
         if n != 1:
             raise SystemExit(f"mutation_smoke: no multi-line {key} list in [tool.mutmut]")
+    pyproject.write_text(text)
+
+
+def longer_timeouts(pyproject: Path, factor: int) -> None:
+    """Multiply [tool.mutmut]'s timeout_multiplier in the scratch copy's pyproject.toml (mutmut
+    then resets only the timeouts' verdicts, keeping every other)."""
+    text = pyproject.read_text()
+    current = tomllib.loads(text)["tool"]["mutmut"].get("timeout_multiplier", 1.0)
+    line = re.compile(r"^timeout_multiplier = .*$", re.M)
+    new = f"timeout_multiplier = {float(current) * factor}"
+    text, n = line.subn(new, text)
+    if n != 1:
+        text = text.replace("[tool.mutmut]\n", f"[tool.mutmut]\n{new}\n", 1)
     pyproject.write_text(text)
 
 
@@ -268,6 +286,18 @@ def main() -> int:
         sampled = {
             n: c for n, c in results(work).items() if any(fnmatch.fnmatchcase(n, p) for p in wanted)
         }
+        timed_out = sorted(n for n, c in sampled.items() if c in TIMEOUTS)
+        if timed_out:
+            longer_timeouts(work / "pyproject.toml", RECHECK_FACTOR)
+            if mutmut(work, args.children, *timed_out) != 0:
+                print("mutation smoke: mutmut could not re-run the timeouts")
+                return 1
+            again = results(work)
+            sampled |= {n: again.get(n) for n in timed_out}
+            print(
+                f"mutation smoke: {len(timed_out)} timeouts run again with {RECHECK_FACTOR}x the "
+                f"limits, {sum(again.get(n) in TIMEOUTS for n in timed_out)} timed out again"
+            )
         equivalent = set()
         for name, line in EQUIVALENT.items():
             if name in sampled and line in show(work, name):
