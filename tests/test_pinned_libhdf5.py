@@ -11,10 +11,14 @@ hostile weights file with h5py and expects the typed error and its whole message
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import struct
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import h5py
 import numpy as np
@@ -22,16 +26,21 @@ import pytest
 
 import juliabridge
 from juliabridge import BundleError, UnsafeBundleError
-from juliabridge.bundle.weights import _worker, open_weights
+from juliabridge.bundle.weights import _h5core, _worker, open_weights
 
 from .pinned_support import Arg, dense_spec, lower, reseal, write
+from .reader_here import serve_here
 
 ROUTES = {
     # (JULIABRIDGE_HDF5_FASTPATH, JULIABRIDGE_HDF5_WORKER, reader mode expected)
     "forced-own-process": ("0", "1", "process"),
     "forced-this-process": ("0", "0", "in-process"),
     "chunked-own-process": ("1", "1", "process"),
+    # the reader process's request loop run in a thread here (tests/reader_here.py), where
+    # mutmut's mutants of it and of the parent side are live
+    "forced-served-here": ("0", "1", "process"),
 }
+FORCED = ["forced-own-process", "forced-this-process", "forced-served-here"]
 LIMIT_ADVICE = (
     "Re-export the bundle (JuliaBridge.export_lux and juliabridge.save_params write complete, "
     "inline datasets)"
@@ -50,6 +59,8 @@ def _no_idle_reader() -> Iterator[None]:
 
 def _route(monkeypatch: pytest.MonkeyPatch, route: str) -> str:
     fast, worker, mode = ROUTES[route]
+    if route == "forced-served-here":
+        serve_here(monkeypatch)
     monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", fast)
     monkeypatch.setenv("JULIABRIDGE_HDF5_WORKER", worker)
     return mode
@@ -108,7 +119,7 @@ def _refusal(root: Path, cls: type[Exception]) -> str:
 # The default route refuses these in the Python reader, so only the forced routes reach libhdf5.
 
 
-@pytest.mark.parametrize("route", ["forced-own-process", "forced-this-process"])
+@pytest.mark.parametrize("route", FORCED)
 @pytest.mark.parametrize(
     ("link", "what"),
     [
@@ -134,7 +145,7 @@ def test_a_link_is_refused_naming_it(
     assert msg.endswith(UNSAFE_ADVICE)
 
 
-@pytest.mark.parametrize("route", ["forced-own-process", "forced-this-process"])
+@pytest.mark.parametrize("route", FORCED)
 def test_a_dataset_stored_in_an_external_file_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str
 ) -> None:
@@ -235,7 +246,7 @@ def test_a_chunk_that_is_not_deflate_data_is_corrupt(
     assert msg.endswith("The file is corrupt or truncated; download or export the bundle again")
 
 
-@pytest.mark.parametrize("route", ["forced-own-process", "forced-this-process"])
+@pytest.mark.parametrize("route", FORCED)
 @pytest.mark.parametrize("compression", [None, "gzip"])
 def test_a_chunk_larger_than_its_dataset_needs_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str, compression: str | None
@@ -261,7 +272,7 @@ def test_a_chunk_larger_than_its_dataset_needs_is_refused(
     )
 
 
-@pytest.mark.parametrize("route", ["forced-own-process", "forced-this-process"])
+@pytest.mark.parametrize("route", FORCED)
 def test_a_chunk_just_within_the_bound_is_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str
 ) -> None:
@@ -326,7 +337,7 @@ def test_gzip_with_fletcher32_reads_the_values_written(
     np.testing.assert_array_equal(params["layer_1"]["weight"], w)
 
 
-@pytest.mark.parametrize("route", ["forced-own-process", "forced-this-process"])
+@pytest.mark.parametrize("route", FORCED)
 def test_every_link_is_checked_past_a_second_hard_link_to_a_group(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str
 ) -> None:
@@ -421,7 +432,7 @@ CONTIGUOUS = {
 }
 
 
-@pytest.mark.parametrize("route", ["forced-own-process", "forced-this-process"])
+@pytest.mark.parametrize("route", FORCED)
 @pytest.mark.parametrize("case", list(CONTIGUOUS))
 def test_a_contiguous_dataset_libhdf5_must_refuse_is_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str, case: str
@@ -431,3 +442,277 @@ def test_a_contiguous_dataset_libhdf5_must_refuse_is_named(
     root = _bundle(tmp_path)
     _rewrite(root, "/params/layer_1/bias", make)
     assert _refusal(root, cls) == f"{root / 'weights.h5'}: {message}"
+
+
+# --- the reader's request loop and the parent's distrust of it ----------------------------------
+# Run in a thread of this process (tests/reader_here.py): the same pipes, frames and descriptor
+# socket as the reader process, with mutmut's mutants of both sides live.
+
+WEIGHT = "/params/layer_1/weight"
+
+
+def _read_weight(root: Path) -> np.ndarray:
+    with open_weights(root / "weights.h5") as reader:
+        assert reader.mode == "process"
+        return reader.read_array(WEIGHT, (2, 3), "f32", "params.layer_1.weight")
+
+
+def _vm_data() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmData:"))
+
+
+def test_the_reader_caps_its_heap_for_each_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # _h5core._limit_memory: the heap size at start-up + 512 MiB, and during a read as well
+    # two slabs and two chunks of the dataset (here all of it: 24 bytes, chunks of 12).
+    import resource
+
+    _route(monkeypatch, "forced-served-here")
+    harness = serve_here(monkeypatch)
+    root = _bundle(tmp_path)
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    _rewrite(
+        root, WEIGHT, lambda f, n: f.create_dataset(n, data=w, chunks=(1, 3), compression="gzip")
+    )
+    before = _vm_data()
+    np.testing.assert_array_equal(_read_weight(root), w)
+    hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+    assert [h for _, h in harness.limits] == [hard] * 3
+    base, during, after = (s for s, _ in harness.limits)
+    assert abs(base - (before + (512 << 20))) < 64 << 20
+    assert (during - base, after) == (2 * 24 + 2 * 12, base)
+
+
+def test_a_finite_hard_heap_limit_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    import resource
+
+    set_to: list[tuple[int, int]] = []
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (1 << 40, 1 << 28))
+    monkeypatch.setattr(resource, "setrlimit", lambda which, lim: set_to.append((which, lim)))
+    monkeypatch.setattr(_h5core, "_BASE", [])
+    _h5core._limit_memory(5)
+    assert set_to == [(resource.RLIMIT_DATA, (1 << 28, 1 << 28))]  # below base + 512 MiB
+
+
+def test_an_idle_reader_exits_after_idle_exit_seconds_and_a_busy_one_never(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [1000.0]
+
+    class Exited(Exception):
+        pass
+
+    def sleep(s: float) -> None:
+        assert s == 5.0
+        clock[0] += s
+        if clock[0] > 2000:
+            raise TimeoutError  # a busy reader: stop the loop here
+
+    def exit_(code: int) -> None:
+        raise Exited(code, clock[0])
+
+    monkeypatch.setattr(_h5core.time, "sleep", sleep)
+    monkeypatch.setattr(_h5core.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(_h5core.os, "_exit", exit_)
+    with pytest.raises(Exited) as e:
+        _h5core._retire_when_idle([1000.0])  # last answer at 1000
+    assert e.value.args == (0, 1000.0 + _h5core.IDLE_EXIT + 5)  # the first check past 300 s
+    clock[0] = 1000.0
+    with pytest.raises(TimeoutError):
+        _h5core._retire_when_idle([0.0])  # 0: a request in progress
+
+
+def _frame(out: BinaryIO, kind: bytes, payload: bytes) -> None:
+    out.write(struct.pack("<cQ", kind, len(payload)) + payload)
+    out.flush()
+
+
+def _say(out: BinaryIO, obj: Any) -> None:
+    _frame(out, b"J", json.dumps(obj).encode())
+
+
+Answer = Callable[[BinaryIO, BinaryIO, dict[str, Any]], object]
+
+
+def _liar(read: Answer, opened: Any = None) -> Callable[..., None]:
+    """A reader that opens anything (or answers `opened`) and answers reads with `read`."""
+
+    def serve(inp: BinaryIO, out: BinaryIO, sock: Any) -> None:
+        _say(out, {"ready": True})
+        while len(head := inp.read(9)) == 9:
+            req = json.loads(inp.read(struct.unpack("<cQ", head)[1]))
+            if req.get("fd"):
+                _, fds, _, _ = socket.recv_fds(sock, 1, 1)
+                for fd in fds:
+                    os.close(fd)
+            if req["op"] == "read":
+                read(inp, out, req)
+            elif req["op"] == "open" and opened is not None:
+                _say(out, opened)
+            else:
+                _say(out, {"ok": True, "size": 1})
+
+    return serve
+
+
+def _head(**changed: Any) -> dict[str, Any]:
+    return {"ok": True, "dtype": "<f4", "shape": [2, 3], "nbytes": 24, **changed}
+
+
+def _answers(*frames: tuple[bytes, Any]) -> Answer:
+    def read(inp: BinaryIO, out: BinaryIO, req: dict[str, Any]) -> None:
+        assert (req["dataset"], req["shape"], req["accept"], req["tag"]) == (
+            WEIGHT,
+            [2, 3],
+            ["<f4"],
+            "f32",
+        )
+        for kind, body in frames:
+            _frame(out, kind, body if isinstance(body, bytes) else json.dumps(body).encode())
+
+    return read
+
+
+_DATA = np.arange(6, dtype=np.float32).tobytes()
+LIES = {
+    "another-dtype": _answers((b"J", _head(dtype="<f8", nbytes=48))),
+    "not-a-dtype": _answers((b"J", _head(dtype="no such type"))),
+    "another-shape": _answers((b"J", _head(shape=[3, 2]))),
+    "another-size": _answers((b"J", _head(nbytes=28))),
+    "data-first": _answers((b"D", _DATA)),
+    "more-data": _answers((b"J", _head()), (b"D", _DATA + b"\0\0\0\0")),
+    "done-early": _answers((b"J", _head()), (b"D", _DATA[:12]), (b"J", {"done": True})),
+    "no-end": _answers((b"J", _head()), (b"D", _DATA), (b"J", {"ok": True})),
+    "other-frame": _answers((b"J", _head()), (b"D", _DATA), (b"X", b"{}")),
+    "not-json": _answers((b"J", b"{")),
+    "json-list": _answers((b"J", [1])),
+    "huge-frame": lambda i, o, r: o.write(struct.pack("<cQ", b"J", (1 << 30) + 1)) and o.flush(),
+}
+
+
+def _broken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, serve: Any, act: Callable[[Path], Any]
+) -> tuple[Path, str, Any]:
+    """The weights file, the BundleError `act` meets with `serve` as the reader, the harness."""
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
+    harness = serve_here(monkeypatch, serve)
+    root = _bundle(tmp_path)
+    with pytest.raises(BundleError) as e:
+        act(root)
+    assert type(e.value) is BundleError
+    return root / "weights.h5", str(e.value), harness
+
+
+@pytest.mark.parametrize("lie", list(LIES))
+def test_a_reader_that_breaks_the_protocol_is_stopped_and_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lie: str
+) -> None:
+    # Never trust the reader beyond what was asked for: a reply of another type, shape or size,
+    # more data than asked or a broken frame ends it (as a kill: it may be compromised).
+    path, msg, harness = _broken(tmp_path, monkeypatch, _liar(LIES[lie]), _read_weight)
+    assert msg == (
+        f"{path}: the HDF5 reader process was killed (SIGKILL: out of memory?) "
+        f"while reading {WEIGHT}. The file is corrupt or crafted; download or export the bundle "
+        "again."
+    )
+    assert harness.started[0].killed
+    _open_and_close(_bundle(tmp_path / "next"))  # a new reader, not the broken one
+    assert len(harness.started) == 2
+
+
+def test_the_data_a_reader_sends_is_the_array_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
+    # in two frames, then the end
+    answer = _answers((b"J", _head()), (b"D", _DATA[:8]), (b"D", _DATA[8:]), (b"J", {"done": True}))
+    harness = serve_here(monkeypatch, _liar(answer))
+    want = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(_read_weight(_bundle(tmp_path)), want)
+    np.testing.assert_array_equal(_read_weight(_bundle(tmp_path / "next")), want)
+    assert len(harness.started) == 1  # a reader that behaved serves the next file
+
+
+def _open_and_close(root: Path) -> None:
+    with open_weights(root / "weights.h5") as reader:
+        assert reader.mode == "process"
+
+
+@pytest.mark.parametrize("kind", ["limit", "internal"])
+def test_a_refusal_while_streaming_is_typed_and_only_an_internal_error_retires_the_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
+    refusal = {"ok": False, "kind": kind, "message": "the refusal"}
+    answer = _answers((b"J", _head()), (b"D", _DATA), (b"J", refusal))
+    harness = serve_here(monkeypatch, _liar(answer))
+    root = _bundle(tmp_path)
+    with pytest.raises(BundleError) as e:
+        _read_weight(root)
+    assert str(e.value).startswith(f"{root / 'weights.h5'}: params.layer_1.weight: the refusal")
+    _open_and_close(_bundle(tmp_path / "next"))
+    assert not harness.started[0].killed
+    assert len(harness.started) == 1 + (kind == "internal")
+
+
+@pytest.mark.parametrize(
+    ("kind", "cls"), [("unsafe", UnsafeBundleError), ("internal", BundleError)]
+)
+def test_a_file_refused_on_open_is_typed_and_only_an_internal_error_retires_the_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, cls: type[Exception]
+) -> None:
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
+    opened = {"ok": False, "kind": kind, "message": "the refusal"}
+    harness = serve_here(monkeypatch, _liar(_answers(), opened))
+    root = _bundle(tmp_path)
+    for _ in range(2):
+        with pytest.raises(cls) as e:
+            _open_and_close(root)
+        assert type(e.value) is cls
+        assert str(e.value).startswith(f"{root / 'weights.h5'}: the refusal")
+    assert len(harness.started) == 1 + (kind == "internal")
+
+
+def test_a_reader_that_makes_no_progress_is_stopped_after_the_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JULIABRIDGE_HDF5_TIMEOUT", "0.3")
+    hangs = _liar(lambda inp, out, req: inp.read(1))
+    path, msg, harness = _broken(tmp_path, monkeypatch, hangs, _read_weight)
+    assert msg == (
+        f"{path}: libhdf5 made no progress for 0.3 s while reading {WEIGHT} (the "
+        "file makes it loop), so the reader process was stopped. The file is corrupt or "
+        "crafted; download or export the bundle again. (A disk so slow that one read needs "
+        "more than 0.3 s can raise JULIABRIDGE_HDF5_TIMEOUT.)"
+    )
+    assert harness.started[0].killed
+
+
+def test_a_reader_that_does_not_say_ready_is_named_with_the_way_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    def not_ready(inp: BinaryIO, out: BinaryIO, sock: Any) -> None:
+        _say(out, {"ready": False})
+        inp.read(1)  # until stopped
+
+    path, msg, _ = _broken(tmp_path, monkeypatch, not_ready, _open_and_close)
+    assert msg == (
+        f"{path}: the HDF5 reader process was killed (SIGKILL: out of memory?) "
+        "while starting the HDF5 reader process. The file is corrupt or crafted; download or "
+        f"export the bundle again. Is h5py importable by `{sys.executable} -I` (isolated mode "
+        "ignores PYTHONPATH)? Set JULIABRIDGE_HDF5_WORKER=0 to read HDF5 in this process instead."
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"), [("0.25", 0.25), ("7", 7.0), ("0", 60.0), ("-1", 60.0), ("soon", 60.0)]
+)
+def test_the_reader_timeout_comes_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, value: str, seconds: float
+) -> None:
+    monkeypatch.setenv("JULIABRIDGE_HDF5_TIMEOUT", value)
+    assert _worker.timeout() == seconds
