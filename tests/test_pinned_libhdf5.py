@@ -424,6 +424,19 @@ CONTIGUOUS = {
         "dataset /params/layer_1/bias is a virtual dataset, which could read other files; "
         f"weights files hold their data inline. {UNSAFE_ADVICE}",
     ),
+    # a dataspace with no elements at all, where the manifest has three
+    "null-dataspace": (
+        lambda f, n: f.create_dataset(n, data=h5py.Empty("<f4")),
+        juliabridge.SignatureMismatchError,
+        "params.layer_1.bias: /params/layer_1/bias has an empty (null) dataspace, expected data of "
+        f"shape [3]. {MISMATCH_ADVICE}",
+    ),
+    "stored-as-int32": (
+        lambda f, n: f.create_dataset(n, data=np.ones(3, np.int32)),
+        juliabridge.SignatureMismatchError,
+        f"{BIAS} is stored as int32, expected float32 (for the manifest's dtype f32). "
+        f"{MISMATCH_ADVICE}",
+    ),
     "tag-not-utf8": (
         _tagged(np.bytes_(b"f\xff32")),
         juliabridge.SignatureMismatchError,
@@ -444,6 +457,57 @@ def test_a_contiguous_dataset_libhdf5_must_refuse_is_named(
     assert _refusal(root, cls) == f"{root / 'weights.h5'}: {message}"
 
 
+@pytest.mark.parametrize("route", FORCED)
+def test_a_dataset_missing_from_the_file_is_a_signature_mismatch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str
+) -> None:
+    _route(monkeypatch, route)
+    root = _bundle(tmp_path)
+    with h5py.File(root / "weights.h5", "a") as f:
+        del f["/params/layer_1/bias"]
+    reseal(root)
+    assert _refusal(root, juliabridge.SignatureMismatchError) == (
+        f"{root / 'weights.h5'}: params.layer_1.bias: the file has nothing at "
+        f"/params/layer_1/bias, expected a dataset of shape [3]. {MISMATCH_ADVICE}"
+    )
+
+
+@pytest.mark.parametrize("route", FORCED)
+def test_a_weights_file_another_program_has_locked_is_still_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str
+) -> None:
+    # libhdf5 would take a shared lock on open and fail next to a writer's exclusive one;
+    # the reader takes no lock (it reads a file the caller opened and checked).
+    import fcntl
+
+    _route(monkeypatch, route)
+    root = _bundle(tmp_path)
+    with open(root / "weights.h5", "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        params, _ = juliabridge.load_params(root)
+    assert params["layer_1"]["bias"].shape == (3,)
+
+
+@pytest.mark.parametrize("route", FORCED)
+def test_an_object_header_libhdf5_cannot_open_is_corrupt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str
+) -> None:
+    from h5py import h5o
+
+    _route(monkeypatch, route)
+    root = _bundle(tmp_path)
+    with h5py.File(root / "weights.h5", "r") as f:
+        at = h5o.get_info(f["/params/layer_1/bias"].id).addr
+    raw = bytearray((root / "weights.h5").read_bytes())
+    assert raw[at] == 1  # a version-1 object header
+    raw[at] = 7
+    (root / "weights.h5").write_bytes(bytes(raw))
+    reseal(root)
+    msg = _refusal(root, BundleError)
+    assert msg.startswith(f"{root / 'weights.h5'}: the HDF5 structure is unreadable (")
+    assert msg.endswith("The file is corrupt or truncated; download or export the bundle again")
+
+
 # --- the reader's request loop and the parent's distrust of it ----------------------------------
 # Run in a thread of this process (tests/reader_here.py): the same pipes, frames and descriptor
 # socket as the reader process, with mutmut's mutants of both sides live.
@@ -462,27 +526,28 @@ def _vm_data() -> int:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmData:"))
 
 
+@pytest.mark.parametrize("chunked", [True, False])
 def test_the_reader_caps_its_heap_for_each_read(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunked: bool
 ) -> None:
     # _h5core._limit_memory: the heap size at start-up + 512 MiB, and during a read as well
-    # two slabs and two chunks of the dataset (here all of it: 24 bytes, chunks of 12).
+    # two slabs and two chunks of the dataset (here all of it: 24 bytes; chunks of 12, or
+    # none when it is contiguous).
     import resource
 
     _route(monkeypatch, "forced-served-here")
     harness = serve_here(monkeypatch)
     root = _bundle(tmp_path)
     w = np.arange(6, dtype=np.float32).reshape(2, 3)
-    _rewrite(
-        root, WEIGHT, lambda f, n: f.create_dataset(n, data=w, chunks=(1, 3), compression="gzip")
-    )
+    kw: dict[str, Any] = {"chunks": (1, 3), "compression": "gzip"} if chunked else {}
+    _rewrite(root, WEIGHT, lambda f, n: f.create_dataset(n, data=w, **kw))
     before = _vm_data()
     np.testing.assert_array_equal(_read_weight(root), w)
     hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
     assert [h for _, h in harness.limits] == [hard] * 3
     base, during, after = (s for s, _ in harness.limits)
     assert abs(base - (before + (512 << 20))) < 64 << 20
-    assert (during - base, after) == (2 * 24 + 2 * 12, base)
+    assert (during - base, after) == (2 * 24 + (2 * 12 if chunked else 0), base)
 
 
 def test_a_finite_hard_heap_limit_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:

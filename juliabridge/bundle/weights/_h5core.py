@@ -247,7 +247,7 @@ class Reader:
         except Exception as e:
             raise Problem("corrupt", f"{name}: unreadable dataspace ({_short(e)})") from e
         if got_shape is None:
-            raise Problem("mismatch", f"{name} has an empty (null) dataspace, expected {want}")
+            raise Problem("mismatch", f"{name} has an empty (null) dataspace, expected data{want}")
         got_shape = tuple(int(d) for d in got_shape)
         if shape is not None and got_shape != tuple(shape):
             raise Problem(
