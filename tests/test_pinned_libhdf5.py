@@ -177,6 +177,14 @@ def _partly_written(f: h5py.File, name: str) -> h5py.Dataset:
     return ds
 
 
+def _short_chunks(f: h5py.File, name: str) -> h5py.Dataset:
+    # every chunk is stored, the second with 4 of its 12 bytes (raw chunk writes take any size)
+    ds = f.create_dataset(name, shape=(2, 3), dtype=np.float32, chunks=(1, 3))
+    ds.id.write_direct_chunk((0, 0), np.ones(3, np.float32).tobytes())
+    ds.id.write_direct_chunk((1, 0), np.ones(1, np.float32).tobytes())
+    return ds
+
+
 def _one_gzip_chunk(n: int, stored: bytes) -> Callable[[h5py.File, str], h5py.Dataset]:
     """A maker of `n` float32 as one gzip chunk whose stored bytes are `stored`."""
 
@@ -199,6 +207,14 @@ BOUNDS = {
         "all of its 24 bytes, so reading it would only produce HDF5 fill values; the file was "
         "not written completely (or claims an array it does not hold): 1 of its 2 chunks are "
         "stored",
+    ),
+    "short-chunks": (
+        0,
+        "/params/layer_1/weight",
+        _short_chunks,
+        "params.layer_1.weight: dataset /params/layer_1/weight has no data stored for some or "
+        "all of its 24 bytes, so reading it would only produce HDF5 fill values; the file was "
+        "not written completely (or claims an array it does not hold)",
     ),
     "past-deflate": (
         1 << 20,
