@@ -27,6 +27,7 @@ import pytest
 import juliabridge
 from juliabridge import BundleError, UnsafeBundleError
 from juliabridge.bundle.weights import _h5core, _worker, open_weights
+from juliabridge.bundle.weights.lookup3 import lookup3
 
 from .pinned_support import Arg, dense_spec, lower, reseal, write
 from .reader_here import serve_here
@@ -143,6 +144,45 @@ def test_a_link_is_refused_naming_it(
     msg = _refusal(root, UnsafeBundleError)
     assert msg.startswith(f"{root / 'weights.h5'}: /params/extra is {what}")
     assert msg.endswith(UNSAFE_ADVICE)
+
+
+def _retype_link(path: Path, name: bytes, kind: int) -> None:
+    """Give the link `name` (a link message in a version-2 object header) link type `kind`;
+    the header's lookup3 checksum is recomputed. h5py cannot write user-defined links."""
+    raw = bytearray(path.read_bytes())
+    at = raw.find(name)
+    for j in range(at - 20, at):  # version 1, flags with 'type present', then the type
+        flags = raw[j + 1]
+        size = 3 + (8 if flags & 4 else 0) + (1 if flags & 0x10 else 0) + (1 << (flags & 3))
+        if raw[j] == 1 and flags & 8 and j + size == at:
+            raw[j + 2] = kind
+            break
+    else:
+        raise AssertionError("link message not found")
+    head = raw.rfind(b"OHDR", 0, at)
+    flags = raw[head + 5]
+    pos = head + 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
+    width = 1 << (flags & 3)
+    end = pos + width + int.from_bytes(raw[pos : pos + width], "little")
+    raw[end : end + 4] = lookup3(bytes(raw[head:end])).to_bytes(4, "little")
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("route", FORCED)
+def test_a_user_defined_link_is_refused_naming_its_type(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str
+) -> None:
+    # libhdf5 resolves a user-defined link through whatever link class is registered
+    _route(monkeypatch, route)
+    root = _bundle(tmp_path)
+    with h5py.File(root / "weights.h5", "a") as f:
+        f.create_group("/params/ud", track_order=True)["zzlink"] = h5py.SoftLink("/params")
+    _retype_link(root / "weights.h5", b"zzlink", 66)
+    reseal(root)
+    assert _refusal(root, UnsafeBundleError) == (
+        f"{root / 'weights.h5'}: /params/ud/zzlink is a user-defined HDF5 link (type 66); weights "
+        f"files hold plain groups and datasets only. {UNSAFE_ADVICE}"
+    )
 
 
 @pytest.mark.parametrize("route", FORCED)
