@@ -829,3 +829,38 @@ def test_the_reader_timeout_comes_from_the_environment(
 ) -> None:
     monkeypatch.setenv("JULIABRIDGE_HDF5_TIMEOUT", value)
     assert _worker.timeout() == seconds
+
+
+@pytest.mark.parametrize(
+    ("value", "mode"),
+    [(v, "in-process") for v in ("0", " Off ", "no", "false")]
+    + [(v, "process") for v in ("1", "yes", "")],
+)
+def test_the_reader_process_switch_reads_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, mode: str
+) -> None:
+    serve_here(monkeypatch)
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
+    monkeypatch.setenv("JULIABRIDGE_HDF5_WORKER", value)
+    with open_weights(_bundle(tmp_path) / "weights.h5") as reader:
+        assert reader.mode == mode
+
+
+def test_the_reader_is_started_from_its_own_file_with_no_plugin_path_and_one_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from juliabridge import childproc
+
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
+    harness = serve_here(monkeypatch)
+    _open_and_close(_bundle(tmp_path))
+    (start,) = harness.starts
+    assert Path(start["entry"]) == Path(_h5core.__file__)
+    assert start["memory"] == childproc.physical_memory()
+    env = start["extra_env"]
+    assert env["HDF5_PLUGIN_PATH"] == os.devnull  # no filter plugin is ever loaded
+    assert {env[k] for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")} == {"1"}
+    # the pipe the reader answers through holds 1 MiB (fewer wake-ups per weight read)
+    import fcntl
+
+    assert fcntl.fcntl(harness.started[0].stdout.fileno(), 1032) == 1 << 20  # F_GETPIPE_SZ
