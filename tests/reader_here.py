@@ -56,13 +56,14 @@ class ServedHere:
                         sock.close()
                     with contextlib.suppress(OSError, ValueError):
                         out.flush()
-            self.returncode = -9 if self.killed else rc
+                    # ended before its pipes close, as a process that exits
+                    self.returncode = -9 if self.killed else rc
 
         self.thread = threading.Thread(target=run, name="reader-served-here", daemon=True)
         self.thread.start()
 
     def poll(self) -> int | None:
-        return None if self.thread.is_alive() else self.returncode
+        return self.returncode
 
     def wait(self, timeout: float | None = None) -> int | None:
         self.thread.join(timeout)

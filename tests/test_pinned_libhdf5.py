@@ -864,3 +864,77 @@ def test_the_reader_is_started_from_its_own_file_with_no_plugin_path_and_one_thr
     import fcntl
 
     assert fcntl.fcntl(harness.started[0].stdout.fileno(), 1032) == 1 << 20  # F_GETPIPE_SZ
+
+
+def test_a_reader_that_ends_is_named_with_its_status_and_last_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness: Any = None
+
+    def dies(inp: BinaryIO, out: BinaryIO, req: dict[str, Any]) -> None:
+        stderr = harness.starts[-1]["stderr"]
+        stderr.write(b"x" * 2000 + "libhdf5 said: boom \u00e9\n".encode())
+        stderr.flush()
+        raise SystemExit(1)  # exits with status 1, its pipes closing
+
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
+    harness = serve_here(monkeypatch, _liar(dies))
+    root = _bundle(tmp_path)
+    with pytest.raises(BundleError) as e:
+        _read_weight(root)
+    tail = "x" * 1478 + "libhdf5 said: boom \u00e9"  # its last 1,500 bytes (22 of them the line)
+    assert str(e.value) == (
+        f"{root / 'weights.h5'}: the HDF5 reader process ended (status 1) while reading "
+        f"{WEIGHT}: {tail}. The file is corrupt or crafted; download or export the bundle again."
+    )
+
+
+def test_a_dataset_larger_than_a_slab_streams_in_row_slabs_with_the_same_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The reader sends a dataset in slabs of whole rows along axis 0 once it is larger than
+    # SLAB_BYTES (64 MiB; 8 bytes here): a vector of 100 and a 2 x 3 matrix, row by row.
+    _route(monkeypatch, "forced-served-here")
+    monkeypatch.setattr(_h5core, "SLAB_BYTES", 8)
+    root = _bundle(tmp_path, big=100)
+    big = np.arange(100, dtype=np.float32) / 7
+    w = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
+    with h5py.File(root / "weights.h5", "a") as f:
+        f["/state/big"][...] = big
+        f[WEIGHT][...] = w
+    reseal(root)
+    with open_weights(root / "weights.h5") as reader:
+        got_big = reader.read_array("/state/big", (100,), "f32", "state.big")
+    np.testing.assert_array_equal(got_big, big)
+    np.testing.assert_array_equal(_read_weight(root), w)
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_the_python_reader_refuses_a_chunk_past_the_bound_before_libhdf5_sees_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: int
+) -> None:
+    # 4 x 12 bytes + 1 MiB is the largest chunk of 3 floats: one element more is refused by
+    # the Python reader itself (no reader process started); the largest is handed to libhdf5.
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "1")
+    harness = serve_here(monkeypatch)
+    root = _bundle(tmp_path)
+    b = np.array([1.0, 2.0, 3.0], np.float32)
+    elements = (4 * 12 + (1 << 20)) // 4 + extra
+    _rewrite(
+        root,
+        "/params/layer_1/bias",
+        lambda f, n: f.create_dataset(n, data=b, chunks=(elements,), maxshape=(None,)),
+    )
+    if extra:
+        assert _refusal(root, BundleError) == (
+            f"{root / 'weights.h5'}: params.layer_1.bias: dataset /params/layer_1/bias is stored "
+            f"in chunks of {4 * elements} bytes for 12 bytes of data, more than 4 times its size "
+            "plus 1 MiB; such a chunk is forged (a decompression bomb's), so it is not inflated. "
+            f"Write the weights with chunks no larger than the dataset (or uncompressed). "
+            f"{LIMIT_ADVICE}"
+        )
+        assert harness.started == []
+    else:
+        params, _ = juliabridge.load_params(root)
+        np.testing.assert_array_equal(params["layer_1"]["bias"], b)
+        assert len(harness.started) == 1
