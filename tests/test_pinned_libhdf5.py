@@ -938,3 +938,32 @@ def test_the_python_reader_refuses_a_chunk_past_the_bound_before_libhdf5_sees_th
         params, _ = juliabridge.load_params(root)
         np.testing.assert_array_equal(params["layer_1"]["bias"], b)
         assert len(harness.started) == 1
+
+
+def _wrong_fletcher32(f: h5py.File, name: str) -> h5py.Dataset:
+    # deflate, then fletcher32: each chunk as libhdf5 stored it, its 4-byte checksum inverted
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    ds = f.create_dataset(name, data=w, chunks=(1, 3), compression="gzip", fletcher32=True)
+    for row in range(2):
+        mask, raw = ds.id.read_direct_chunk((row, 0))
+        ds.id.write_direct_chunk((row, 0), raw[:-4] + bytes(b ^ 0xFF for b in raw[-4:]), mask)
+    return ds
+
+
+@pytest.mark.parametrize(
+    ("route", "slab"), [(r, None) for r in ROUTES] + [("forced-served-here", 12)]
+)
+def test_a_chunk_whose_checksum_is_wrong_is_corrupt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str, slab: int | None
+) -> None:
+    # test_gzip_with_fletcher32_reads_the_values_written reads the same chunks unchanged
+    _clean_copy_mode(tmp_path, _route(monkeypatch, route))
+    if slab:
+        monkeypatch.setattr(_h5core, "SLAB_BYTES", slab)  # one row per slab
+    root = _bundle(tmp_path)
+    _rewrite(root, WEIGHT, _wrong_fletcher32)
+    assert _refusal(root, BundleError) == (
+        f"{root / 'weights.h5'}: params.layer_1.weight: cannot read dataset {WEIGHT} (OSError: "
+        "Can't synchronously read data (filter returned failure during read)). The file is "
+        "corrupt or truncated; download or export the bundle again"
+    )
