@@ -836,7 +836,7 @@ def test_the_reader_timeout_comes_from_the_environment(
     [(v, "in-process") for v in ("0", " Off ", "no", "false")]
     + [(v, "process") for v in ("1", "yes", "")],
 )
-def test_the_reader_process_switch_reads_the_environment(
+def test_the_hdf5_worker_switch_reads_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, mode: str
 ) -> None:
     serve_here(monkeypatch)
