@@ -277,7 +277,7 @@ def test_metadata_read_is_bounded_linearly_in_the_file_size(tmp_path: Path) -> N
         assert m.read_bytes < p.stat().st_size
 
 
-def test_limits_agree_with_the_reader_process() -> None:
+def test_limits_agree_with_the_libhdf5_reader() -> None:
     for name in ("MAX_OBJECTS", "MAX_GROUP_DEPTH", "MAX_TAG_BYTES", "EXPANSION_FACTOR"):
         assert getattr(h5parse, name) == getattr(_h5core, name), name
     assert h5parse.expansion_budget(12345) == _h5core.expansion_budget(12345)
