@@ -967,3 +967,25 @@ def test_a_chunk_whose_checksum_is_wrong_is_corrupt(
         "Can't synchronously read data (filter returned failure during read)). The file is "
         "corrupt or truncated; download or export the bundle again"
     )
+
+
+@pytest.mark.parametrize("route", ["forced-this-process", "forced-served-here"])
+@pytest.mark.parametrize("spare", [0, -1])
+def test_a_file_with_more_links_than_the_bound_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str, spare: int
+) -> None:
+    # The bound (2^20 links) lowered to the number of links in this file: exactly that many
+    # are read, one fewer allowed is refused before any dataset is.
+    _route(monkeypatch, route)
+    root = _bundle(tmp_path)
+    with h5py.File(root / "weights.h5", "r") as f:
+        names: list[str] = []
+        f.visit(names.append)  # every link once (no group is linked twice here)
+    monkeypatch.setattr(_h5core, "MAX_OBJECTS", len(names) + spare)
+    if spare == 0:
+        juliabridge.load_params(root)
+        return
+    assert _refusal(root, BundleError) == (
+        f"{root / 'weights.h5'}: more than {len(names) - 1} links; not a juliabridge weights file. "
+        f"{LIMIT_ADVICE}"
+    )
