@@ -873,7 +873,7 @@ def test_a_reader_that_ends_is_named_with_its_status_and_last_words(
 
     def dies(inp: BinaryIO, out: BinaryIO, req: dict[str, Any]) -> None:
         stderr = harness.starts[-1]["stderr"]
-        stderr.write(b"x" * 2000 + "libhdf5 said: boom \u00e9\n".encode())
+        stderr.write(b"x" * 2000 + "libhdf5 said: boom \u00e9".encode() + b"\xff\n")
         stderr.flush()
         raise SystemExit(1)  # exits with status 1, its pipes closing
 
@@ -882,7 +882,8 @@ def test_a_reader_that_ends_is_named_with_its_status_and_last_words(
     root = _bundle(tmp_path)
     with pytest.raises(BundleError) as e:
         _read_weight(root)
-    tail = "x" * 1478 + "libhdf5 said: boom \u00e9"  # its last 1,500 bytes (22 of them the line)
+    # its last 1,500 bytes (23 of them the line), a byte that is not UTF-8 replaced
+    tail = "x" * 1477 + "libhdf5 said: boom \u00e9\ufffd"
     assert str(e.value) == (
         f"{root / 'weights.h5'}: the HDF5 reader process ended (status 1) while reading "
         f"{WEIGHT}: {tail}. The file is corrupt or crafted; download or export the bundle again."
@@ -989,3 +990,19 @@ def test_a_file_with_more_links_than_the_bound_is_refused(
         f"{root / 'weights.h5'}: more than {len(names) - 1} links; not a juliabridge weights file. "
         f"{LIMIT_ADVICE}"
     )
+
+
+def test_a_listing_the_reader_garbles_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def listing(root: Path) -> None:
+        with open_weights(root / "weights.h5") as reader:
+            reader.list_datasets(["params"])
+
+    # the liar answers the listing without its "datasets"
+    path, msg, harness = _broken(tmp_path, monkeypatch, _liar(_answers()), listing)
+    assert msg == (
+        f"{path}: the HDF5 reader process was killed (SIGKILL: out of memory?) while listing "
+        "datasets. The file is corrupt or crafted; download or export the bundle again."
+    )
+    assert harness.started[0].killed
