@@ -49,6 +49,8 @@ class ServedHere:
             with os.fdopen(req_r, "rb") as inp, os.fdopen(rep_w, "wb") as out:
                 try:
                     serve(inp, out, sock)
+                except SystemExit as e:  # SystemExit(-11) stands for a crash by SIGSEGV
+                    rc = e.code if isinstance(e.code, int) else 1
                 except BaseException:
                     rc = 1
                 finally:

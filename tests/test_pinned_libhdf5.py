@@ -866,8 +866,9 @@ def test_the_reader_is_started_from_its_own_file_with_no_plugin_path_and_one_thr
     assert fcntl.fcntl(harness.started[0].stdout.fileno(), 1032) == 1 << 20  # F_GETPIPE_SZ
 
 
+@pytest.mark.parametrize("status", [1, -11])
 def test_a_reader_that_ends_is_named_with_its_status_and_last_words(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, status: int
 ) -> None:
     harness: Any = None
 
@@ -875,7 +876,7 @@ def test_a_reader_that_ends_is_named_with_its_status_and_last_words(
         stderr = harness.starts[-1]["stderr"]
         stderr.write(b"x" * 2000 + "libhdf5 said: boom \u00e9".encode() + b"\xff\n")
         stderr.flush()
-        raise SystemExit(1)  # exits with status 1, its pipes closing
+        raise SystemExit(status)  # ends with this status (-11: SIGSEGV), its pipes closing
 
     monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
     harness = serve_here(monkeypatch, _liar(dies))
@@ -884,9 +885,14 @@ def test_a_reader_that_ends_is_named_with_its_status_and_last_words(
         _read_weight(root)
     # its last 1,500 bytes (23 of them the line), a byte that is not UTF-8 replaced
     tail = "x" * 1477 + "libhdf5 said: boom \u00e9\ufffd"
+    what = (
+        f"the HDF5 reader process ended (status 1) while reading {WEIGHT}: {tail}"
+        if status == 1
+        else f"libhdf5 crashed (signal 11) while reading {WEIGHT}"
+    )
     assert str(e.value) == (
-        f"{root / 'weights.h5'}: the HDF5 reader process ended (status 1) while reading "
-        f"{WEIGHT}: {tail}. The file is corrupt or crafted; download or export the bundle again."
+        f"{root / 'weights.h5'}: {what}. The file is corrupt or crafted; download or export the "
+        "bundle again."
     )
 
 
