@@ -649,8 +649,9 @@ def _say(out: BinaryIO, obj: Any) -> None:
 Answer = Callable[[BinaryIO, BinaryIO, dict[str, Any]], object]
 
 
-def _liar(read: Answer, opened: Any = None) -> Callable[..., None]:
-    """A reader that opens anything (or answers `opened`) and answers reads with `read`."""
+def _liar(read: Answer, opened: Any = None, listed: Any = None) -> Callable[..., None]:
+    """A reader that opens anything (or answers `opened`), answers reads with `read` and
+    listings with the frame `listed` (kind, body) if given."""
 
     def serve(inp: BinaryIO, out: BinaryIO, sock: Any) -> None:
         _say(out, {"ready": True})
@@ -664,6 +665,8 @@ def _liar(read: Answer, opened: Any = None) -> Callable[..., None]:
                 read(inp, out, req)
             elif req["op"] == "open" and opened is not None:
                 _say(out, opened)
+            elif req["op"] == "list" and listed is not None:
+                _frame(out, *listed)
             else:
                 _say(out, {"ok": True, "size": 1})
 
@@ -1003,15 +1006,18 @@ def test_a_file_with_more_links_than_the_bound_is_refused(
     )
 
 
+@pytest.mark.parametrize(
+    "listed", [None, (b"X", b"{}")], ids=["without-its-datasets", "in-a-broken-frame"]
+)
 def test_a_listing_the_reader_garbles_is_named(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, listed: Any
 ) -> None:
     def listing(root: Path) -> None:
         with open_weights(root / "weights.h5") as reader:
             reader.list_datasets(["params"])
 
-    # the liar answers the listing without its "datasets"
-    path, msg, harness = _broken(tmp_path, monkeypatch, _liar(_answers()), listing)
+    liar = _liar(_answers(), listed=listed)
+    path, msg, harness = _broken(tmp_path, monkeypatch, liar, listing)
     assert msg == (
         f"{path}: the HDF5 reader process was killed (SIGKILL: out of memory?) while listing "
         "datasets. The file is corrupt or crafted; download or export the bundle again."
