@@ -1023,3 +1023,19 @@ def test_a_listing_the_reader_garbles_is_named(
         "datasets. The file is corrupt or crafted; download or export the bundle again."
     )
     assert harness.started[0].killed
+
+
+def test_a_read_that_exhausts_the_readers_capped_heap_is_refused_as_a_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a forged length inside libhdf5 meets the heap cap as a MemoryError in the reader
+    def exhausted(self: Any, prep: Any) -> Any:
+        raise MemoryError("a forged length")
+
+    _route(monkeypatch, "forced-served-here")
+    monkeypatch.setattr(_h5core.Reader, "pieces", exhausted)
+    root = _bundle(tmp_path)
+    assert _refusal(root, BundleError) == (
+        f"{root / 'weights.h5'}: params.layer_1.weight: libhdf5 ran out of memory (a forged "
+        f"length). {LIMIT_ADVICE}"
+    )
