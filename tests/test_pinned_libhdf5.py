@@ -1039,3 +1039,24 @@ def test_a_read_that_exhausts_the_readers_capped_heap_is_refused_as_a_limit(
         f"{root / 'weights.h5'}: params.layer_1.weight: libhdf5 ran out of memory (a forged "
         f"length). {LIMIT_ADVICE}"
     )
+
+
+def test_a_stopped_reader_leaves_no_watchdog_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+    import time
+
+    def watchdogs() -> int:
+        return sum(t.name == "juliabridge-hdf5-watchdog" for t in threading.enumerate())
+
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
+    serve_here(monkeypatch)
+    before = watchdogs()
+    _open_and_close(_bundle(tmp_path))  # the reader goes back to the pool, watched
+    assert watchdogs() == before + 1
+    _worker.stop_idle()
+    deadline = time.monotonic() + 5
+    while watchdogs() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert watchdogs() == before
