@@ -11,6 +11,7 @@ hostile weights file with h5py and expects the typed error and its whole message
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -1060,3 +1061,15 @@ def test_a_stopped_reader_leaves_no_watchdog_behind(
     while watchdogs() > before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert watchdogs() == before
+
+
+def test_at_most_two_idle_readers_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
+    harness = serve_here(monkeypatch)
+    roots = [_bundle(tmp_path / str(i)) for i in range(3)]
+    with contextlib.ExitStack() as stack:
+        for root in roots:  # three files open at once: three readers
+            stack.enter_context(open_weights(root / "weights.h5"))
+    assert len(harness.started) == 3
+    assert len(_worker.IDLE) == 2
+    assert [p.poll() is None for p in harness.started].count(True) == 2  # the third stopped
