@@ -1046,21 +1046,18 @@ def test_a_stopped_reader_leaves_no_watchdog_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import threading
-    import time
 
-    def watchdogs() -> int:
-        return sum(t.name == "juliabridge-hdf5-watchdog" for t in threading.enumerate())
+    def watchdogs() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "juliabridge-hdf5-watchdog"}
 
     monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
     serve_here(monkeypatch)
     before = watchdogs()
     _open_and_close(_bundle(tmp_path))  # the reader goes back to the pool, watched
-    assert watchdogs() == before + 1
+    (watchdog,) = watchdogs() - before
     _worker.stop_idle()
-    deadline = time.monotonic() + 5
-    while watchdogs() > before and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert watchdogs() == before
+    watchdog.join(5)
+    assert not watchdog.is_alive()
 
 
 def test_at_most_two_idle_readers_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
