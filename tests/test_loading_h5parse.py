@@ -10,6 +10,7 @@ mutated files it only ever raises its two typed exceptions.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -276,7 +277,7 @@ def test_metadata_read_is_bounded_linearly_in_the_file_size(tmp_path: Path) -> N
         assert m.read_bytes < p.stat().st_size
 
 
-def test_limits_agree_with_the_reader_process() -> None:
+def test_limits_agree_with_the_libhdf5_reader() -> None:
     for name in ("MAX_OBJECTS", "MAX_GROUP_DEPTH", "MAX_TAG_BYTES", "EXPANSION_FACTOR"):
         assert getattr(h5parse, name) == getattr(_h5core, name), name
     assert h5parse.expansion_budget(12345) == _h5core.expansion_budget(12345)
@@ -288,6 +289,40 @@ def test_lookup3_matches_the_published_test_vectors() -> None:
     assert lookup3(b"") == 0xDEADBEEF
     assert lookup3(b"Four score and seven years ago") == 0x17770551
     assert lookup3(b"Four score and seven years ago", 1) == 0xCD628161
+
+
+def _checksummed_blocks(raw: bytes) -> list[tuple[bytes, int]]:
+    """(bytes covered, checksum libhdf5 stored) of the version-2 superblock and of the first
+    chunk of every version-2 object header in `raw`, located by the format spec's fields."""
+    assert raw[:8] == b"\x89HDF\r\n\x1a\n" and raw[8] in (2, 3)
+    end = 12 + 4 * raw[9]  # signature, 4 one-byte fields, 4 addresses; then the checksum
+    out = [(raw[:end], int.from_bytes(raw[end : end + 4], "little"))]
+    at = raw.find(b"OHDR")
+    while at >= 0:
+        flags = raw[at + 5]
+        pos = at + 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
+        width = 1 << (flags & 3)
+        end = pos + width + int.from_bytes(raw[pos : pos + width], "little")
+        out.append((raw[at:end], int.from_bytes(raw[end : end + 4], "little")))
+        at = raw.find(b"OHDR", end)
+    return out
+
+
+def test_lookup3_matches_the_checksums_libhdf5_writes(tmp_path: Path) -> None:
+    # Object headers of every length modulo lookup3's 12-byte blocks (four or five attributes
+    # of 7 to 15 bytes on a dataset): the checksum libhdf5 stored after each header, and after
+    # the superblock, is lookup3 of what precedes it.
+    blocks: list[tuple[bytes, int]] = []
+    for k, n in itertools.product((4, 5), range(7, 16)):
+        p = tmp_path / f"{k}-{n}.h5"
+        with h5py.File(p, "w", libver="latest") as f:
+            d = f.create_dataset("d", data=np.zeros(2, np.float32), track_times=False)
+            for j in range(k):
+                d.attrs[f"a{j}"] = np.bytes_(b"x" * n)
+        blocks += _checksummed_blocks(p.read_bytes())
+    assert {len(b) % 12 for b, _ in blocks} == set(range(12))
+    for data, stored in blocks:
+        assert lookup3(data) == stored, len(data)
 
 
 # --- mutated files: typed refusals only, never another exception or a hang ---------------

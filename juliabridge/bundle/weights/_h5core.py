@@ -247,7 +247,7 @@ class Reader:
         except Exception as e:
             raise Problem("corrupt", f"{name}: unreadable dataspace ({_short(e)})") from e
         if got_shape is None:
-            raise Problem("mismatch", f"{name} has an empty (null) dataspace, expected {want}")
+            raise Problem("mismatch", f"{name} has an empty (null) dataspace, expected data{want}")
         got_shape = tuple(int(d) for d in got_shape)
         if shape is not None and got_shape != tuple(shape):
             raise Problem(
@@ -669,7 +669,7 @@ def _receive_fd(sock: socket.socket | None) -> int:
 
 
 def serve(inp: BinaryIO, out: BinaryIO, sock: socket.socket | None = None) -> None:
-    """Answer requests until `exit` or end of input (see _worker.py for the parent side)."""
+    """Answer requests until end of input (see _worker.py for the parent side)."""
     last = [time.monotonic()]
     threading.Thread(target=_retire_when_idle, args=(last,), daemon=True).start()
     _limit_memory(0)
@@ -686,8 +686,6 @@ def serve(inp: BinaryIO, out: BinaryIO, sock: socket.socket | None = None) -> No
             break
         req = json.loads(body)
         op = req.get("op")
-        if op == "exit":
-            break
         try:
             if op == "open":
                 if reader is not None:

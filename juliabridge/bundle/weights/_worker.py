@@ -172,6 +172,10 @@ class WorkerProcess:
         if self.proc.poll() is None and not self.timed_out:
             self.proc.kill()
         rc = self.proc.wait()
+        tail = ""  # what it wrote before it ended, read before stop() closes the file
+        with contextlib.suppress(OSError, ValueError):
+            self.stderr.seek(0)
+            tail = self.stderr.read()[-1500:].decode("utf-8", "replace").strip()
         self.stop()
         if self.timed_out:
             what = (
@@ -183,12 +187,6 @@ class WorkerProcess:
         elif rc < 0:
             what = f"libhdf5 crashed (signal {-rc}) while {doing}"
         else:
-            with contextlib.suppress(OSError, ValueError):
-                self.stderr.seek(0)
-            try:
-                tail = self.stderr.read()[-1500:].decode("utf-8", "replace").strip()
-            except (OSError, ValueError):
-                tail = ""
             what = f"the HDF5 reader process ended (status {rc}) while {doing}: {tail}"
         hint = (
             f" (A disk so slow that one read needs more than {self.timeout:g} s can raise "

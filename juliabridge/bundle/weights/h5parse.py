@@ -891,7 +891,7 @@ class H5Metadata:
             raise Problem("mismatch", f"the file has {found} at {name}, expected a dataset{want}")
         got = self.shape(info)
         if got is None:
-            raise Problem("mismatch", f"{name} has an empty (null) dataspace, expected {want}")
+            raise Problem("mismatch", f"{name} has an empty (null) dataspace, expected data{want}")
         if shape is not None and got != tuple(shape):
             raise Problem(
                 "mismatch",
