@@ -546,6 +546,7 @@ def test_function_form_without_state_outputs_and_manifest(tmp_path: Path) -> Non
     ]
     assert [(r.paths, r.echo_of) for r in m.results] == [((("output",),), None), ((), 0), ((), 1)]
     assert m.producer.note == "read from f.py by juliabridge.reactant_export; nothing in it was run"
+    assert (m.producer.tool_version, m.producer.made_with_julia) == ("unknown", False)
     assert (m.module.file, m.weights.file) == ("f_0.mlir", "f_0_inputs.npz")
     assert m.metadata["reactant_export"]["function_name"] == "f"
     jl = import_export_lux(tmp_path, layout="julia")
@@ -603,3 +604,26 @@ def test_backend_named_explicitly(tmp_path: Path) -> None:
     with pytest.raises((BackendUnavailableError, ValueError, juliabridge.JuliaBridgeError)):
         juliabridge.load_reactant_export(d, backend="nope")
     assert juliabridge.load_reactant_export(d, backend="xla").backend_name == "xla"
+
+
+def test_state_leaf_first_among_the_arguments(tmp_path: Path) -> None:
+    # positions=(x=2, ps=3, st=1): argument 0 is the st leaf, which state_results may name.
+    d = _export(tmp_path)
+    model = juliabridge.import_lux(d, positions=(2, 3, 1), outputs=[0], state_results={1: 0})
+    assert [a.role for a in model.manifest.arguments] == ["state", "input"]
+    assert model.manifest.mode == "train"
+    y, st = model.apply(model.params, model.state, W)
+    np.testing.assert_allclose(np.asarray(y), X * W)
+    np.testing.assert_array_equal(np.asarray(st), X)  # a leaf at the root: the tree itself
+
+
+def test_trust_passed_on_to_the_xla_backend(tmp_path: Path) -> None:
+    # An integer division may trap in XLA: the xla backend rewrites it through lax first,
+    # with the export's trust setting.
+    a = np.array([7, -9, 100], np.int32)
+    b = np.array([2, 4, -7], np.int32)
+    d = _export(tmp_path, fn=lambda a, b: (jax.lax.div(a, b), a, b), values=(a, b))
+    fn = juliabridge.load_reactant_export(d, backend="xla")
+    np.testing.assert_array_equal(np.asarray(fn(a, b)[0]), np.trunc(a / b).astype(np.int32))
+    model = juliabridge.import_lux(d, backend="xla")
+    np.testing.assert_array_equal(np.asarray(model(a)), np.trunc(a / b).astype(np.int32))
