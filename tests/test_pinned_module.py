@@ -5,7 +5,6 @@ modules written here.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
