@@ -627,3 +627,36 @@ def test_trust_passed_on_to_the_xla_backend(tmp_path: Path) -> None:
     np.testing.assert_array_equal(np.asarray(fn(a, b)[0]), np.trunc(a / b).astype(np.int32))
     model = juliabridge.import_lux(d, backend="xla")
     np.testing.assert_array_equal(np.asarray(model(a)), np.trunc(a / b).astype(np.int32))
+
+
+def test_npz_opened_without_following_links_or_leaking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # O_NOFOLLOW refuses a symlink at open; O_CLOEXEC keeps the descriptor out of any process
+    # another thread starts meanwhile.
+    path = _npz(tmp_path / "x.npz", {"arr_1.npy": _npy(np.zeros(2, np.float32))})
+    flags: list[int] = []
+    real = os.open
+
+    def spy(p: Any, f: int, *a: Any) -> int:
+        flags.append(f)
+        return real(p, f, *a)
+
+    monkeypatch.setattr(npz_mod.os, "open", spy)
+    npz_mod.read_inputs(path, ["arr_1"], [TensorSpec((2,), "f32")])
+    assert flags and all(f & os.O_NOFOLLOW and f & os.O_CLOEXEC for f in flags)
+
+
+def test_npz_member_failing_its_crc(tmp_path: Path) -> None:
+    # A stored member whose last data byte changed: the header reads, the data's CRC-32 fails.
+    path = _npz(tmp_path / "x.npz", {"arr_1.npy": _npy(np.arange(2000, dtype=np.float32))})
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo("arr_1.npy")
+    start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+    raw[start + info.compress_size - 1] ^= 0x01
+    path.write_bytes(bytes(raw))
+    with pytest.raises(
+        BundleError, match=r"x\.npz \(arr_1\.npy\): cannot be decompressed \(Bad CRC-32"
+    ):
+        npz_mod.read_inputs(path, ["arr_1"], [TensorSpec((2000,), "f32")])

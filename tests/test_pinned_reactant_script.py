@@ -556,3 +556,29 @@ def test_symlinked_script_refused(tmp_path: Path) -> None:
     with pytest.raises(UnsafeBundleError, match=r"f\.py: is a symlink"):
         read_script(link)
     assert read_script(py).function_name == "f"
+
+
+def test_docstring_replaced_by_an_assignment(tmp_path: Path) -> None:
+    # Only a docstring is skipped at the top of a function; a constant assigned in its place is
+    # a statement the template does not have.
+    py = _plain(tmp_path)
+    _edit(py, '    """Load the example inputs that were exported from Julia."""', '    _ = "x"')
+    _refused(py, rf"f\.py:{_line_of(py, '_ = ')}: unexpected statement \"_ = 'x'\"")
+
+
+def test_script_opened_without_following_links_or_leaking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import juliabridge.reactant_export.pyscript as pyscript
+
+    py = _plain(tmp_path)
+    flags: list[int] = []
+    real = os.open
+
+    def spy(p: object, f: int, *a: object) -> int:
+        flags.append(f)
+        return real(p, f, *a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pyscript.os, "open", spy)
+    read_script(py)
+    assert flags and all(f & os.O_NOFOLLOW and f & os.O_CLOEXEC for f in flags)

@@ -387,7 +387,7 @@ class _Analysis:
             self.max_chain, self.max_chain_op = chain, op
         return inlined, chain
 
-    def _close(self, frame: _Frame, keep: int = 0) -> int:
+    def _close(self, frame: _Frame, keep: int) -> int:
         """Peak live bytes of a finished block (its first `keep` values live to the end);
         forget its values."""
         n = frame.pos + 2
