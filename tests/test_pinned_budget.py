@@ -231,3 +231,101 @@ def test_constant_data_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     ):
         parse_module(text)
     assert parse_module(_constants("1.5", 64)).arguments[0].shape == (64,)
+
+
+# --- the limits at their boundaries, calls inlined -------------------------------------------
+
+F = "tensor<f32>"
+SINE_F = (
+    f"  func.func private @f(%x: {F}) -> {F} {{\n"
+    f"    %0 = stablehlo.sine %x : {F}\n"
+    f"    return %0 : {F}\n"
+    "  }\n"
+)
+
+
+def _limit_is_exact(
+    monkeypatch: pytest.MonkeyPatch, text: str, name: str, n: int, match: str
+) -> None:
+    """`text` loads with JULIABRIDGE_<name>=n and is refused, matching `match`, with n - 1."""
+    from juliabridge.errors import ResourceLimitError
+    from juliabridge.stablehlo import parse_module
+
+    monkeypatch.setenv(f"JULIABRIDGE_{name}", str(n))
+    parse_module(text)
+    monkeypatch.setenv(f"JULIABRIDGE_{name}", str(n - 1))
+    with pytest.raises(ResourceLimitError, match=match):
+        parse_module(text)
+
+
+def _main(*lines: str, callee: str = SINE_F, first: bool = False) -> str:
+    body = "".join(f"    {line}\n" for line in lines)
+    main = f"  func.func public @main(%a: {F}, %i: tensor<i32>) -> {F} {{\n{body}  }}\n"
+    return "module {\n" + (main + callee if first else callee + main) + "}\n"
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_ops_limit_counts_inlined_calls(monkeypatch: pytest.MonkeyPatch, first: bool) -> None:
+    # @f: sine, return (2 ops). @main: two calls (1 + 2 each), return: 7 ops once inlined.
+    text = _main(
+        f"%0 = func.call @f(%a) : ({F}) -> {F}",
+        f"%1 = func.call @f(%0) : ({F}) -> {F}",
+        f"return %1 : {F}",
+        first=first,
+    )
+    line = 2 if first else 6
+    _limit_is_exact(
+        monkeypatch,
+        text,
+        "MAX_OPS",
+        7,
+        rf"^<mlir text>, line {line}: @main expands to 7 ops once its calls are inlined, "
+        r"more than the 6 juliabridge compiles \(JULIABRIDGE_MAX_OPS raises the limit\); XLA "
+        "would run out of time or memory compiling it$",
+    )
+
+
+def test_chain_limit_counts_through_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    # sine, call @f (one sine), sine: a chain of 3 dependent ops; return adds none.
+    text = _main(
+        f"%0 = stablehlo.sine %a : {F}",
+        f"%1 = func.call @f(%0) : ({F}) -> {F}",
+        f"%2 = stablehlo.sine %1 : {F}",
+        f"return %2 : {F}",
+    )
+    _limit_is_exact(
+        monkeypatch,
+        text,
+        "MAX_CHAIN",
+        3,
+        r"^<mlir text>, line 9: a chain of 3 dependent ops \(calls inlined\), more than the 2 "
+        r"juliabridge compiles \(JULIABRIDGE_MAX_CHAIN raises the limit\); XLA's compiler "
+        "recurses along such chains and overflows its stack$",
+    )
+
+
+CASE_F = (
+    f"  func.func private @f(%x: {F}, %i: tensor<i32>) -> {F} {{\n"
+    f'    %r = "stablehlo.case"(%i) ({{\n'
+    f"      stablehlo.return %x : {F}\n"
+    "    }, {\n"
+    f"      %s = stablehlo.sine %x : {F}\n"
+    f"      stablehlo.return %s : {F}\n"
+    f"    }}) : (tensor<i32>) -> {F}\n"
+    f"    return %r : {F}\n"
+    "  }\n"
+)
+
+
+def test_case_branches_counted_through_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    call = f"func.call @f(%a, %i) : ({F}, tensor<i32>) -> {F}"
+    text = _main(f"%0 = {call}", f"%1 = {call}", f"return %1 : {F}", callee=CASE_F)
+    _limit_is_exact(
+        monkeypatch,
+        text,
+        "MAX_CASE_BRANCHES",
+        4,
+        r"^<mlir text>, line 11: @main holds 4 stablehlo\.case branches once its calls are "
+        r"inlined, more than the 3 juliabridge compiles \(JULIABRIDGE_MAX_CASE_BRANCHES raises "
+        r"the limit\); XLA's compiler spends more than linear time and memory per branch",
+    )
