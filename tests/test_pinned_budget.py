@@ -9,6 +9,7 @@ import resource
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
 
 from juliabridge.stablehlo import budget
@@ -329,3 +330,18 @@ def test_case_branches_counted_through_calls(monkeypatch: pytest.MonkeyPatch) ->
         r"inlined, more than the 3 juliabridge compiles \(JULIABRIDGE_MAX_CASE_BRANCHES raises "
         r"the limit\); XLA's compiler spends more than linear time and memory per branch",
     )
+
+
+def test_element_bytes_are_numpys_itemsize() -> None:
+    # Every element type juliabridge passes to JAX, and the narrow and wide ones it does not.
+    from juliabridge import dtypes
+    from juliabridge.jaxinternals import ir, make_context
+
+    with make_context():
+        for name, np_dtype in dtypes.MLIR_TO_NUMPY.items():
+            assert budget._element_bytes(ir.Type.parse(name)) == np.dtype(np_dtype).itemsize, name
+        assert budget._element_bytes(ir.Type.parse("i4")) == 1
+        assert budget._element_bytes(ir.Type.parse("f8E4M3FN")) == 1
+        assert budget._element_bytes(ir.Type.parse("i128")) == 16
+        assert budget._element_bytes(ir.Type.parse("complex<f16>")) == 4
+        assert budget._element_bytes(ir.Type.parse("index")) == 8
