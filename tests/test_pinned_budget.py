@@ -345,3 +345,47 @@ def test_element_bytes_are_numpys_itemsize() -> None:
         assert budget._element_bytes(ir.Type.parse("i128")) == 16
         assert budget._element_bytes(ir.Type.parse("complex<f16>")) == 4
         assert budget._element_bytes(ir.Type.parse("index")) == 8
+
+
+def test_a_tuple_value_counts_all_its_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two 4,000-byte tensors in one tuple: 8,000 bytes for one value.
+    from juliabridge.errors import ResourceLimitError
+    from juliabridge.stablehlo import parse_module
+
+    t = "tensor<1000xf32>"
+    text = (
+        f"func.func public @main(%a: {t}) -> {t} {{\n"
+        f"  %t = stablehlo.tuple %a, %a : tuple<{t}, {t}>\n"
+        f"  %0 = stablehlo.get_tuple_element %t[1] : (tuple<{t}, {t}>) -> {t}\n"
+        f"  return %0 : {t}\n"
+        "}\n"
+    )
+    monkeypatch.setenv("JULIABRIDGE_MEMORY_LIMIT", "24000")
+    assert parse_module(text).results[0].shape == (1000,)
+    monkeypatch.setenv("JULIABRIDGE_MEMORY_LIMIT", "7999")
+    with pytest.raises(
+        ResourceLimitError,
+        match=rf"^<mlir text>, line 2: stablehlo\.tuple produces tuple<{t}, {t}>, 7\.8 KiB, more "
+        r"than 7\.8 KiB \(JULIABRIDGE_MEMORY_LIMIT\)",
+    ):
+        parse_module(text)
+
+
+def test_a_dynamic_shape_inside_is_refused_unless_trusted() -> None:
+    from juliabridge.errors import ModuleContractError
+    from juliabridge.stablehlo import parse_module
+
+    text = (
+        "func.func public @main(%a: tensor<2xf32>, %n: tensor<1xi32>) -> tensor<2xf32> {\n"
+        "  %0 = stablehlo.dynamic_broadcast_in_dim %a, %n, dims = [0] : "
+        "(tensor<2xf32>, tensor<1xi32>) -> tensor<?xf32>\n"
+        "  return %a : tensor<2xf32>\n"
+        "}\n"
+    )
+    with pytest.raises(
+        ModuleContractError,
+        match=r"^<mlir text>, line 2: stablehlo\.dynamic_broadcast_in_dim has a dynamic shape "
+        r"\(tensor<\?xf32>\); Reactant exports static shapes",
+    ):
+        parse_module(text)
+    assert parse_module(text, trust=True).results[0].shape == (2,)
