@@ -389,3 +389,23 @@ def test_a_dynamic_shape_inside_is_refused_unless_trusted() -> None:
     ):
         parse_module(text)
     assert parse_module(text, trust=True).results[0].shape == (2,)
+
+
+def test_tokens_hold_no_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # @main's 8-byte argument and an 8-byte sum live together with a token: 16 bytes at most.
+    text = (
+        "func.func public @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n"
+        "  %t = stablehlo.create_token : !stablehlo.token\n"
+        "  %0 = stablehlo.add %a, %a : tensor<2xf32>\n"
+        "  %u = stablehlo.after_all %t : !stablehlo.token\n"
+        "  return %0 : tensor<2xf32>\n"
+        "}\n"
+    )
+    _limit_is_exact(
+        monkeypatch,
+        text,
+        "MEMORY_LIMIT",
+        16,
+        r"^<mlir text>: running @main needs about 16 B of live values \(arguments, results and "
+        r"intermediates in program order\), more than 15 B, JULIABRIDGE_MEMORY_LIMIT\. ",
+    )
