@@ -409,3 +409,31 @@ def test_tokens_hold_no_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
         r"^<mlir text>: running @main needs about 16 B of live values \(arguments, results and "
         r"intermediates in program order\), more than 15 B, JULIABRIDGE_MEMORY_LIMIT\. ",
     )
+
+
+def test_a_callees_argument_dies_at_its_last_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Hand count, 8-byte values: in @f, x dies at its one use, so at most two values live (16
+    # bytes; f adds 8 beyond its argument). @main: %a (live throughout) + %r + what the call
+    # adds = 24. Were x kept to the end, f would add 16 and @main need 32.
+    t = "tensor<2xf32>"
+    f = (
+        f"  func.func private @f(%x: {t}) -> {t} {{\n"
+        f"    %0 = stablehlo.negate %x : {t}\n"
+        f"    %1 = stablehlo.negate %0 : {t}\n"
+        f"    %2 = stablehlo.negate %1 : {t}\n"
+        f"    return %2 : {t}\n"
+        "  }\n"
+    )
+    main = (
+        f"  func.func public @main(%a: {t}) -> {t} {{\n"
+        f"    %r = func.call @f(%a) : ({t}) -> {t}\n"
+        f"    return %r : {t}\n"
+        "  }\n"
+    )
+    _limit_is_exact(
+        monkeypatch,
+        "module {\n" + f + main + "}\n",
+        "MEMORY_LIMIT",
+        24,
+        r"^<mlir text>: running @main needs about 24 B of live values",
+    )
