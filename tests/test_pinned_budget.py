@@ -437,3 +437,39 @@ def test_a_callees_argument_dies_at_its_last_use(monkeypatch: pytest.MonkeyPatch
         24,
         r"^<mlir text>: running @main needs about 24 B of live values",
     )
+
+
+def _doubling(levels: int) -> tuple[str, int]:
+    """@main calls @f<levels>, each @f<i> calls @f<i-1> twice; @f0 is one sine. Returns the text
+    and @f<levels>'s op count once its calls are inlined (hand recurrence: call + callee per
+    site, and the return)."""
+    fns = [
+        f"  func.func private @f0(%x: {F}) -> {F} {{\n    %0 = stablehlo.sine %x : {F}\n    return %0 : {F}\n  }}\n"
+    ]
+    ops = 2  # sine, return
+    for i in range(1, levels + 1):
+        fns.append(
+            f"  func.func private @f{i}(%x: {F}) -> {F} {{\n"
+            f"    %0 = func.call @f{i - 1}(%x) : ({F}) -> {F}\n"
+            f"    %1 = func.call @f{i - 1}(%0) : ({F}) -> {F}\n"
+            f"    return %1 : {F}\n  }}\n"
+        )
+        ops = 2 * (1 + ops) + 1
+    main = (
+        f"  func.func public @main(%a: {F}) -> {F} {{\n"
+        f"    %0 = func.call @f{levels}(%a) : ({F}) -> {F}\n    return %0 : {F}\n  }}\n"
+    )
+    return "module {\n" + "".join(fns) + main + "}\n", ops
+
+
+def test_even_a_trusted_module_is_capped_at_2_pow_62_ops() -> None:
+    from juliabridge.errors import ResourceLimitError
+    from juliabridge.stablehlo import parse_module
+
+    text, ops = _doubling(60)
+    assert 1 << 62 < ops <= 1 << 63
+    with pytest.raises(ResourceLimitError, match=f"@f60 expands to {ops:,} ops"):
+        parse_module(text, trust=True)
+    text, ops = _doubling(58)
+    assert ops < 1 << 62
+    assert parse_module(text, trust=True).arguments[0].shape == ()
