@@ -11,7 +11,12 @@ from typing import Any
 import pytest
 
 from juliabridge import dtypes
-from juliabridge.errors import MLIRParseError, ResourceLimitError, UnsupportedModuleError
+from juliabridge.errors import (
+    MLIRParseError,
+    ModuleContractError,
+    ResourceLimitError,
+    UnsupportedModuleError,
+)
 from juliabridge.stablehlo import TensorSpec, module, parse_module
 
 ADD = (
@@ -200,3 +205,20 @@ def test_a_value_over_the_limits_names_which(monkeypatch: pytest.MonkeyPatch) ->
     ):
         parse_module(_huge(300_000_000))
     assert parse_module(_huge(300_000_000), trust=True).results == (TensorSpec((), "f32"),)
+
+
+def test_call_graph_messages() -> None:
+    decl = "  func.func private @f(%x: tensor<f32>) -> tensor<f32>\n"
+    main = (
+        "  func.func public @main(%a: tensor<f32>) -> tensor<f32> {\n"
+        "    %0 = func.call @f(%a) : (tensor<f32>) -> tensor<f32>\n"
+        "    return %0 : tensor<f32>\n"
+        "  }\n"
+    )
+    with pytest.raises(
+        ModuleContractError,
+        match=r"^<mlir text>, line 2: func\.func @f is a declaration without a body; XLA cannot "
+        r"run a function whose code is missing \(its converter crashes\)\. Export the module "
+        r"again\.$",
+    ):
+        parse_module("module {\n" + decl + main + "}\n")
