@@ -222,3 +222,15 @@ def test_call_graph_messages() -> None:
         r"again\.$",
     ):
         parse_module("module {\n" + decl + main + "}\n")
+
+
+def test_a_structure_the_bindings_cannot_read_is_typed() -> None:
+    # mhlo.num_partitions as a string: MLIR parses it, the IntegerAttr cast fails.
+    text = 'module attributes {mhlo.num_partitions = "4"} {\n' + ADD + "}\n"
+    with pytest.raises(UnsupportedModuleError) as info:
+        parse_module(text)
+    msg = str(info.value)
+    assert msg.startswith(
+        "<mlir text>: the module parses but has a structure juliabridge does not expect ("
+    )
+    assert msg.endswith("); it is not a module Reactant emits")
