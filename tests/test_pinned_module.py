@@ -234,3 +234,11 @@ def test_a_structure_the_bindings_cannot_read_is_typed() -> None:
         "<mlir text>: the module parses but has a structure juliabridge does not expect ("
     )
     assert msg.endswith("); it is not a module Reactant emits")
+
+
+def test_only_brackets_nest() -> None:
+    from juliabridge.stablehlo.nesting import MLIR_SKIP, max_depth
+
+    for n in (10, 5000):  # the token walk and the numpy walk
+        assert max_depth(b"X" * n, MLIR_SKIP) == 0
+        assert max_depth(b"X" * n + b"([{<>}])", MLIR_SKIP) == 4
