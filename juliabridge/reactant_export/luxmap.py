@@ -47,13 +47,12 @@ _OVERRIDE = (
 
 @dataclass(frozen=True)
 class ResultMap:
-    """Which @main results are outputs, new state leaves and echoes."""
+    """Which @main results are outputs and which new state leaves (the others return an
+    argument unchanged: build_manifest reads those from the module)."""
 
     outputs: tuple[int, ...]
     #: result index -> @main argument index of the st leaf it replaces.
     state: dict[int, int]
-    #: result index -> argument it returns unchanged (not an output).
-    echoes: dict[int, int]
 
 
 def positions(export: ReactantExport, given: Sequence[int] | None) -> tuple[int, int, int]:
@@ -167,15 +166,14 @@ def map_results(
             p = fits[0]
             outs = tuple(range(p - n))
             new = {p - n + j: s for j, s in enumerate(state) if (p - n + j) not in echoes}
-            rest = {k: j for k, j in echoes.items() if k >= p - n}
-            return ResultMap(outs, new, rest)
+            return ResultMap(outs, new)
         raise ManifestError(
             f"{where}: the {m} results can be split into outputs, {n} state leaves and echoes "
             f"in {len(fits)} ways, not exactly one; " + _OVERRIDE
         )
     fresh = [k for k in range(m) if k not in echoes]
     if n == 0 and fresh:
-        return ResultMap(tuple(fresh), {}, echoes)
+        return ResultMap(tuple(fresh), {})
     raise ManifestError(
         f"{where}: results {fresh} are not echoes of arguments and the module does not return "
         f"every argument (not the layout export_to_enzymejax writes), so which of them are new "
@@ -213,8 +211,7 @@ def _given(
             f"{where}: results {unlisted} are neither in outputs=/state_results= nor echoes of "
             "an argument; list every result that is not an argument returned unchanged"
         )
-    rest = {k: j for k, j in echoes.items() if k not in outputs and k not in state}
-    return ResultMap(tuple(outputs), state, rest)
+    return ResultMap(tuple(outputs), state)
 
 
 def build_manifest(

@@ -97,7 +97,8 @@ def _read_member(
             )
     flat = np.frombuffer(data, dtype=dtype)
     arr = flat.reshape(shape, order="F" if fortran else "C")
-    return np.ascontiguousarray(arr).astype(want, copy=False)
+    # Not np.ascontiguousarray: it makes a 0-d array (a scalar argument) 1-d.
+    return arr.astype(want, order="C", copy=False)
 
 
 def read_inputs(path: Path, keys: Sequence[str], specs: Sequence[TensorSpec]) -> list[np.ndarray]:
@@ -116,9 +117,10 @@ def read_inputs(path: Path, keys: Sequence[str], specs: Sequence[TensorSpec]) ->
                 f"{path}: is a symlink; the npz is read only as a regular file"
             ) from e
         raise BundleError(f"{path}: cannot read the inputs npz ({e.strerror})") from e
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen: it raises IsADirectoryError
+        os.close(fd)
+        raise UnsafeBundleError(f"{path}: is not a regular file")
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise UnsafeBundleError(f"{path}: is not a regular file")
         try:
             zf = zipfile.ZipFile(fh)
         except (zipfile.BadZipFile, OSError, ValueError) as e:

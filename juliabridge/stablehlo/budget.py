@@ -29,7 +29,6 @@ import resource
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .. import dtypes
 from ..errors import ModuleContractError, ResourceLimitError
 from ..jaxinternals import ir
 from .callgraph import Function
@@ -247,9 +246,7 @@ class _Types:
 
 
 def _element_bytes(et: ir.Type) -> int:
-    name = str(et)
-    if dtypes.is_known(name):
-        return int(dtypes.to_numpy(name).itemsize)
+    # For every type numpy holds (dtypes.MLIR_TO_NUMPY) this is numpy's itemsize.
     if isinstance(et, ir.ComplexType):
         return 2 * _element_bytes(et.element_type)
     width = getattr(et, "width", None)
@@ -387,7 +384,7 @@ class _Analysis:
             self.max_chain, self.max_chain_op = chain, op
         return inlined, chain
 
-    def _close(self, frame: _Frame, keep: int = 0) -> int:
+    def _close(self, frame: _Frame, keep: int) -> int:
         """Peak live bytes of a finished block (its first `keep` values live to the end);
         forget its values."""
         n = frame.pos + 2
