@@ -99,6 +99,8 @@ def test_big_groups_of_both_kinds_agree_with_libhdf5(big: dict[str, Path]) -> No
     view = parser_view(big["old"])
     assert list(view) == names and len(names) == 601
     assert set(view.values()) == {one}
+    with parsed(big["old"]) as m:
+        assert m.read_bytes < big["old"].stat().st_size  # the one header is read once
 
 
 def test_a_group_btree_past_the_node_bound_is_refused_naming_the_group(
@@ -465,3 +467,33 @@ def test_a_local_heap_two_groups_share_is_read_once(tmp_path: Path) -> None:
             == m.plan("/params/a", None, None, None).offset
         )
         assert [at for at, _ in m.parsed].count(heap_data) == 1
+
+
+def test_four_byte_addresses_and_lengths_are_read(tmp_path: Path) -> None:
+    p = tmp_path / "w.h5"
+    fcpl = h5p.create(h5p.FILE_CREATE)
+    fcpl.set_sizes(4, 4)
+    with h5py.File(h5py.h5f.create(str(p).encode(), fcpl=fcpl)) as f:
+        f.create_dataset("/params/a", data=np.arange(3.0)).attrs["dtype"] = "f64"
+    assert parser_view(p) == libhdf5_view(p)
+
+
+def test_a_compact_layout_claiming_more_bytes_than_its_message_is_corrupt(tmp_path: Path) -> None:
+    def make(f: h5py.File) -> object:
+        dcpl = h5p.create(h5p.DATASET_CREATE)
+        dcpl.set_layout(h5d.COMPACT)
+        f.create_group("params")
+        sid = h5s.create_simple((4,))
+        return h5d.create(f.id, b"/params/x", h5t.IEEE_F32LE, sid, dcpl=dcpl)
+
+    p, header = _old_file(tmp_path / "w.h5", make)
+
+    def grow(raw: bytearray, at: int, size: int) -> None:
+        assert raw[at : at + 2] == b"\x03\x00"  # version 3, compact; then the data's size
+        struct.pack_into("<H", raw, at + 2, size)  # more than the message holds after it
+
+    _retyped(p, header, 8, grow)
+    assert _kind(p) == (
+        "corrupt",
+        "the HDF5 structure is unreadable (the layout message of /params/x runs past its end)",
+    )
