@@ -867,12 +867,15 @@ class H5Metadata:
                 raise Unsupported(f"a {size}-byte global heap collection")
             data = self._read(addr, size, "a global heap")
             self._gheaps[addr] = data
-        pos = 8 + self.lsize
-        while pos + 8 + self.lsize <= len(data):
+        # The collection's header and each object's header (index, reference count, reserved,
+        # size) are padded to a multiple of 8 bytes: 16 with 4- or 8-byte lengths.
+        step = (8 + self.lsize + 7) & ~7
+        pos = step
+        while pos + step <= len(data):
             at, n = struct.unpack_from("<H", data, pos)[0], _uint(data, pos + 8, self.lsize)
             if at == 0:
                 break
-            start = pos + 8 + self.lsize
+            start = pos + step
             if start + n > len(data):
                 raise _corrupt(f"global heap object {at} at {addr} runs past its collection")
             if at == index:
