@@ -384,6 +384,17 @@ def test_potrf_info_locates_the_first_failing_minor(lower: bool) -> None:
         np.testing.assert_array_equal(other, np.triu(a, 1) if lower else np.tril(a, -1))
 
 
+@pytest.mark.parametrize("lower", [True, False])
+def test_potrf_info_of_a_semidefinite_matrix_with_an_exactly_zero_pivot(lower: bool) -> None:
+    # Leading minor 2 has determinant 4 * 1 - 2 * 2 = 0: positive semidefinite, not definite,
+    # so LAPACK stops there (its test is pivot <= 0), though the pivot is not negative.
+    a = np.array([[4.0, 2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 3.0]])
+    _, info = lapack.dpotrf(a, lower=lower, clean=0)
+    assert info == 2
+    got = run(potrf_module("f64", lower, (3, 3)), [a])
+    assert int(got[1]) == 2
+
+
 def test_potrf_batched_info() -> None:
     a = spd((3,), 4, "f64")
     a[1, 2, 2] = -1.0

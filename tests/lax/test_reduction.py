@@ -116,6 +116,62 @@ def test_reduce_with_the_identity_constant_is_the_monoid_primitive(
     assert jaxpr.count(" add ") + jaxpr.count(" max ") + jaxpr.count(" min ") == 0
 
 
+# Constant inits that are no identity but share something with one: xor's identity is 0 (not
+# the integer maximum); f8E4M3FN has no infinity, so max's identity is its lowest finite value
+# (-448, not +448: test below); a complex identity must match in both parts (0+1j is not 0).
+NEAR_IDENTITY = [
+    ("xor", "i32", "2147483647", 2147483647),
+    ("add", "complex<f32>", "(0.000000e+00,1.000000e+00)", 1j),
+    ("multiply", "complex<f64>", "(1.000000e+00,1.000000e+00)", 1 + 1j),
+]
+
+
+@pytest.mark.parametrize(("op", "t", "lit", "init"), NEAR_IDENTITY)
+def test_reduce_with_a_constant_init_that_is_not_the_identity_folds_it(
+    op: str, t: str, lit: str, init: complex
+) -> None:
+    x = random_array(np.random.default_rng(19), (3, 4), t)
+    want = [ref.reduce(op, x, np.asarray(init).astype(x.dtype), (1,))]
+    # The interpreter harness cannot pass complex tensors.
+    check_module(reduce_text(op, (3, 4), t, (1,), lit), [x], rtol=1e-5, atol=1e-5,
+                 expected=want, interpreter=not t.startswith("complex"))  # fmt: skip
+
+
+def test_max_of_a_type_without_infinity_folds_its_largest_finite_init() -> None:
+    # f8E4M3FN's largest finite value is 448; it beats every element, so every result is 448.
+    # (Its max identity is the lowest finite value, -448.) f8 cannot cross the module boundary.
+    text = """module {
+  func.func @main(%x: tensor<3x4xf32>) -> tensor<3xf32> {
+    %y = stablehlo.convert %x : (tensor<3x4xf32>) -> tensor<3x4xf8E4M3FN>
+    %i = stablehlo.constant dense<4.480000e+02> : tensor<f8E4M3FN>
+    %r = stablehlo.reduce(%y init: %i) applies stablehlo.maximum across dimensions = [1] : (tensor<3x4xf8E4M3FN>, tensor<f8E4M3FN>) -> tensor<3xf8E4M3FN>
+    %o = stablehlo.convert %r : (tensor<3xf8E4M3FN>) -> tensor<3xf32>
+    return %o : tensor<3xf32>
+  }
+}"""
+    x = random_array(np.random.default_rng(21), (3, 4), "f32")
+    assert_same(run_lax(text, [x]), [np.full(3, 448.0, np.float32)], rtol=0, atol=0,
+                what="lax vs the spec")  # fmt: skip
+
+
+def test_an_identity_init_seen_through_a_scalar_broadcast_is_not_folded() -> None:
+    # jax-lowered modules put broadcast_in_dim/reshape between a scalar constant and the
+    # reduce; the init is still known to be the identity, so the reduce is the bare primitive.
+    text = """module {
+  func.func @main(%x: tensor<4x5xf32>) -> tensor<4xf32> {
+    %z = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %b = stablehlo.broadcast_in_dim %z, dims = [] : (tensor<f32>) -> tensor<f32>
+    %i = stablehlo.reshape %b : (tensor<f32>) -> tensor<f32>
+    %r = stablehlo.reduce(%x init: %i) applies stablehlo.add across dimensions = [1] : (tensor<4x5xf32>, tensor<f32>) -> tensor<4xf32>
+    return %r : tensor<4xf32>
+  }
+}"""
+    x = random_array(np.random.default_rng(20), (4, 5), "f32")
+    check_module(text, [x], expected=[x.sum(1)])
+    jaxpr = str(jax.make_jaxpr(lambda x: lax_fn(text)(x))(x))
+    assert "reduce_sum" in jaxpr and jaxpr.count(" add ") == 0
+
+
 def _lit(lit: str, t: str) -> np.ndarray:
     if lit.startswith("0x"):
         bits = np.array(int(lit, 16), np.uint32 if t == "f32" else np.uint64)
@@ -216,6 +272,19 @@ def test_reactant_argmax_ties_nan_and_all_minus_inf_match_xla() -> None:
     # is that of a constant -inf or of the picked element, finite and no NaN.
     g = jax.grad(lambda x: lax_fn(ARGMAX)(x)[0][0])(x)
     assert np.isfinite(np.asarray(g)).all()
+
+
+def test_argmax_whose_init_pair_no_element_beats_has_the_init_derivative() -> None:
+    # Init (+inf, 5): 5 is one past the last position, a "none found" index. Every finite
+    # element loses to +inf, so each row returns the init pair, a constant: derivative zero.
+    text = ARGMAX.replace("0xFFF0000000000000", "0x7FF0000000000000").replace(
+        "dense<-1> : tensor<i64>", "dense<5> : tensor<i64>"
+    )
+    x = np.random.default_rng(6).standard_normal((3, 5))
+    check_module(text, [x], expected=[np.full(3, np.inf), np.full(3, 5, np.int64)])
+    fn = lax_fn(text)
+    _, tangent = jax.jvp(lambda x: fn(x)[0], (x,), (np.ones_like(x),))
+    np.testing.assert_array_equal(np.asarray(tangent), np.zeros(3))
 
 
 def test_jax_argmax_body_is_exact_and_refuses_reverse_mode_by_name() -> None:
@@ -630,19 +699,21 @@ def test_max_pool_gradient_is_jax_select_and_scatter_add() -> None:
     check_batched(fn, [np.stack([x, -x]), np.stack([s, 2 * s])], [0, 0])
 
 
-@pytest.mark.parametrize("select", ["LE", "GE"])
+@pytest.mark.parametrize("select", ["LE", "GE", "LT", "GT"])
 def test_swapped_compare_is_the_mirrored_select(select: str) -> None:
-    # compare LE, %b, %a selects like GE, %a, %b: the max-pool gradient, written backwards.
+    # compare LE, %b, %a selects like GE, %a, %b: the max-pool gradient, written backwards
+    # (and the strict compares like their mirrors, which take the exact selection).
     shape, src, window, strides, padding = SAS_GEOMETRIES[0]
     text = sas_text(select, "add", shape, src, "f32", window, strides, padding, swap=True)
     rng = np.random.default_rng(17)
     x = np.round(rng.standard_normal(shape)).astype(np.float32)
     s = rng.standard_normal(src).astype(np.float32)
-    mirrored = {"LE": "GE", "GE": "LE"}[select]
+    mirrored = {"LE": "GE", "GE": "LE", "LT": "GT", "GT": "LT"}[select]
     want = ref.select_and_scatter(mirrored, "add", x, s, 0.0, window, strides, padding)
     check_module(text, [x, s, np.float32(0)], expected=[want])
-    jaxpr = str(jax.make_jaxpr(lambda *a: lax_fn(text)(*a))(x, s, np.float32(0)))
-    assert f"select_prim={mirrored.lower()}" in jaxpr
+    if select in ("LE", "GE"):
+        jaxpr = str(jax.make_jaxpr(lambda *a: lax_fn(text)(*a))(x, s, np.float32(0)))
+        assert f"select_prim={mirrored.lower()}" in jaxpr
 
 
 @pytest.mark.parametrize("select", ["GT", "LE"])
