@@ -491,6 +491,19 @@ def test_syevd_heevd(ty: str, lower: bool) -> None:
     np.testing.assert_array_equal(got[2], [0, 0])
 
 
+def test_syevd_info_is_per_matrix_of_the_batch() -> None:
+    # A NaN matrix cannot converge (its info is nonzero, its factors NaN); the finite matrix
+    # beside it in the batch converges as LAPACK computes it alone: info 0, its eigenvalues.
+    a = rand((2, 4, 4), "f64")
+    text = cpu_module(lambda a: L.eigh(a, symmetrize_input=False), a, target="lapack_dsyevd_ffi")
+    a[1, 2, 1] = np.nan
+    _, _, info0 = lapack.dsyevd(a[0], lower=1)
+    got = run(text, [a])
+    np.testing.assert_allclose(got[1][0], np.linalg.eigvalsh(from_triangle(a[0], True)))
+    assert int(got[2][0]) == info0 == 0
+    assert int(got[2][1]) != 0 and np.isnan(got[1][1]).all()
+
+
 def test_syevd_derivative_of_eigenvalues() -> None:
     a = rand((4, 4), "f64")
     fn = load(
