@@ -117,10 +117,13 @@ def test_reduce_with_the_identity_constant_is_the_monoid_primitive(
 
 
 # Constant inits that are no identity but share something with one: xor's identity is 0 (not
-# the integer maximum); f8E4M3FN has no infinity, so max's identity is its lowest finite value
-# (-448, not +448: test below); a complex identity must match in both parts (0+1j is not 0).
+# the integer maximum); and's is all bits set (-1 signed, the maximum unsigned); f8E4M3FN has
+# no infinity, so max's identity is its lowest finite value (-448, not +448: test below); a
+# complex identity must match in both parts (0+1j is not 0).
 NEAR_IDENTITY = [
     ("xor", "i32", "2147483647", 2147483647),
+    ("and", "i32", "2147483647", 2147483647),
+    ("and", "ui16", "65534", 65534),
     ("add", "complex<f32>", "(0.000000e+00,1.000000e+00)", 1j),
     ("multiply", "complex<f64>", "(1.000000e+00,1.000000e+00)", 1 + 1j),
 ]
