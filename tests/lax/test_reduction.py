@@ -375,6 +375,32 @@ def _fold_body(t: str) -> str:
       stablehlo.return %s : tensor<{t}>"""
 
 
+def test_forward_derivative_of_a_generic_complex_reduce() -> None:
+    # Body a*b + a + b = (a + 1)(b + 1) - 1 (no single monoid op): from init 0 the reduce is
+    # prod(x + 1) - 1, and its derivative along t is sum_i t_i prod_{j != i} (x_j + 1).
+    c = "complex<f64>"
+    text = f"""module {{
+  func.func @main(%x: tensor<3x{c}>) -> tensor<{c}> {{
+    %z = stablehlo.constant dense<(0.000000e+00,0.000000e+00)> : tensor<{c}>
+    %r = "stablehlo.reduce"(%x, %z) ({{
+    ^bb0(%a: tensor<{c}>, %b: tensor<{c}>):
+      %p = stablehlo.multiply %a, %b : tensor<{c}>
+      %s = stablehlo.add %a, %b : tensor<{c}>
+      %t = stablehlo.add %p, %s : tensor<{c}>
+      stablehlo.return %t : tensor<{c}>
+    }}) {{dimensions = array<i64: 0>}} : (tensor<3x{c}>, tensor<{c}>) -> tensor<{c}>
+    return %r : tensor<{c}>
+  }}
+}}"""
+    rng = np.random.default_rng(23)
+    x = rng.standard_normal(3) + 1j * rng.standard_normal(3)
+    t = rng.standard_normal(3) + 1j * rng.standard_normal(3)
+    check_module(text, [x], interpreter=False, expected=[np.prod(x + 1) - 1], rtol=1e-12)
+    _, tangent = jax.jvp(lambda x: lax_fn(text)(x)[0], (x,), (t,))
+    want = sum(t[i] * np.prod(np.delete(x, i) + 1) for i in range(3))
+    np.testing.assert_allclose(complex(tangent), want, rtol=1e-12)
+
+
 def test_vmap_with_batched_init_of_a_non_monoid_reduce() -> None:
     # JAX's reduce batching rule refused batched init values (NotImplementedError); each
     # sample now runs the very reduce a per-sample call does. Reference: the sequential fold
