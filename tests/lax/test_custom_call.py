@@ -138,7 +138,21 @@ def test_element_type_of_another_lapack_prefix_is_refused() -> None:
     with pytest.raises(
         UnsupportedOpError,
         match=r"'lapack_sgetrf_ffi': operand 0 is tensor<4x4xf64>; the target computes on f32",
-    ):
+    ) as e:
+        lift(text)
+    # A broken contract has no target-specific remedy: the message gives the general one.
+    assert str(e.value).endswith("Load it with backend='xla' (or 'auto', which falls back to "
+                                 "it), or report the op so the lax backend learns it.")  # fmt: skip
+
+
+@pytest.mark.parametrize("target", ["lapack_hgetrf_ffi", "lapack_Xgetrf_ffi", "lapack_dgetrf"])
+def test_a_name_shaped_like_a_lifted_lapack_target_is_unknown(target: str) -> None:
+    # Only the s/d/c/z variants of a LAPACK kernel (with the _ffi suffix) are lifted; any
+    # other name is an unknown target: refused by the load policy, and by lax when trusted.
+    text = getrf_module().replace("lapack_dgetrf_ffi", target)
+    with pytest.raises(UnsupportedModuleError, match=f"{target} \\(the first"):
+        juliabridge.load_mlir(text, backend="lax")
+    with pytest.raises(UnsupportedOpError, match=f"'{target}' is not one the lax backend knows"):
         lift(text)
 
 

@@ -384,6 +384,17 @@ def test_potrf_info_locates_the_first_failing_minor(lower: bool) -> None:
         np.testing.assert_array_equal(other, np.triu(a, 1) if lower else np.tril(a, -1))
 
 
+@pytest.mark.parametrize("lower", [True, False])
+def test_potrf_info_of_a_semidefinite_matrix_with_an_exactly_zero_pivot(lower: bool) -> None:
+    # Leading minor 2 has determinant 4 * 1 - 2 * 2 = 0: positive semidefinite, not definite,
+    # so LAPACK stops there (its test is pivot <= 0), though the pivot is not negative.
+    a = np.array([[4.0, 2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 3.0]])
+    _, info = lapack.dpotrf(a, lower=lower, clean=0)
+    assert info == 2
+    got = run(potrf_module("f64", lower, (3, 3)), [a])
+    assert int(got[1]) == 2
+
+
 def test_potrf_batched_info() -> None:
     a = spd((3,), 4, "f64")
     a[1, 2, 2] = -1.0
@@ -478,6 +489,19 @@ def test_syevd_heevd(ty: str, lower: bool) -> None:
     w_ref = np.linalg.eigvalsh(herm)
     eig_check(got[0], got[1], herm, w_ref, TOL[ty])
     np.testing.assert_array_equal(got[2], [0, 0])
+
+
+def test_syevd_info_is_per_matrix_of_the_batch() -> None:
+    # A NaN matrix cannot converge (its info is nonzero, its factors NaN); the finite matrix
+    # beside it in the batch converges as LAPACK computes it alone: info 0, its eigenvalues.
+    a = rand((2, 4, 4), "f64")
+    text = cpu_module(lambda a: L.eigh(a, symmetrize_input=False), a, target="lapack_dsyevd_ffi")
+    a[1, 2, 1] = np.nan
+    _, _, info0 = lapack.dsyevd(a[0], lower=1)
+    got = run(text, [a])
+    np.testing.assert_allclose(got[1][0], np.linalg.eigvalsh(from_triangle(a[0], True)))
+    assert int(got[2][0]) == info0 == 0
+    assert int(got[2][1]) != 0 and np.isnan(got[1][1]).all()
 
 
 def test_syevd_derivative_of_eigenvalues() -> None:

@@ -116,6 +116,65 @@ def test_reduce_with_the_identity_constant_is_the_monoid_primitive(
     assert jaxpr.count(" add ") + jaxpr.count(" max ") + jaxpr.count(" min ") == 0
 
 
+# Constant inits that are no identity but share something with one: xor's identity is 0 (not
+# the integer maximum); and's is all bits set (-1 signed, the maximum unsigned); f8E4M3FN has
+# no infinity, so max's identity is its lowest finite value (-448, not +448: test below); a
+# complex identity must match in both parts (0+1j is not 0).
+NEAR_IDENTITY = [
+    ("xor", "i32", "2147483647", 2147483647),
+    ("and", "i32", "2147483647", 2147483647),
+    ("and", "ui16", "65534", 65534),
+    ("add", "complex<f32>", "(0.000000e+00,1.000000e+00)", 1j),
+    ("multiply", "complex<f64>", "(1.000000e+00,1.000000e+00)", 1 + 1j),
+]
+
+
+@pytest.mark.parametrize(("op", "t", "lit", "init"), NEAR_IDENTITY)
+def test_reduce_with_a_constant_init_that_is_not_the_identity_folds_it(
+    op: str, t: str, lit: str, init: complex
+) -> None:
+    x = random_array(np.random.default_rng(19), (3, 4), t)
+    want = [ref.reduce(op, x, np.asarray(init).astype(x.dtype), (1,))]
+    # The interpreter harness cannot pass complex tensors.
+    check_module(reduce_text(op, (3, 4), t, (1,), lit), [x], rtol=1e-5, atol=1e-5,
+                 expected=want, interpreter=not t.startswith("complex"))  # fmt: skip
+
+
+def test_max_of_a_type_without_infinity_folds_its_largest_finite_init() -> None:
+    # f8E4M3FN's largest finite value is 448; it beats every element, so every result is 448.
+    # (Its max identity is the lowest finite value, -448.) f8 cannot cross the module boundary.
+    text = """module {
+  func.func @main(%x: tensor<3x4xf32>) -> tensor<3xf32> {
+    %y = stablehlo.convert %x : (tensor<3x4xf32>) -> tensor<3x4xf8E4M3FN>
+    %i = stablehlo.constant dense<4.480000e+02> : tensor<f8E4M3FN>
+    %r = stablehlo.reduce(%y init: %i) applies stablehlo.maximum across dimensions = [1] : (tensor<3x4xf8E4M3FN>, tensor<f8E4M3FN>) -> tensor<3xf8E4M3FN>
+    %o = stablehlo.convert %r : (tensor<3xf8E4M3FN>) -> tensor<3xf32>
+    return %o : tensor<3xf32>
+  }
+}"""
+    x = random_array(np.random.default_rng(21), (3, 4), "f32")
+    assert_same(run_lax(text, [x]), [np.full(3, 448.0, np.float32)], rtol=0, atol=0,
+                what="lax vs the spec")  # fmt: skip
+
+
+def test_an_identity_init_seen_through_a_scalar_broadcast_is_not_folded() -> None:
+    # jax-lowered modules put broadcast_in_dim/reshape between a scalar constant and the
+    # reduce; the init is still known to be the identity, so the reduce is the bare primitive.
+    text = """module {
+  func.func @main(%x: tensor<4x5xf32>) -> tensor<4xf32> {
+    %z = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %b = stablehlo.broadcast_in_dim %z, dims = [] : (tensor<f32>) -> tensor<f32>
+    %i = stablehlo.reshape %b : (tensor<f32>) -> tensor<f32>
+    %r = stablehlo.reduce(%x init: %i) applies stablehlo.add across dimensions = [1] : (tensor<4x5xf32>, tensor<f32>) -> tensor<4xf32>
+    return %r : tensor<4xf32>
+  }
+}"""
+    x = random_array(np.random.default_rng(20), (4, 5), "f32")
+    check_module(text, [x], expected=[x.sum(1)])
+    jaxpr = str(jax.make_jaxpr(lambda x: lax_fn(text)(x))(x))
+    assert "reduce_sum" in jaxpr and jaxpr.count(" add ") == 0
+
+
 def _lit(lit: str, t: str) -> np.ndarray:
     if lit.startswith("0x"):
         bits = np.array(int(lit, 16), np.uint32 if t == "f32" else np.uint64)
@@ -218,6 +277,19 @@ def test_reactant_argmax_ties_nan_and_all_minus_inf_match_xla() -> None:
     assert np.isfinite(np.asarray(g)).all()
 
 
+def test_argmax_whose_init_pair_no_element_beats_has_the_init_derivative() -> None:
+    # Init (+inf, 5): 5 is one past the last position, a "none found" index. Every finite
+    # element loses to +inf, so each row returns the init pair, a constant: derivative zero.
+    text = ARGMAX.replace("0xFFF0000000000000", "0x7FF0000000000000").replace(
+        "dense<-1> : tensor<i64>", "dense<5> : tensor<i64>"
+    )
+    x = np.random.default_rng(6).standard_normal((3, 5))
+    check_module(text, [x], expected=[np.full(3, np.inf), np.full(3, 5, np.int64)])
+    fn = lax_fn(text)
+    _, tangent = jax.jvp(lambda x: fn(x)[0], (x,), (np.ones_like(x),))
+    np.testing.assert_array_equal(np.asarray(tangent), np.zeros(3))
+
+
 def test_jax_argmax_body_is_exact_and_refuses_reverse_mode_by_name() -> None:
     # jnp.argmax's body uses two predicates (value, and value-or-lower-index), so the value
     # result is not the element at the index result: the generic reduce, marked.
@@ -301,6 +373,32 @@ def _fold_body(t: str) -> str:
       %m = stablehlo.multiply %a, %b : tensor<{t}>
       %s = stablehlo.add %m, %b : tensor<{t}>
       stablehlo.return %s : tensor<{t}>"""
+
+
+def test_forward_derivative_of_a_generic_complex_reduce() -> None:
+    # Body a*b + a + b = (a + 1)(b + 1) - 1 (no single monoid op): from init 0 the reduce is
+    # prod(x + 1) - 1, and its derivative along t is sum_i t_i prod_{j != i} (x_j + 1).
+    c = "complex<f64>"
+    text = f"""module {{
+  func.func @main(%x: tensor<3x{c}>) -> tensor<{c}> {{
+    %z = stablehlo.constant dense<(0.000000e+00,0.000000e+00)> : tensor<{c}>
+    %r = "stablehlo.reduce"(%x, %z) ({{
+    ^bb0(%a: tensor<{c}>, %b: tensor<{c}>):
+      %p = stablehlo.multiply %a, %b : tensor<{c}>
+      %s = stablehlo.add %a, %b : tensor<{c}>
+      %t = stablehlo.add %p, %s : tensor<{c}>
+      stablehlo.return %t : tensor<{c}>
+    }}) {{dimensions = array<i64: 0>}} : (tensor<3x{c}>, tensor<{c}>) -> tensor<{c}>
+    return %r : tensor<{c}>
+  }}
+}}"""
+    rng = np.random.default_rng(23)
+    x = rng.standard_normal(3) + 1j * rng.standard_normal(3)
+    t = rng.standard_normal(3) + 1j * rng.standard_normal(3)
+    check_module(text, [x], interpreter=False, expected=[np.prod(x + 1) - 1], rtol=1e-12)
+    _, tangent = jax.jvp(lambda x: lax_fn(text)(x)[0], (x,), (t,))
+    want = sum(t[i] * np.prod(np.delete(x, i) + 1) for i in range(3))
+    np.testing.assert_allclose(complex(tangent), want, rtol=1e-12)
 
 
 def test_vmap_with_batched_init_of_a_non_monoid_reduce() -> None:
@@ -484,6 +582,8 @@ def test_reduce_window_identity_init_and_derivatives(case: tuple, op: str) -> No
     jaxpr = str(jax.make_jaxpr(lambda x: fn(x))(x))
     assert {"add": "reduce_window_sum", "maximum": "reduce_window_max",
             "minimum": "reduce_window_min"}[op] in jaxpr  # fmt: skip
+    # The init is the identity, so nothing is combined with the windows' results.
+    assert jaxpr.count(" add ") + jaxpr.count(" max ") + jaxpr.count(" min ") == 0
     check_jvp(fn, [x], [0])
     check_batched(fn, [np.stack([x, -x])], [0])
     dilated = any(d != 1 for d in g.get("window_dilations", []))
@@ -630,19 +730,21 @@ def test_max_pool_gradient_is_jax_select_and_scatter_add() -> None:
     check_batched(fn, [np.stack([x, -x]), np.stack([s, 2 * s])], [0, 0])
 
 
-@pytest.mark.parametrize("select", ["LE", "GE"])
+@pytest.mark.parametrize("select", ["LE", "GE", "LT", "GT"])
 def test_swapped_compare_is_the_mirrored_select(select: str) -> None:
-    # compare LE, %b, %a selects like GE, %a, %b: the max-pool gradient, written backwards.
+    # compare LE, %b, %a selects like GE, %a, %b: the max-pool gradient, written backwards
+    # (and the strict compares like their mirrors, which take the exact selection).
     shape, src, window, strides, padding = SAS_GEOMETRIES[0]
     text = sas_text(select, "add", shape, src, "f32", window, strides, padding, swap=True)
     rng = np.random.default_rng(17)
     x = np.round(rng.standard_normal(shape)).astype(np.float32)
     s = rng.standard_normal(src).astype(np.float32)
-    mirrored = {"LE": "GE", "GE": "LE"}[select]
+    mirrored = {"LE": "GE", "GE": "LE", "LT": "GT", "GT": "LT"}[select]
     want = ref.select_and_scatter(mirrored, "add", x, s, 0.0, window, strides, padding)
     check_module(text, [x, s, np.float32(0)], expected=[want])
-    jaxpr = str(jax.make_jaxpr(lambda *a: lax_fn(text)(*a))(x, s, np.float32(0)))
-    assert f"select_prim={mirrored.lower()}" in jaxpr
+    if select in ("LE", "GE"):
+        jaxpr = str(jax.make_jaxpr(lambda *a: lax_fn(text)(*a))(x, s, np.float32(0)))
+        assert f"select_prim={mirrored.lower()}" in jaxpr
 
 
 @pytest.mark.parametrize("select", ["GT", "LE"])
