@@ -581,6 +581,21 @@ def test_verifying_the_weights_reads_the_directory_opened(
     assert not (root / "manifest.json").exists()  # the name now holds the swapped-in one
 
 
+def test_the_module_is_read_from_the_bundle_directory_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # open_bundle reads model.mlir through the directory it opened: the directory swapped in
+    # under the bundle's name (with no module at all) is not where the module comes from.
+    from juliabridge.bundle import open_bundle
+
+    root = dense(tmp_path)
+    before = open_bundle(root, defer_weights=True).module.arguments
+    _swap_once_opened(monkeypatch, tmp_path, _first_weight(root))
+    bundle = open_bundle(root, defer_weights=True)
+    assert not (root / "model.mlir").exists()
+    assert bundle.module.arguments == before
+
+
 def test_a_weights_file_removed_just_before_it_is_opened_is_named_missing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
