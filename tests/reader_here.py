@@ -40,6 +40,7 @@ class ServedHere:
         self.stdout = os.fdopen(rep_r, "rb")
         # the caller closes its end of the socket pair once started, as after a real fork
         sock = socket.socket(fileno=os.dup(int(args[0]))) if args else None
+        self._sock = sock
         self.pid = os.getpid()
         self.returncode: int | None = None
         self.killed = False
@@ -77,6 +78,9 @@ class ServedHere:
         # No thread can be killed: end both of its pipes, so that it reads end of input or
         # fails its next write, and returns.
         self.killed = True
+        if self._sock is not None:  # first, one waiting for a descriptor
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
         for stream in (self.stdin, self.stdout):
             with contextlib.suppress(OSError, ValueError):
                 stream.close()

@@ -253,3 +253,17 @@ def test_an_overwrite_succeeds_when_the_old_bundle_cannot_be_removed(tmp_path: P
     finally:
         for p in tmp_path.rglob("notes.txt"):
             subprocess.run([chattr, "-i", str(p)], check=False)
+
+
+def test_a_bundle_in_a_folder_that_cannot_hold_one_is_a_save_error_saying_so(
+    tmp_path: Path,
+) -> None:
+    from juliabridge import SaveError
+
+    (tmp_path / "a-file").write_bytes(b"")
+    target = tmp_path / "a-file" / "b.bundle"
+    with pytest.raises(SaveError) as e:
+        make_dense_bn(target)
+    message = str(e.value)  # the OS's reason between the parentheses
+    assert message.startswith(f"{target}: cannot create a directory in {target.parent} (")
+    assert message.endswith("); check that it is writable")

@@ -381,3 +381,42 @@ def test_shipped_lenet_matches_its_generator() -> None:
     for a in spec.arguments[1:]:
         layer, name = a.path
         np.testing.assert_array_equal(np.asarray(model.params[layer][name]), a.value)
+
+
+def test_the_writer_records_the_tolerances_given_and_when_it_wrote(tmp_path: Path) -> None:
+    import datetime as dt
+    import json
+
+    from .bundle_factory import make_dense_bn
+
+    before = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    root = make_dense_bn(tmp_path / "b.bundle", rtol=0.25, atol=0.5)
+    after = dt.datetime.now(dt.UTC)
+    m = json.loads((root / "manifest.json").read_text())
+    assert (m["examples"]["rtol"], m["examples"]["atol"]) == (0.25, 0.5)
+    created = dt.datetime.strptime(m["producer"]["created"], "%Y-%m-%dT%H:%M:%SZ")
+    assert before <= created.replace(tzinfo=dt.UTC) <= after
+
+
+def test_a_value_that_does_not_match_main_is_refused_naming_the_argument(tmp_path: Path) -> None:
+    from juliabridge import SignatureMismatchError
+    from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
+
+    text = (
+        jax.jit(lambda x, w: x @ w)
+        .lower(np.zeros((1, 2), np.float32), np.zeros((2, 3), np.float32))
+        .as_text()
+    )
+    with pytest.raises(SignatureMismatchError) as e:
+        write_bundle(
+            tmp_path / "b.bundle",
+            name="m",
+            mlir_text=text,
+            arguments=[
+                ArgumentSpec("input", [], np.zeros((1, 2), np.float32)),
+                ArgumentSpec("parameter", ["layer", "w"], np.zeros((3, 2), np.float32)),
+            ],
+            result_paths=[[["output"]]],
+        )
+    assert str(e.value).startswith("argument 1 ['layer', 'w']: value is ")
+    assert not (tmp_path / "b.bundle").exists()

@@ -870,6 +870,67 @@ def test_the_reader_is_started_from_its_own_file_with_no_plugin_path_and_one_thr
     assert fcntl.fcntl(harness.started[0].stdout.fileno(), 1032) == 1 << 20  # F_GETPIPE_SZ
 
 
+@pytest.mark.parametrize("module", ["replaced", "not imported"])
+def test_the_reader_runs_the_h5core_module_in_use_or_else_the_one_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str
+) -> None:
+    # The file started is the imported module's (so a stand-in put in sys.modules is what
+    # runs); before any import, the package's own _h5core.py.
+    import sys
+    import types
+
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
+    harness = serve_here(monkeypatch)
+    name = "juliabridge.bundle.weights._h5core"
+    want = Path(_h5core.__file__)
+    if module == "replaced":
+        want = tmp_path / "stand_in_reader.py"
+        stand_in = types.ModuleType(name)
+        stand_in.__file__ = str(want)
+        monkeypatch.setitem(sys.modules, name, stand_in)
+    else:
+        monkeypatch.delitem(sys.modules, name)
+    _open_and_close(_bundle(tmp_path))
+    (start,) = harness.starts
+    assert Path(start["entry"]) == want
+
+
+def test_a_pooled_reader_that_has_retired_is_replaced_for_the_next_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first reader serves one file, then ends without answering the next open (as one
+    # that retired while idle): a fresh reader opens that file and reads it.
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
+    monkeypatch.setenv("JULIABRIDGE_HDF5_TIMEOUT", "5")  # a hang fails in seconds
+
+    def retires(inp: BinaryIO, out: BinaryIO, sock: Any) -> None:
+        _say(out, {"ready": True})
+        opened = False
+        while len(head := inp.read(9)) == 9:
+            req = json.loads(inp.read(struct.unpack("<cQ", head)[1]))
+            if req["op"] == "open" and opened:
+                return
+            if req["op"] == "open":
+                opened = True
+                for fd in socket.recv_fds(sock, 1, 1)[1]:
+                    os.close(fd)
+            _say(out, {"ok": True, "size": 1})
+
+    starts: list[int] = []
+
+    def first_retires(inp: BinaryIO, out: BinaryIO, sock: Any) -> None:
+        starts.append(1)
+        (retires if len(starts) == 1 else _h5core.serve)(inp, out, sock)
+
+    harness = serve_here(monkeypatch, first_retires)
+    _open_and_close(_bundle(tmp_path))
+    root = _bundle(tmp_path / "next")
+    with h5py.File(root / "weights.h5", "r") as f:
+        stored = np.asarray(f[WEIGHT])
+    np.testing.assert_array_equal(_read_weight(root), stored.reshape(2, 3))
+    assert len(harness.started) == 2
+
+
 @pytest.mark.parametrize("status", [1, -11])
 def test_a_reader_that_ends_is_named_with_its_status_and_last_words(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, status: int

@@ -581,6 +581,21 @@ def test_verifying_the_weights_reads_the_directory_opened(
     assert not (root / "manifest.json").exists()  # the name now holds the swapped-in one
 
 
+def test_the_module_is_read_from_the_bundle_directory_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # open_bundle reads model.mlir through the directory it opened: the directory swapped in
+    # under the bundle's name (with no module at all) is not where the module comes from.
+    from juliabridge.bundle import open_bundle
+
+    root = dense(tmp_path)
+    before = open_bundle(root, defer_weights=True).module.arguments
+    _swap_once_opened(monkeypatch, tmp_path, _first_weight(root))
+    bundle = open_bundle(root, defer_weights=True)
+    assert not (root / "model.mlir").exists()
+    assert bundle.module.arguments == before
+
+
 def test_a_weights_file_removed_just_before_it_is_opened_is_named_missing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1529,4 +1544,95 @@ def test_a_manifest_argument_of_another_type_is_refused_naming_both(tmp_path: Pa
         f"{root.resolve() / 'model.mlir'}: @main argument 3 (params.layer_2.scale) is "
         "tensor<3xf32> but the manifest says tensor<4xf32>; the manifest does not belong to "
         "this module. Export or download the bundle again"
+    )
+
+
+@pytest.mark.parametrize("fastpath", ["1", "0"])
+def test_weights_read_without_verification_are_the_values_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fastpath: str
+) -> None:
+    # verify_checksums=False skips format 3's per-dataset digests: the read neither hashes
+    # against a digest it was not given nor fails, on the Python reader's route and libhdf5's.
+    from juliabridge.bundle import open_bundle
+    from juliabridge.bundle.write.upgrade import upgrade_bundle
+
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", fastpath)
+    root = dense(tmp_path)
+    upgrade_bundle(root)  # format 3: a blake3 digest per dataset
+    got = {a.dataset: arr for a, arr in open_bundle(root, verify_checksums=False).read_weights()}
+    with h5py.File(root / "weights.h5") as f:
+        stored = {name: f[name][()] for name in got}
+    assert set(got) == {"/params/layer_1/weight", "/params/layer_1/bias"}
+    for name, arr in got.items():
+        np.testing.assert_array_equal(np.asarray(arr), stored[name])
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_a_weights_file_may_take_twice_its_named_datasets_plus_64_mib(
+    tmp_path: Path, over: int
+) -> None:
+    # Spec (docs/bundle-format.md): at most 2 x the bytes of every dataset the manifest names
+    # (parameters, states and examples) + 64 MiB; one byte more is refused before hashing.
+    from juliabridge.bundle import open_bundle
+
+    spec, fn = dense_spec()
+    spec.example_outputs = {0: np.asarray(fn(*[a.value for a in spec.args]), np.float32)}
+    root = write(tmp_path / "ex.bundle", spec)
+    weights = root / "weights.h5"
+    with h5py.File(weights) as f:
+        named: list[int] = []
+        f.visititems(lambda _, obj: named.append(obj.nbytes) if hasattr(obj, "nbytes") else None)
+    assert len(named) == 4  # w, b, the example input and the example output
+    limit = 2 * sum(named) + (64 << 20)
+    try:
+        os.truncate(weights, limit + over)  # a hole: no disk space
+    except OSError as e:
+        pytest.skip(f"this file system has no sparse files ({e})")
+    if not over:
+        open_bundle(root, verify_checksums=False)
+        return
+    with pytest.raises(BundleError) as e:
+        open_bundle(root, verify_checksums=False)
+    assert str(e.value) == (
+        f"{weights}: the file is {limit + 1} bytes but the datasets manifest.json names take "
+        f"{sum(named)} bytes; juliabridge accepts at most 2 times that plus 64 MiB (HDF5's own "
+        "metadata is small), so the file is padded, sparse or not this bundle's. Export or "
+        "download the bundle again"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("model.mlir", "; for a bare StableHLO module use juliabridge.load_mlir"),
+        ("w.hdf5", "; this looks like a weights file: pass the bundle directory that holds it"),
+        ("b.tar.gz", "; unpack the archive and pass the bundle directory inside it"),
+        ("b.zip", "; unpack the archive and pass the bundle directory inside it"),
+        ("notes.txt", "; pass the directory that holds manifest.json"),
+    ],
+)
+def test_a_file_given_for_a_bundle_is_refused_with_what_to_pass(
+    tmp_path: Path, name: str, hint: str
+) -> None:
+    from juliabridge.bundle import open_bundle
+
+    path = tmp_path / name
+    path.write_bytes(b"x")
+    with pytest.raises(BundleError) as e:
+        open_bundle(path)
+    assert str(e.value) == (
+        f"{path}: expected a bundle directory (holding manifest.json, the module and the "
+        f"weights), found a file{hint}"
+    )
+
+
+def test_a_folder_without_a_manifest_is_not_a_bundle(tmp_path: Path) -> None:
+    from juliabridge.bundle import open_bundle
+
+    (tmp_path / "notes").mkdir()  # a folder, but no bundle inside it either
+    with pytest.raises(BundleError) as e:
+        open_bundle(tmp_path)
+    assert str(e.value) == (
+        f"{tmp_path}: no manifest.json in this directory, so it is not a juliabridge bundle "
+        "(a bundle holds manifest.json, model.mlir and weights.h5)"
     )
