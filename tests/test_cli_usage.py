@@ -104,6 +104,21 @@ def test_the_verify_api_refuses_a_tolerance_that_cannot_be_met(tmp_path: Path) -
     assert juliabridge.verify(bundle, backend="lax", rtol=0.0, atol=1e-5).ok
 
 
+def test_add_vjp_keeps_a_vjp_module_the_bundle_has_unless_asked(tmp_path: Path) -> None:
+    from juliabridge.bundle.write.vjp_bundle import add_vjp
+    from juliabridge.errors import SaveError
+
+    bundle = make_dense_bn(tmp_path / "b.bundle")
+    target = add_vjp(bundle)  # dense_bn lifts onto lax: derived in this process
+    first = target.read_bytes()
+    with pytest.raises(
+        SaveError, match=r"already has a VJP module \(vjp\.mlir\); pass overwrite=True"
+    ):
+        add_vjp(bundle)
+    assert target.read_bytes() == first
+    assert add_vjp(bundle, overwrite=True) == target
+
+
 # --- help ---------------------------------------------------------------------------------------
 
 

@@ -126,6 +126,21 @@ def test_julia_layout_saves_in_the_files_mlir_order(tmp_path: Path) -> None:
         juliabridge.save_params({"w": w}, tmp_path / "k.h5", layout="fortran")
 
 
+def test_a_wrapped_model_saves_in_its_models_layout_unless_told(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    w = np.arange(6, dtype=np.float32).reshape(3, 2)  # Julia order of an MLIR (2, 3) array
+
+    class Wrapped:  # what juliabridge.flax / juliabridge.equinox modules expose
+        def __juliabridge_trees__(self) -> tuple[Any, Any, Any]:
+            return {"w": w}, {}, SimpleNamespace(layout="julia")
+
+    ds = _datasets(juliabridge.save_params(Wrapped(), tmp_path / "j.h5"))
+    np.testing.assert_array_equal(ds["/params/w"][0], w.T)
+    ds = _datasets(juliabridge.save_params(Wrapped(), tmp_path / "m.h5", layout="mlir"))
+    np.testing.assert_array_equal(ds["/params/w"][0], w)
+
+
 def test_16_bit_floats_and_bools_are_stored_as_bit_patterns(tmp_path: Path) -> None:
     bits = np.array([0x0000, 0x8000, 0x0001, 0x7E01, 0x3C00, 0xFBFF], np.uint16)  # 0, -0, tiny,
     half = bits.view(np.float16)  # a NaN with a payload, 1, the most negative finite

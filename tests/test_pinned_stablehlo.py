@@ -1215,3 +1215,17 @@ def test_the_contract_table_builders_give_each_precision_a_cpu_contract() -> Non
         "declares results (tensor<2x2xf32>, tensor<i32>); for these operands the kernel writes "
         "(tensor<2x3xf32>, tensor<i32>)"
     )
+
+
+def test_a_target_a_backend_registers_as_lifted_is_admitted_by_the_policy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from juliabridge.stablehlo import lifted, policy
+
+    # the lax backend registered its LAPACK targets when juliabridge was imported
+    assert "lapack_dgetrf_ffi" in lifted.lifted_targets()
+    monkeypatch.setattr(lifted, "_LIFTED", set(lifted.lifted_targets()))
+    assert "jb_example_lifted_target" not in policy.admitted_lifted_targets()
+    lifted.register_lifted_targets(iter(["jb_example_lifted_target"]))
+    assert "jb_example_lifted_target" in lifted.lifted_targets()
+    assert "jb_example_lifted_target" in policy.admitted_lifted_targets()

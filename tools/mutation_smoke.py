@@ -27,11 +27,13 @@ Usage: python tools/mutation_smoke.py [--threshold 0.9] [--per-module 3] [--stri
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -46,13 +48,20 @@ ROOT = Path(__file__).resolve().parents[1]
 MEASURED_STRIDE = 16
 #: Mutants each core module contributes to every run.
 PER_MODULE = 3
+#: Seconds CI gives the whole smoke; what is not run by then is listed (at least half the
+#: sample must have run), so the job ends inside CI's limit on a slower machine too.
+BUDGET = 1800.0
 #: The test files that kill a module's sample, by path prefix (the longest matching prefix
 #: wins; a module matching none gets pyproject's whole test selection). Tests that run the code
 #: in another process (the CLI as a command, the HDF5 reader process, Enzyme's derivation child)
 #: cannot see mutants, so these are in-process tests.
 TESTS_FOR = {
     "juliabridge/bundle/": ["tests/test_pinned_security.py"],
-    "juliabridge/bundle/bundle.py": ["tests/test_pinned_security.py", "tests/test_echo_claims.py"],
+    "juliabridge/bundle/bundle.py": [
+        "tests/test_pinned_security.py",
+        "tests/test_echo_claims.py",
+        "tests/test_error_surface.py",
+    ],
     "juliabridge/bundle/sources.py": ["tests/test_pinned_security.py", "tests/test_format2.py"],
     "juliabridge/bundle/files/atomic.py": ["tests/test_atomic_save.py"],
     "juliabridge/bundle/manifest/": [
@@ -64,11 +73,17 @@ TESTS_FOR = {
         "tests/test_pinned_security.py",
         "tests/test_pinned_libhdf5.py",
         "tests/test_pinned_fastread.py",
+        "tests/test_pinned_h5parse.py",
         "tests/test_loading_h5parse.py",
     ],
     "juliabridge/bundle/write/": ["tests/test_upgrade.py", "tests/test_bundles.py"],
     "juliabridge/bundle/write/vjp_bundle.py": ["tests/test_cli_usage.py"],
     "juliabridge/cli/": ["tests/test_pinned_cli.py", "tests/test_doctor.py"],
+    "juliabridge/cli/commands.py": [
+        "tests/test_pinned_cli.py",
+        "tests/test_doctor.py",
+        "tests/test_cli.py::test_demo_runs_the_shipped_example",
+    ],
     "juliabridge/exitcodes.py": ["tests/test_pinned_cli.py"],
     "juliabridge/stablehlo/": [
         "tests/test_pinned_stablehlo.py",
@@ -79,6 +94,7 @@ TESTS_FOR = {
     "juliabridge/stablehlo/sanitize.py": [
         "tests/test_pinned_stablehlo.py",
         "tests/test_pinned_sanitize_report.py",
+        "tests/test_load_mlir.py::test_sort_dimension_counted_from_the_end",
     ],
     "juliabridge/stablehlo/artifact.py": ["tests/test_pinned_artifact.py"],
     "juliabridge/stablehlo/_artifact_child.py": ["tests/test_pinned_artifact.py"],
@@ -104,6 +120,11 @@ TESTS_FOR = {
     "juliabridge/function.py": ["tests/test_pinned_calls.py", "tests/test_pinned_batch.py"],
     "juliabridge/dtypes.py": ["tests/test_pinned_calls.py", "tests/test_pinned_batch.py"],
     "juliabridge/backends/lax/": ["tests/test_pinned_lax.py", "tests/lax/test_framework.py"],
+    "juliabridge/backends/lax/ops/elementwise.py": [
+        "tests/test_pinned_lax.py",
+        "tests/lax/test_framework.py",
+        "tests/lax/test_elementwise.py::test_unary_complex_ops",
+    ],
     "juliabridge/backends/lax/rewrite.py": [
         "tests/test_pinned_lax.py",
         "tests/test_complex_order.py",
@@ -132,6 +153,76 @@ TESTS_FOR = {
     ],
     "juliabridge/backends/lax/ops/linalg.py": ["tests/lax/test_linalg.py"],
 }
+
+#: Tests that kill a sampled mutant the QUICKEST selection misses, by module: found by running
+#: each survivor of a smoke (MUTANT_UNDER_TEST=NAME pytest -x) against the tests mutmut
+#: recorded reaching its function. `--suggest-tests` adds them to the module's selection.
+KILLERS = {
+    "juliabridge/backends/lax/ops/_control_util.py": [
+        "tests/lax/test_control.py::test_counted_loop_with_the_constant_first_in_its_increment",
+    ],
+    "juliabridge/backends/lax/ops/_custom_call_util.py": [
+        "tests/lax/test_linalg.py::test_gpu_solver_targets",
+    ],
+    "juliabridge/backends/lax/ops/_linalg_targets.py": [
+        "tests/lax/test_linalg.py::test_potrf_info_of_a_semidefinite_matrix_with_an_exactly_zero_pivot",
+        "tests/lax/test_linalg.py::test_gesdd_gesvd",
+    ],
+    "juliabridge/backends/lax/ops/chlo.py": [
+        "tests/lax/test_chlo.py::test_missing_derivatives_are_typed_errors_naming_op_and_line",
+    ],
+    "juliabridge/bundle/manifest/schema.py": [
+        "tests/test_manifest.py::test_unsafe_file_names",
+    ],
+    "juliabridge/bundle/weights/_h5core.py": [
+        "tests/test_pinned_libhdf5.py::test_a_contiguous_dataset_libhdf5_must_refuse_is_named[virtual-forced-this-process]",
+    ],
+    "juliabridge/bundle/weights/h5parse.py": [
+        "tests/test_loading_h5parse.py::test_links_and_storage_that_reach_other_files_are_refused",
+    ],
+    "juliabridge/bundle/write/upgrade.py": [
+        "tests/test_upgrade.py::test_upgrade_format_2",
+    ],
+    "juliabridge/bundle/write/vjp_bundle.py": [
+        "tests/test_cli_usage.py::test_add_vjp_keeps_a_vjp_module_the_bundle_has_unless_asked",
+    ],
+    "juliabridge/lux/params_io.py": [
+        "tests/test_pinned_params.py::test_a_wrapped_model_saves_in_its_models_layout_unless_told",
+    ],
+    "juliabridge/lux/trees.py": [
+        "tests/test_pinned_calls.py::test_named_inputs_are_looked_up_by_name",
+    ],
+    "juliabridge/reactant_export/directory.py": [
+        "tests/test_pinned_reactant_export.py::test_script_found_in_the_directory",
+        "tests/test_pinned_reactant_export.py::test_trust_passed_on_to_the_xla_backend",
+    ],
+    "juliabridge/stablehlo/artifact.py": [
+        "tests/test_pinned_artifact.py::test_child_that_stops_before_answering",
+    ],
+    "juliabridge/stablehlo/nesting.py": [
+        "tests/test_module_hardening.py::test_nesting_scan_agrees_with_a_byte_by_byte_lexer",
+    ],
+    "juliabridge/verification.py": [
+        "tests/test_cli_usage.py::test_the_verify_api_refuses_a_tolerance_that_cannot_be_met",
+    ],
+}
+
+#: CI's selection per module: the QUICKEST tests, of the module's TESTS_FOR entries, that mutmut
+#: recorded reaching each function holding one of the module's PER_MODULE sampled mutants
+#: (`--suggest-tests` writes it from mutmut-stats.json files). mutmut's stats phase runs every
+#: selected test once, under its tracing, before any mutant: with TESTS_FOR's files whole that
+#: phase alone outlasted CI's budget (40 min on the 2-core machine).
+SMOKE_TESTS = ROOT / "tools" / "mutation_smoke_tests.toml"
+#: Tests kept per sampled function.
+QUICKEST = 3
+
+
+def smoke_tests(path: Path = SMOKE_TESTS) -> dict[str, list[str]]:
+    """Module path -> its tests in CI's smoke, from `path` (empty where there is none)."""
+    if not path.is_file():
+        return {}
+    return {k: list(v["tests"]) for k, v in tomllib.loads(path.read_text()).items()}
+
 
 #: Mutants no test can kill because they do not change behaviour: one TOML file per module in
 #: tools/mutation_equivalents/ (a table per mutant name: `line`, which `mutmut show` of it must
@@ -184,11 +275,15 @@ def tests_of(path: str, selection: list[str]) -> list[str]:
     return list(TESTS_FOR[prefixes[0]]) if prefixes else list(selection)
 
 
-def tests_for(modules: list[str], selection: list[str]) -> list[str]:
-    """The union, in a stable order, of the test files of `modules`."""
+def tests_for(
+    modules: list[str], selection: list[str], chosen: dict[str, list[str]] | None = None
+) -> list[str]:
+    """The union, in a stable order, of the tests of `modules`: `chosen`'s where it names the
+    module, else TESTS_FOR's files."""
     tests: list[str] = []
     for f in modules:
-        tests += [t for t in tests_of(f, selection) if t not in tests]
+        own = (chosen or {}).get(f) or tests_of(f, selection)
+        tests += [t for t in own if t not in tests]
     # a node id is left out where its whole file is selected (pytest would run it twice)
     return [t for t in tests if "::" not in t or t.split("::")[0] not in tests]
 
@@ -291,15 +386,63 @@ def spread(names: list[str], stride: int, k: int) -> list[str]:
     return [sample[(2 * i + 1) * len(sample) // (2 * k)] for i in range(k)]
 
 
-def mutmut(work: Path, children: int, *names: str) -> int:
+#: mutmut's progress spinner, which fills its captured output.
+_SPINNER = re.compile(r"^\s*[\u2800-\u28ff] ")
+
+
+#: mutmut's exit status here when the smoke's time budget ran out.
+OUT_OF_TIME = -9
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid` (from /proc; mutmut's fork server and its workers)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def mutmut(work: Path, children: int, *names: str, seconds: float | None = None) -> int:
+    """`mutmut run` of `names` in `work`, stopped (with every process it started) after
+    `seconds` (then OUT_OF_TIME); its output without the spinner goes to
+    `work`/mutmut-run.log, and the end of it to stderr when mutmut fails."""
     env = dict(os.environ)
     env.setdefault("JULIABRIDGE_HDF5_WORKER", "0")  # bundle/ is not mutated; skip the subprocess
     env.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children)]
-    proc = subprocess.run([*cmd, *names], cwd=work, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
-    return proc.returncode
+    proc = subprocess.Popen(
+        [*cmd, *names],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=seconds)
+        code = proc.returncode
+    except subprocess.TimeoutExpired:
+        for pid in [*_descendants(proc.pid), proc.pid]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        code = OUT_OF_TIME
+    text = (out or "").replace("\r", "\n")
+    lines = [line for line in text.splitlines() if line.strip() and not _SPINNER.match(line)]
+    with open(work / "mutmut-run.log", "a") as log:
+        log.write("\n".join(lines) + "\n")
+    if code not in (0, OUT_OF_TIME):
+        sys.stderr.write("\n".join(lines[-150:]) + "\n")
+    return code
 
 
 def results(work: Path) -> dict[str, int | None]:
@@ -320,6 +463,56 @@ def show(work: Path, name: str) -> str:
     return proc.stdout
 
 
+def _within(test: str, entries: list[str]) -> bool:
+    """Whether the node id `test` is one of TESTS_FOR's `entries` (a file or a node id)."""
+    return any(test == e or test.startswith(e + "::") or test.startswith(e + "[") for e in entries)
+
+
+def suggest_tests(stats_files: list[Path], core: list[str]) -> str:
+    """CI's per-module selection (the SMOKE_TESTS file's text) from mutmut-stats.json files:
+    for each of a module's PER_MODULE sampled mutants, the QUICKEST recorded tests of the
+    module's TESTS_FOR entries reaching its function (those entries whole where none is
+    recorded), and the module's KILLERS."""
+    durations: dict[str, float] = {}
+    reaching: dict[str, set[str]] = {}
+    for f in stats_files:
+        stats = json.loads(f.read_text())
+        # a parametrized test is kept whole (its function's node id): ids of cases are long,
+        # change with their parameters and may hold characters a command line mangles
+        seen: dict[str, float] = {}
+        for test, s in stats["duration_by_test"].items():
+            node = test.split("[")[0]
+            seen[node] = seen.get(node, 0.0) + s
+        for node, s in seen.items():
+            durations[node] = min(s, durations.get(node, s))
+        for fn, tests in stats["tests_by_mangled_function_name"].items():
+            reaching.setdefault(fn, set()).update(t.split("[")[0] for t in tests)
+    lines = [
+        "# CI's mutation-smoke tests per core module, written by",
+        "# `python tools/mutation_smoke.py --suggest-tests STATS...` from the mutmut-stats.json of",
+        "# runs with TESTS_FOR's files: for each sampled mutant the "
+        f"{QUICKEST} quickest tests of its module's",
+        "# TESTS_FOR entries reaching its function (those entries whole where none was recorded).",
+        "# Regenerate after the sample moves (code changes renumber mutants).",
+        "",
+    ]
+    for path, names in mutant_names(ROOT, core).items():
+        entries = tests_of(path, [])
+        tests: list[str] = []
+        for name in spread(names, MEASURED_STRIDE, PER_MODULE):
+            fn = name.partition("__mutmut_")[0]
+            near = sorted(
+                (t for t in reaching.get(fn, ()) if _within(t, entries)),
+                key=lambda t: (durations.get(t, 0.0), t),
+            )
+            tests += [t for t in (near[:QUICKEST] or entries) if t not in tests]
+        tests += [t for t in KILLERS.get(path, []) if t not in tests]
+        # a node id is left out where its whole file is selected
+        tests = [t for t in tests if "::" not in t or t.split("::")[0] not in tests]
+        lines += [f'["{path}"]', f"tests = {json.dumps(tests, indent=4)}", ""]
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threshold", type=float, default=0.9)
@@ -330,15 +523,32 @@ def main() -> int:
     parser.add_argument("--files", nargs="*", help="mutate only these files, at --stride")
     parser.add_argument("--tests", nargs="*", help="run these tests instead of TESTS_FOR's")
     parser.add_argument("--children", type=int, default=os.cpu_count() or 2)
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=BUDGET,
+        help="seconds for the whole smoke; mutants not run by then are listed, not scored",
+    )
+    parser.add_argument(
+        "--suggest-tests",
+        nargs="+",
+        type=Path,
+        metavar="STATS",
+        help="print the per-module selection from these mutmut-stats.json files and stop",
+    )
     args = parser.parse_args()
     start = time.monotonic()
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
     core = list(config["only_mutate"])
     selection = list(config["pytest_add_cli_args_test_selection"])
+    if args.suggest_tests:
+        print(suggest_tests(args.suggest_tests, core))
+        return 0
     changed = [] if args.files else changed_files(args.base, core)
     whole = sorted(set(args.files or []) | set(changed))  # sampled at --stride
     files = sorted(set(args.files or core) | set(changed))
-    tests = args.tests or tests_for(files, selection)
+    chosen = {} if args.files else {f: v for f, v in smoke_tests().items() if f not in whole}
+    tests = args.tests or tests_for(files, selection, chosen)
     base = Path(tempfile.mkdtemp(prefix="jb-mutation-smoke-"))
     work = base / "repo"
     try:
@@ -349,16 +559,27 @@ def main() -> int:
         if not args.files:
             for names in mutant_names(work, [f for f in core if f not in whole]).values():
                 wanted += spread(names, MEASURED_STRIDE, args.per_module)
-        if mutmut(work, args.children, *wanted) != 0:
-            print("mutation smoke: mutmut could not run (the clean tests must pass)")
-            return 1
+
+        def left() -> float:
+            return max(1.0, args.budget - (time.monotonic() - start))
+
+        code = mutmut(work, args.children, *wanted, seconds=left())
+        if code not in (0, OUT_OF_TIME):
+            # mutmut stops when its clean run of the selection fails; its recorded stats are
+            # kept, so a second try costs one clean run (and shows a flaky test as such)
+            print("mutation smoke: mutmut failed (output above); trying once more")
+            code = mutmut(work, args.children, *wanted, seconds=left())
+            if code not in (0, OUT_OF_TIME):
+                print("mutation smoke: mutmut could not run (the clean tests must pass)")
+                return 1
         sampled = {
             n: c for n, c in results(work).items() if any(fnmatch.fnmatchcase(n, p) for p in wanted)
         }
         timed_out = sorted(n for n, c in sampled.items() if c in TIMEOUTS)
-        if timed_out:
+        if timed_out and code != OUT_OF_TIME:
             longer_timeouts(work / "pyproject.toml", RECHECK_FACTOR)
-            if mutmut(work, args.children, *timed_out) != 0:
+            code = mutmut(work, args.children, *timed_out, seconds=left())
+            if code not in (0, OUT_OF_TIME):
                 print("mutation smoke: mutmut could not re-run the timeouts")
                 return 1
             again = results(work)
@@ -402,9 +623,20 @@ def main() -> int:
             f"threshold {args.threshold:.0%}; {len(equivalent)} equivalent left out; {scope}) "
             f"in {time.monotonic() - start:.0f} s"
         )
-        if unchecked:
+        if unchecked and code != OUT_OF_TIME:
             print(f"mutation smoke: {len(unchecked)} sampled mutants were not run")
             return 1
+        if unchecked and len(unchecked) * 2 > len(counted):
+            print(
+                f"mutation smoke: the budget ran out with {len(unchecked)} sampled mutants not run"
+            )
+            return 1
+        if unchecked:
+            # CI's whole run must end in time: what the budget left out is named, not scored
+            print(
+                f"mutation smoke: the {args.budget:.0f} s budget ran out; {len(unchecked)} sampled "
+                "mutants not run: " + ", ".join(sorted(unchecked))
+            )
         return 0 if score >= args.threshold else 1
     finally:
         if args.keep:

@@ -1,0 +1,87 @@
+"""The mutation smoke's own rules (tools/mutation_smoke.py, docs/mutation-testing.md): what
+mutmut's fork server preloads, how the fixed sample is drawn and which tests it runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import mutation_smoke as smoke  # noqa: E402
+
+
+def _preloaded() -> list[str]:
+    lines = (ROOT / "tools" / "mutmut_preload.txt").read_text().splitlines()
+    return [n.strip() for n in lines if n.strip() and not n.startswith("#")]
+
+
+def test_the_fork_servers_preload_starts_no_jax_backend_and_no_thread() -> None:
+    # mutmut forks every mutant's worker from a server that imported these: a JAX backend (its
+    # thread pools) started there would deadlock the forked children.
+    names = _preloaded()
+    assert "juliabridge" in names and "jax" in names
+    code = f"""
+import importlib, json, os, threading
+count = lambda: (len(os.listdir("/proc/self/task")), threading.active_count())
+import jax, numpy
+before = count()  # numpy's BLAS may hold a thread of its own
+for name in {names!r}:
+    importlib.import_module(name)
+from jax._src import xla_bridge
+print(json.dumps([sorted(xla_bridge._backends), before, count()]))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    backends, before, after = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert backends == [], f"importing the preload started JAX backends {backends}"
+    assert after == before, f"threads (OS, Python) before and after the preload: {before} {after}"
+
+
+def test_every_core_module_is_sampled_with_tests_that_exist() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
+    core = list(config["only_mutate"])
+    chosen = smoke.smoke_tests()
+    assert set(chosen) <= set(core), sorted(set(chosen) - set(core))
+    for path in core:
+        tests = chosen.get(path) or smoke.tests_of(path, [])
+        assert tests, path
+        for test in tests:
+            file, _, name = test.partition("::")
+            assert (ROOT / file).is_file(), (path, test)
+            if name:
+                func = name.split("::")[-1].split("[")[0]
+                assert f"def {func}(" in (ROOT / file).read_text(), (path, test)
+
+
+def test_the_sample_is_spread_over_the_measured_stride() -> None:
+    names = [f"m.x_f__mutmut_{k}" for k in range(1, 101)]  # stride 16: 1, 17, ..., 97
+    assert smoke.spread(names, 16, 3) == [
+        "m.x_f__mutmut_17",
+        "m.x_f__mutmut_49",
+        "m.x_f__mutmut_81",
+    ]
+    assert smoke.spread(names[:20], 16, 3) == ["m.x_f__mutmut_1", "m.x_f__mutmut_17"]
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("juliabridge/lux/trees.py", "juliabridge.lux.trees"),
+        ("juliabridge/bundle/weights/__init__.py", "juliabridge.bundle.weights"),
+    ],
+)
+def test_module_names_are_mutmuts(path: str, name: str) -> None:
+    assert smoke.module_name(path) == name
+
+
+def test_a_node_id_is_not_run_twice_when_its_file_is_selected() -> None:
+    chosen = {"a.py": ["tests/t.py::test_x", "tests/u.py"], "b.py": ["tests/t.py"]}
+    assert smoke.tests_for(["a.py", "b.py"], [], chosen) == ["tests/u.py", "tests/t.py"]
