@@ -114,6 +114,24 @@ def array_of(draw: Any, t: str, n: int) -> np.ndarray:
     return np.array(vals, dtype=object).astype(dt)
 
 
+def result_features(results: Sequence[Any]) -> set[str]:
+    """Conditions an oracle's results show that the arguments do not: a denormal result of
+    normal operands (0.5 x the smallest normal f32) is flushed to 0 on the CPU as a denormal
+    operand is (row `denormal-flush`: inputs and results)."""
+    for r in results:
+        a = np.asarray(r)
+        if a.dtype.kind == "c":
+            a = np.concatenate([a.real.ravel(), a.imag.ravel()])
+        try:
+            tiny = float(ml_dtypes.finfo(a.dtype).tiny)
+        except ValueError:  # not a float type
+            continue
+        w = a.astype(np.float64)
+        if ((w != 0) & (np.abs(w) < tiny)).any():
+            return {"denormal"}
+    return set()
+
+
 def features_of(args: Sequence[np.ndarray]) -> set[str]:
     """Conditions the arguments exercise (names used by the deviation table)."""
     out: set[str] = set()

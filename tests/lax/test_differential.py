@@ -70,6 +70,7 @@ def _verdict(oracle: str, case: diff.Case, got: list[Any]) -> str | None:
     SECONDS[oracle] += time.perf_counter() - began
     if isinstance(want, str):
         return want
+    case.features |= diff.result_features(want)
     if getattr(case, "compare", None):
         return case.compare(got, want)  # type: ignore[attr-defined, no-any-return]
     return diff.compare_results(got, want, case.ulps)
@@ -219,6 +220,22 @@ def test_division_by_a_constant_is_xlas_reciprocal() -> None:
     text = diff.module([tt, tt], [f"%0 = stablehlo.divide %a0, %a1 : {tt}"], [("%0", tt)])
     args = [case.args[0], np.full(3, 3e38, np.float32)]
     np.testing.assert_array_equal(run_lax(text, args)[0], spec)
+
+
+def test_a_denormal_result_of_normal_operands_is_the_documented_flush() -> None:
+    # Found by the long mode (family `case`): 0.5 x the smallest normal f32 is a denormal,
+    # which XLA (and so lax) flushes to 0 on the CPU and the interpreter keeps; the operands
+    # are normal, so only the interpreter's result shows row `denormal-flush` applies.
+    tt = "tensor<3xf32>"
+    text = diff.module([tt, tt], [f"%0 = stablehlo.multiply %a0, %a1 : {tt}"], [("%0", tt)])
+    tiny = np.finfo(np.float32).tiny
+    args = [np.array([0.5, 0.0, 2.0], np.float32), np.array([tiny, 0.0, 1.0], np.float32)]
+    case = diff.Case("elementwise", "multiply", text, args, diff.features_of(args))
+    assert "denormal" not in case.features
+    np.testing.assert_array_equal(run_lax(text, args)[0], [0.0, 0.0, 2.0])
+    np.testing.assert_array_equal(interpret(text, args)[0], [tiny / 2, 0.0, 2.0])
+    check_case(case)  # covered, by the interpreter's result
+    assert "denormal" in case.features
 
 
 def test_the_table_parses_and_names_known_oracles() -> None:
