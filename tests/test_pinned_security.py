@@ -1429,6 +1429,22 @@ def test_an_echo_of_an_argument_needs_one_and_the_only_one_may_be_echoed(tmp_pat
     assert _refusal(m) == _rule("results[0].echo_of", "refers to an argument but @main has none")
 
 
+def test_aliases_and_examples_of_arguments_are_named_when_main_has_none(tmp_path: Path) -> None:
+    m = _dense_manifest(tmp_path)
+    m["arguments"] = []
+    m.pop("batch")
+    m["aliases"] = [{"path": ["output"], "argument": 0}]
+    assert _refusal(m) == _rule("aliases[0]", "refers to an argument but @main has none")
+    m["aliases"] = []
+    m["examples"] = {
+        "inputs": [{"argument": 0, "dataset": "/examples/x"}],
+        "outputs": [{"result": 0, "dataset": "/examples/y"}],
+    }
+    assert _refusal(m) == _rule(
+        "examples.inputs[0].argument", "refers to a argument but @main has none"
+    )
+
+
 def test_example_tolerances_given_are_kept_and_defaults_follow_the_dtypes(tmp_path: Path) -> None:
     from juliabridge.bundle.manifest import default_tolerances, parse_manifest
 
