@@ -290,7 +290,12 @@ def tests_for(
     for f in modules:
         own = (chosen or {}).get(f) or tests_of(f, selection)
         tests += [t for t in own if t not in tests]
-    # a node id is left out where its whole file is selected (pytest would run it twice)
+    return _without_repeats(tests)
+
+
+def _without_repeats(tests: list[str]) -> list[str]:
+    """`tests` without the node ids whose whole file is listed too (pytest would run them
+    twice)."""
     return [t for t in tests if "::" not in t or t.split("::")[0] not in tests]
 
 
@@ -513,9 +518,7 @@ def suggest_tests(stats_files: list[Path], core: list[str]) -> str:
             )
             tests += [t for t in (near[:QUICKEST] or entries) if t not in tests]
         tests += [t for t in KILLERS.get(path, []) if t not in tests]
-        # a node id is left out where its whole file is selected
-        tests = [t for t in tests if "::" not in t or t.split("::")[0] not in tests]
-        lines += [f'["{path}"]', f"tests = {json.dumps(tests, indent=4)}", ""]
+        lines += [f'["{path}"]', f"tests = {json.dumps(_without_repeats(tests), indent=4)}", ""]
     return "\n".join(lines)
 
 

@@ -114,6 +114,11 @@ def array_of(draw: Any, t: str, n: int) -> np.ndarray:
     return np.array(vals, dtype=object).astype(dt)
 
 
+def _any_denormal(w: np.ndarray, tiny: float) -> bool:
+    """Whether the float64 values `w` hold a nonzero value below `tiny` (a denormal)."""
+    return bool(((w != 0) & (np.abs(w) < tiny)).any())
+
+
 def result_features(results: Sequence[Any]) -> set[str]:
     """Conditions an oracle's results show that the arguments do not: a denormal result of
     normal operands (0.5 x the smallest normal f32) is flushed to 0 on the CPU as a denormal
@@ -126,8 +131,7 @@ def result_features(results: Sequence[Any]) -> set[str]:
             tiny = float(ml_dtypes.finfo(a.dtype).tiny)
         except ValueError:  # not a float type
             continue
-        w = a.astype(np.float64)
-        if ((w != 0) & (np.abs(w) < tiny)).any():
+        if _any_denormal(a.astype(np.float64), tiny):
             return {"denormal"}
     return set()
 
@@ -143,7 +147,7 @@ def features_of(args: Sequence[np.ndarray]) -> set[str]:
             info = ml_dtypes.finfo(a.dtype)
             out |= {"nan"} if np.isnan(w).any() else set()
             out |= {"inf"} if np.isinf(w).any() else set()
-            if ((w != 0) & (np.abs(w) < float(info.tiny))).any():
+            if _any_denormal(w, float(info.tiny)):
                 out.add("denormal")
             if (np.abs(w) == float(info.max)).any():
                 out.add("extreme")
