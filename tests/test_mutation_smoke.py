@@ -85,3 +85,17 @@ def test_module_names_are_mutmuts(path: str, name: str) -> None:
 def test_a_node_id_is_not_run_twice_when_its_file_is_selected() -> None:
     chosen = {"a.py": ["tests/t.py::test_x", "tests/u.py"], "b.py": ["tests/t.py"]}
     assert smoke.tests_for(["a.py", "b.py"], [], chosen) == ["tests/u.py", "tests/t.py"]
+
+
+def test_a_timeout_counts_only_once_run_again_with_time_left() -> None:
+    sampled: dict[str, int | None] = {"a": 1, "b": -24, "c": 0, "d": 36}
+    assert smoke.timeouts_to_recheck(dict(sampled), out_of_time=False) == ["b", "d"]
+    assert smoke.timeouts_to_recheck(sampled, out_of_time=True) == []
+    # the budget ran out: the timeouts were never rechecked, so they are not run, not killed
+    assert sampled == {"a": 1, "b": None, "c": 0, "d": None}
+
+
+def test_a_crash_of_the_test_process_under_a_mutant_is_a_kill() -> None:
+    # the clean run passed, so a segfault or an abort is the mutant's doing
+    assert {-11, -6} <= smoke.KILLED
+    assert not smoke.KILLED & smoke.SURVIVED

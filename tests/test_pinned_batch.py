@@ -217,17 +217,35 @@ def test_inconsistent_result_batch_axes_are_reported_after_a_state_result(tmp_pa
     )
 
 
-def test_an_input_without_a_batch_axis_is_passed_whole_to_every_chunk(tmp_path: Path) -> None:
+#: An input the same for every sample (e.g. a temperature) beside the batched one.
+T = np.array([2.0, -1.0], np.float32)
+
+
+def _temperature_model(tmp_path: Path, *, unbatched_first: bool = False) -> Any:
+    """``x * t`` with x batched on axis 0 and t (2,) unbatched; inputs (x, t) or (t, x)."""
+
+    def scaled(x: Any, t: Any) -> Any:
+        return x * lax.broadcast_in_dim(t, x.shape, (1,))
+
     x = np.ones((B, 2), np.float32)
-    t = np.array([2.0, -1.0], np.float32)  # e.g. a temperature: the same for every sample
+    args = [Arg("input", [1], x, batch_axis=0), Arg("input", [2], T)]
+    if unbatched_first:
+        args = [Arg("input", [1], T), Arg("input", [2], x, batch_axis=0)]
     spec = Spec(
         name="temp",
-        mlir=lower(lambda x, t: x * lax.broadcast_in_dim(t, x.shape, (1,)), x, t),
-        args=[Arg("input", [1], x, batch_axis=0), Arg("input", [2], t)],
+        mlir=lower(
+            (lambda t, x: scaled(x, t)) if unbatched_first else scaled, *(a.value for a in args)
+        ),
+        args=args,
         results=[Res([["output"]], (B, 2), "f32", batch_axis=0)],
         batch={"size": B, "samples_independent": True},
     )
-    model = juliabridge.import_lux(write(tmp_path / "t.bundle", spec))
+    return juliabridge.import_lux(write(tmp_path / f"t{int(unbatched_first)}.bundle", spec))
+
+
+def test_an_input_without_a_batch_axis_is_passed_whole_to_every_chunk(tmp_path: Path) -> None:
+    t = T
+    model = _temperature_model(tmp_path)
     xs = samples(7)
     np.testing.assert_allclose(model(xs, t), xs * t, rtol=1e-6)
 
@@ -301,16 +319,7 @@ def test_an_input_after_a_parameter_is_checked_too(tmp_path: Path) -> None:
 def test_an_unbatched_input_of_the_wrong_shape_is_not_reported_as_a_batch_problem(
     tmp_path: Path,
 ) -> None:
-    x = np.ones((B, 2), np.float32)
-    t = np.array([2.0, -1.0], np.float32)
-    spec = Spec(
-        name="temp",
-        mlir=lower(lambda x, t: x * lax.broadcast_in_dim(t, x.shape, (1,)), x, t),
-        args=[Arg("input", [1], x, batch_axis=0), Arg("input", [2], t)],
-        results=[Res([["output"]], (B, 2), "f32", batch_axis=0)],
-        batch={"size": B, "samples_independent": True},
-    )
-    model = juliabridge.import_lux(write(tmp_path / "t.bundle", spec))
+    model = _temperature_model(tmp_path)
     with pytest.raises(CallArgumentError) as e:
         model(samples(7), np.ones(3, np.float32))
     assert str(e.value).endswith("x[2] expects tensor<2xf32> (Float32), got tensor<3xf32>.")
@@ -367,3 +376,28 @@ def test_explicit_mesh_keeps_batch_and_state_sharded_in_process(tmp_path: Path) 
     np.testing.assert_allclose(np.asarray(st["c"]), C + C)
     assert y.sharding.spec == P("data", None)
     assert st["c"].sharding.spec == P("data")
+
+
+def test_an_unbatched_input_before_the_batched_one_keeps_the_batch_sharded(
+    tmp_path: Path,
+) -> None:
+    # The results' mesh axis comes from the first input that has a batch axis, wherever
+    # the inputs without one stand.
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    t = T
+    model = _temperature_model(tmp_path, unbatched_first=True)
+    mesh = jax.make_mesh((1,), ("data",), axis_types=(jax.sharding.AxisType.Explicit,))
+    xs = jax.device_put(samples(6), NamedSharding(mesh, P("data", None)))
+    with jax.set_mesh(mesh):
+        y = model(t, xs)
+    np.testing.assert_allclose(np.asarray(y), samples(6) * t, rtol=1e-6)
+    assert y.sharding.spec == P("data", None)
+
+
+def test_mlir_layout_rank_message_keeps_the_module_order(tmp_path: Path) -> None:
+    model = juliabridge.import_lux(_bundle(tmp_path))
+    with pytest.raises(CallArgumentError) as e:
+        model(np.ones((5, 2, 1), np.float32))
+    assert str(e.value) == "x: expects rank 2 ([4, 2]), got shape [5, 2, 1]"

@@ -138,3 +138,33 @@ def test_data_parallel_gradients_match_the_single_device_ones(tmp_path: Path) ->
     for i in range(n):
         want[i % B] += 2 * x[i] ** 2 * W[i % B]
     np.testing.assert_allclose(g, want, rtol=1e-5)
+
+
+_MANY = pytest.mark.skipif(
+    jax.device_count() < 2,
+    reason="needs several devices: test_parallel.py runs this file with 4 fake CPU devices",
+)
+
+
+@_MANY
+def test_data_parallel_refuses_a_batch_the_devices_do_not_divide(tmp_path: Path) -> None:
+    model = juliabridge.import_lux(_bundle(tmp_path))
+    d = jax.device_count()
+    apply = model.data_parallel(_mesh(), "data")
+    with pytest.raises(CallArgumentError) as e:
+        apply(model.params, model.state, np.ones((d + 1, 3), np.float32))
+    assert str(e.value) == (
+        f"dp: data_parallel splits x over mesh axis 'data' of {d} devices along its batch axis "
+        f"(0), so the batch must be a multiple of {d}; got {d + 1} samples. Pad the batch to "
+        f"{2 * d} (and drop the extra outputs) or call with a multiple of {d}"
+    )
+
+
+@_MANY
+def test_data_parallel_places_inputs_that_live_elsewhere(tmp_path: Path) -> None:
+    model = juliabridge.import_lux(_bundle(tmp_path))
+    n = B * jax.device_count()
+    x = jax.device_put(np.ones((n, 3), np.float32), jax.devices()[-1])
+    (y, echo, _), _ = model.data_parallel(_mesh(), "data")(model.params, model.state, x)
+    np.testing.assert_allclose(y, W[np.arange(n) % B], rtol=1e-6)
+    assert _spec(echo) == ("data", None)

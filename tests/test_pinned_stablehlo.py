@@ -110,8 +110,46 @@ def test_an_unknown_custom_call_is_refused_without_the_code_hint() -> None:
     ],
 )
 def test_reactant_runtime_targets_get_the_reactant_hint(target: str) -> None:
-    with pytest.raises(UnsupportedModuleError, match="exist only inside Reactant/Enzyme-JAX"):
+    with pytest.raises(UnsupportedModuleError) as e:
         parse_module(_custom_call(target))
+    assert (
+        "; enzymexla_* targets exist only inside Reactant/Enzyme-JAX runtimes, so they cannot "
+        "run in stock jaxlib. Pass trust=True" in str(e.value)
+    )
+
+
+def test_every_refused_target_is_named_sorted_with_the_first_ones_call_site() -> None:
+    from juliabridge.stablehlo.policy import check_custom_calls
+
+    with pytest.raises(UnsupportedModuleError) as e:
+        check_custom_calls(
+            ["zz_kernel", "aa_kernel", "mm_kernel"],
+            trust=False,
+            where="m.mlir",
+            sites={"aa_kernel": "line 7", "zz_kernel": "line 3"},
+        )
+    assert str(e.value).startswith(
+        "m.mlir: stablehlo.custom_call target(s) aa_kernel, mm_kernel, zz_kernel (the first, "
+        "aa_kernel, at line 7) are not in the allowlist of targets stock jaxlib registers. "
+    )
+
+
+def test_the_admitted_kernel_targets_are_the_stable_ones_with_a_contract() -> None:
+    from juliabridge.jaxinternals import custom_call_allowlist
+    from juliabridge.stablehlo.contracts import contract_targets
+    from juliabridge.stablehlo.policy import (
+        allowed_custom_calls,
+        carries_code,
+        check_custom_calls,
+    )
+
+    admitted = allowed_custom_calls()
+    assert admitted, "jaxlib's stable list shares no target with contracts.py"
+    assert admitted == {
+        t for t in custom_call_allowlist() & contract_targets() if not carries_code(t)
+    }
+    # each passes the check of a backend that calls kernels
+    check_custom_calls(sorted(admitted), trust=False, where="m", lifted=False)
 
 
 def test_a_stable_target_without_a_contract_is_refused_naming_the_contract_table() -> None:

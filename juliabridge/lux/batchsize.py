@@ -31,7 +31,7 @@ from ..transforms.sharding import (
 )
 
 
-def batch_size_of(manifest: Manifest, flat: Sequence[Any], layout: str = "mlir") -> int | None:
+def batch_size_of(manifest: Manifest, flat: Sequence[Any], layout: str) -> int | None:
     """The batch size N the inputs carry, or None when the manifest records no batch axis.
 
     `flat` holds the arrays in the module's (MLIR) order; `layout` is the order the caller
@@ -80,7 +80,7 @@ def batch_size_of(manifest: Manifest, flat: Sequence[Any], layout: str = "mlir")
     return n
 
 
-def check_fixed_shapes(manifest: Manifest, flat: Sequence[Any], layout: str = "mlir") -> None:
+def check_fixed_shapes(manifest: Manifest, flat: Sequence[Any], layout: str) -> None:
     """Refuse an input whose shape differs from the traced one when no batch size is recorded.
 
     Without a `batch` entry (spec §3.6) the module runs only at the shapes it was traced with;
@@ -194,7 +194,7 @@ def call_with_batch(
     flat: list[Any],
     n: int,
     *,
-    batched_chunks: bool = False,
+    batched_chunks: bool,
 ) -> tuple[jax.Array, ...]:
     """Run `fn` (traced for batch B) on inputs carrying N samples.
 
@@ -260,9 +260,9 @@ def call_any_batch(
     fn: Callable[..., tuple[jax.Array, ...]],
     flat: list[Any],
     *,
-    batched_chunks: bool = False,
+    batched_chunks: bool,
     recorded: dict[int, str] | None = None,
-    layout: str = "mlir",
+    layout: str,
 ) -> tuple[jax.Array, ...]:
     """Run `fn` on `flat` whatever batch size the inputs carry, on any mesh.
 
