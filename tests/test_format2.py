@@ -43,6 +43,7 @@ from tests.bundle_factory import (
     dense_bn_reference,
     edit_manifest,
     make_dense_bn,
+    to_format1,
     to_format2,
 )
 from tests.reference.fixture_refs import FIXTURES
@@ -755,6 +756,38 @@ def test_artifact_that_does_not_deserialize_falls_back_with_a_warning(bundle: Pa
     with pytest.warns(RuntimeWarning, match=r"model\.mlirbc: not a readable StableHLO portable"):
         b = open_bundle(bundle)
     assert b.module_source == "text" and "could not be read" in b.module_source_note
+    assert b.module.origin == str(bundle / "model.mlir")  # messages name the file parsed
+
+
+def test_a_tampered_text_beside_the_artifact_read_first_fails_verification(
+    bundle: Path,
+) -> None:
+    # The text is not parsed when a newer writer's artifact is read first, but it is part of
+    # the bundle: verification covers it like every other file.
+    _newer_writer(bundle)
+    (bundle / "model.mlir").write_text((bundle / "model.mlir").read_text() + "// edited\n")
+    with pytest.raises(juliabridge.ChecksumError, match=r"model\.mlir: sha256 is [0-9a-f]{64} but"):
+        open_bundle(bundle)
+
+
+def test_the_vjp_module_is_read_after_a_module_whose_artifact_is_read_first(
+    bundle: Path,
+) -> None:
+    from juliabridge.bundle.write.vjp_bundle import add_vjp
+
+    add_vjp(bundle)
+    _newer_writer(bundle)
+    b = open_bundle(bundle)
+    assert b.module_source == "artifact"
+    assert b.vjp_source == "text"
+    vjp = b.vjp_module()
+    assert vjp is not None and vjp.origin == str(bundle / "vjp.mlir")
+
+
+def test_a_format_1_bundle_says_it_has_no_artifact(tmp_path: Path) -> None:
+    b = open_bundle(to_format1(make_dense_bn(tmp_path / "b.bundle")))
+    assert b.module_source == "text"
+    assert b.module_source_note == "format 1 bundles have no portable artifact"
 
 
 def test_artifact_reader_crash_is_contained(
@@ -916,6 +949,7 @@ def test_writer_without_artifact(tmp_path: Path) -> None:
     b = open_bundle(path)
     assert b.module_source == "text"
     assert b.module_source_note == "the bundle has no portable artifact of it"  # format 3
+    assert b.module.origin == str(path / "model.mlir")  # messages name the file parsed
 
 
 def test_writer_warns_when_the_module_has_no_artifact_form(

@@ -137,7 +137,7 @@ def read_module_sources(
     manifest: Manifest,
     *,
     verify: bool,
-    isolated: bool = True,
+    isolated: bool,
     dir_fd: int | None = None,
 ) -> dict[str, ModuleSource]:
     """The text to parse for ``"module"`` and (when the bundle has one) ``"vjp"``.
