@@ -672,17 +672,25 @@ BN_OPS = ("batch_norm_training", "batch_norm_inference", "batch_norm_grad")
 BN_C = 8
 
 
-def _bn_reference(op: str, args: Sequence[np.ndarray], fi: int, eps: float) -> list[np.ndarray]:
-    """spec.md#batch_norm_*'s defining formulas in f64: mean and biased variance over every
-    dimension but `fi`; grad is the spec's closed form."""
+def _bn_setup(
+    args: Sequence[np.ndarray], fi: int, eps: float
+) -> tuple[list[np.ndarray], tuple[int, ...], Callable[[np.ndarray], np.ndarray], float]:
+    """The arguments in f64, the reduced axes, a per-feature broadcast and epsilon (an f32
+    attribute, converted to the operand's type as the spec says)."""
     w = [a.astype(np.float64) for a in args]
     x = w[0]
     axes = tuple(d for d in range(x.ndim) if d != fi)
     shape = [1] * x.ndim
     shape[fi] = x.shape[fi]
-    b = lambda v: v.reshape(shape)  # noqa: E731
-    eps = float(np.float32(eps))  # an f32 attribute, converted to the operand's type
-    eps = float(np.array(eps).astype(args[0].dtype))
+    eps = float(np.array(float(np.float32(eps))).astype(args[0].dtype))
+    return w, axes, lambda v: v.reshape(shape), eps
+
+
+def _bn_reference(op: str, args: Sequence[np.ndarray], fi: int, eps: float) -> list[np.ndarray]:
+    """spec.md#batch_norm_*'s defining formulas in f64: mean and biased variance over every
+    dimension but `fi`; grad is the spec's closed form."""
+    w, axes, b, eps = _bn_setup(args, fi, eps)
+    x = w[0]
     with np.errstate(all="ignore"):
         if op == "batch_norm_inference":
             _, scale, offset, mean, var = w
@@ -703,18 +711,48 @@ def _bn_reference(op: str, args: Sequence[np.ndarray], fi: int, eps: float) -> l
         return [gx, gscale, goffset]
 
 
-def _bn_bound(want: Sequence[np.ndarray], m: int, dt: np.dtype) -> list[np.ndarray]:
-    """Per result: BN_C · ε · max(m, 1) · (max |ref| over the result + 1): the sums over the
-    m elements of a feature round up to m times in the operand's type, in an order the spec
-    leaves open (XLA's expander, lax's reductions); an error relative to the result's scale,
-    not to each element (an output near zero is a difference of large terms)."""
+def _bn_terms(op: str, args: Sequence[np.ndarray], fi: int, eps: float) -> list[float]:
+    """Per result, the largest magnitude among the terms the spec's formula sums or
+    subtracts to make it (in f64, finite ones only): a result is a difference of such terms
+    (x − mean with a mean far from 0, the closed form of batch_norm_grad), so its rounding
+    error in the operand's type is relative to them, not to the result, which can be ~0."""
+    w, axes, b, eps = _bn_setup(args, fi, eps)
+    x = w[0]
+    m = max(x.size // max(x.shape[fi], 1), 1)
+
+    def top(*vs: np.ndarray) -> float:
+        fin = [np.abs(v[np.isfinite(v)]) for v in vs]
+        return max((float(f.max()) for f in fin if f.size), default=0.0)
+
+    with np.errstate(all="ignore"):
+        if op == "batch_norm_training":
+            scale, offset = w[1], w[2]
+            mean = x.mean(axis=axes)
+            var = ((x - b(mean)) ** 2).mean(axis=axes)
+        elif op == "batch_norm_inference":
+            scale, offset, mean, var = w[1:]
+        else:
+            scale, mean, var, dy = w[1:]
+        inv = 1 / np.sqrt(b(var) + eps)
+        spread = (np.abs(x) + np.abs(b(mean))) * inv  # |x − mean| / stddev before cancelling
+        if op != "batch_norm_grad":
+            out = top(np.abs(b(scale)) * spread) + top(offset)
+            if op == "batch_norm_inference":
+                return [out]
+            return [out, top(x), top((np.abs(x) + np.abs(b(mean))) ** 2)]
+        gscale = (np.abs(dy) * spread).sum(axis=axes)
+        goffset = np.abs(dy).sum(axis=axes)
+        gx = np.abs(b(scale)) * inv / m * (m * np.abs(dy) + b(goffset) + spread * b(gscale))
+        return [top(gx), top(gscale), top(goffset)]
+
+
+def _bn_bound(terms: Sequence[float], m: int, dt: np.dtype) -> list[np.ndarray]:
+    """Per result: BN_C · ε · max(m, 1) · (T + 1), T the largest term of its formula
+    (`_bn_terms`): the sums over the m elements of a feature round up to m times in the
+    operand's type, in an order the spec leaves open (XLA's expander, lax's reductions), and
+    the differences of large terms keep only their absolute error."""
     eps = float(ml_dtypes.finfo(dt).eps)
-    out = []
-    for w in want:
-        fin = np.abs(w[np.isfinite(w)]) if np.size(w) else np.zeros(0)
-        scale = float(fin.max()) if fin.size else 0.0
-        out.append(np.array(BN_C * eps * max(m, 1) * (scale + 1)))
-    return out
+    return [np.array(BN_C * eps * max(m, 1) * (t + 1)) for t in terms]
 
 
 def _bound_compare(bounds: Sequence[np.ndarray], what: str) -> Callable[..., str | None]:
@@ -814,7 +852,7 @@ def batch_norm_case(draw: Any) -> Case:
     if op != "batch_norm_grad" and np.isinf(want[0]).any():
         feats.add("infinite-output")  # var + eps is 0, or x - mean overflows
     m = int(np.prod(shape)) // max(c, 1)
-    bounds = _bn_bound(want, m, dt)
+    bounds = _bn_bound(_bn_terms(op, args, fi, eps), m, dt)
     return RefCase("batch_norm", op, text, args, feats | features_of(args), interpret=False,
                    reference=lambda got: _bound_compare(bounds, "vs the formula")(got, want),
                    compare=_bound_compare(bounds, "vs XLA"))  # fmt: skip

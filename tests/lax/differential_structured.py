@@ -181,10 +181,19 @@ def convolution_case(draw: Any) -> Case:
     assume(0 not in out_shape)
     x, w = values(draw, t, lhs_shape, exact=True), values(draw, t, rhs_shape, exact=True)
     feats = features_of([x, w]) | {f"precision-{prec}"}
-    feats |= {"padding"} if any(p for pair in padding for p in pair) else set()
+    # lhs dilation pads with zeros inside the input: the same as edge padding for inf and NaN
+    feats |= {"padding"} if any(p for pair in padding for p in pair) or max(lhs_dil) > 1 else set()
     feats |= {"nonfinite"} if feats & {"inf", "nan"} else set()
     feats |= {"groups"} if groups > 1 else set()
     feats |= {"batch-groups"} if bgroups > 1 else set()
+    spatial_out = [out_shape[k] for k, ch in enumerate(out_l) if ch.isdigit()]
+    if (
+        any(r and k > 1 for r, k in zip(reversal, kernel))
+        and set(spatial_out) == {1}
+        and kd["i"] == 1
+        and kd["o"] == 1
+    ):
+        feats.add("reverse-whole-window")  # one window, one feature each way: XLA drops `reverse`
     return Case("convolution", "convolution", text, [x, w], feats)
 
 

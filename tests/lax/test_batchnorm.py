@@ -218,6 +218,42 @@ def test_rank_one_and_feature_index_zero() -> None:
     )
 
 
+def test_bf16_batch_norm_grad_is_computed_in_f32_as_xla_does() -> None:
+    """A variance small against the data, ε = 0: the closed form's terms cancel, and in bf16
+    arithmetic whole results came out wrong (3.90625 for -0.1426). XLA on the CPU runs bf16
+    batch norm in f32 and rounds the results; so does lax, bit for bit here."""
+    bf = ml_dtypes.bfloat16
+    t2, t22 = "tensor<2xbf16>", "tensor<2x2xbf16>"
+    text = f"""module {{
+  func.func @main(%x: {t22}, %s: {t2}, %m: {t2}, %v: {t2}, %g: {t22}) -> ({t22}, {t2}, {t2}) {{
+    %0:3 = "stablehlo.batch_norm_grad"(%x, %s, %m, %v, %g) <{{epsilon = 0.0 : f32, feature_index = 0 : i64}}> : ({t22}, {t2}, {t2}, {t2}, {t22}) -> ({t22}, {t2}, {t2})
+    return %0#0, %0#1, %0#2 : {t22}, {t2}, {t2}
+  }}
+}}"""
+    args = [
+        np.array([[0.00125885, -0.00131989], [0.00640869, 0.00104523]], bf),
+        np.array([1.71875, 1.8671875], bf),
+        np.array([-3.0517578125e-05, 0.00372314453125], bf),
+        np.array([1.6614794731140137e-06, 7.18235969543457e-06], bf),
+        np.array([[1.3046875, 0.9453125], [-0.703125, -1.265625]], bf),
+    ]
+    # The spec's closed form in f64 from the bf16 values, rounded to bf16 once.
+    w = [a.astype(np.float64) for a in args]
+    x, scale, mean, var, dy = w
+    inv = 1 / np.sqrt(var[:, None])
+    xhat = (x - mean[:, None]) * inv
+    gscale, goffset = (dy * xhat).sum(axis=1), dy.sum(axis=1)
+    gx = scale[:, None] * inv / 2 * (2 * dy - goffset[:, None] - xhat * gscale[:, None])
+    want = [gx.astype(bf), gscale.astype(bf), goffset.astype(bf)]
+    got = check_module(text, args, rtol=0, atol=0, interpreter=False)  # lax == xla, exactly
+    np.testing.assert_array_equal(
+        got[0].astype(np.float64), [[-0.142578125, 0.142578125], [0.4453125, -1.0]]
+    )
+    for g, r in zip(got, want):  # each within one bf16 ulp (2⁻⁷ relative) of the formula
+        g64, r64 = g.astype(np.float64), r.astype(np.float64)
+        assert (np.abs(g64 - r64) <= np.abs(r64) * 2.0**-7).all(), (g64, r64)
+
+
 # --- derivatives --------------------------------------------------------------------------
 
 

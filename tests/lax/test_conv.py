@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
@@ -16,7 +17,7 @@ import juliabridge
 from juliabridge.backends.lax.registry import RULES
 from juliabridge.backends.lax.valtypes import ELEMENT_TYPES
 
-from .oracles import check_module, random_array
+from .oracles import check_module, interpret, random_array, run_lax, run_xla
 from .transform_checks import check_batched, check_grad, check_hvp, check_jvp, lax_fn, x64
 
 FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "reactant"
@@ -355,3 +356,44 @@ def test_lenet_vjp_module_select_and_scatter_matches_jax_vjp() -> None:
     for g, w in zip(got, vjp(ct)):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4,
                                    atol=1e-5 * float(np.abs(w).max()))  # fmt: skip
+
+
+def test_a_reversed_window_spanning_the_input_is_reversed() -> None:
+    """spec.md#convolution reverses the window; XLA on the CPU skips `reverse` when the output
+    has one position and the kernel one feature each way (docs/lax-backend.md row
+    `conv-reverse-whole-window-xla`): lax keeps the spec's result."""
+    text = """module {
+  func.func @main(%l: tensor<1x1x2xf32>, %r: tensor<1x1x2xf32>) -> tensor<1x1x1xf32> {
+    %0 = stablehlo.convolution(%l, %r) dim_numbers = [b, f, 0]x[o, i, 0]->[b, f, 0], window = {stride = [1], pad = [[0, 0]], lhs_dilate = [1], rhs_dilate = [1], reverse = [true]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<1x1x2xf32>, tensor<1x1x2xf32>) -> tensor<1x1x1xf32>
+    return %0 : tensor<1x1x1xf32>
+  }
+}"""
+    lhs = np.array([[[1.0, 2.0]]], np.float32)
+    rhs = np.array([[[10.0, 1.0]]], np.float32)
+    (got,) = run_lax(text, [lhs, rhs])
+    assert float(np.asarray(got).ravel()[0]) == 1 * 1 + 2 * 10  # the reversed kernel [1, 10]
+    (interp,) = interpret(text, [lhs, rhs])
+    assert float(np.asarray(interp).ravel()[0]) == 21
+    (xla,) = run_xla(text, [lhs, rhs])
+    assert float(np.asarray(xla).ravel()[0]) == 12  # XLA's, as the row says
+
+
+def test_xla_masks_batch_groups_of_several_samples_with_zeros() -> None:
+    """Why the differential harness does not compare vmap with per-sample calls for a
+    batch-group convolution of non-finite data: with one sample per group XLA computes each
+    group alone; with more (what vmap makes of it) it multiplies the other groups by a zero
+    mask, so an infinity in one group's kernel makes NaN in the other group. JAX's own
+    conv_general_dilated does it, not the lift."""
+    lhs = np.full((2, 1, 4, 5), -3.0, np.float32)
+    rhs = np.array([[[[-3.0, -3.0]]], [[[-3.0, np.inf]]]], np.float32)
+
+    def conv(a: Any, b: Any) -> Any:
+        dn = ("NCHW", "OIHW", "NCHW")
+        return jax.lax.conv_general_dilated(
+            a, b, (1, 1), [(0, 0), (0, 0)], batch_group_count=2, dimension_numbers=dn
+        )
+
+    single = np.asarray(conv(lhs, rhs))
+    assert (single[0, 0] == 18).all() and (single[0, 1] == -np.inf).all()
+    batched = np.asarray(jax.vmap(conv, in_axes=(0, None))(np.stack([lhs, lhs]), rhs))
+    assert np.isnan(batched[:, 0, 0]).all() and (batched[:, 0, 1] == -np.inf).all()

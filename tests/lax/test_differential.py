@@ -98,10 +98,17 @@ def check_case(case: diff.Case, *, enzyme: bool = False) -> None:
         if msg:
             problems.append(msg)
     assert not problems, "\n".join(problems)
-    if "denormal" not in case.features and getattr(case, "vmap", True):
+    if (
+        "denormal" not in case.features
+        and not {"batch-groups", "nonfinite"} <= case.features
+        and getattr(case, "vmap", True)
+    ):
         # XLA's CPU code flushes denormals in its vector loops and not in the scalar remainder
         # (f32 log of 1e-45 at position 5: -103.97 in a 6-vector, -inf in 2x6), so a batched
-        # call may differ from a single one there.
+        # call may differ from a single one there. A batch-group convolution with more than
+        # one sample per group (what vmap makes of it) is computed by XLA with a zero mask, so
+        # an infinity becomes NaN in the other groups (jax.vmap of lax.conv_general_dilated
+        # alone does the same: test_conv.py shows it).
         _check_vmap(case, got)
 
 

@@ -36,12 +36,27 @@ class _Norm:
                 raise view.error(f"operand {k} has type {ot}, which does not fit {t}")
         self.shape = t.shape
         self.dtype = t.dtype
+        # XLA on the CPU has no bf16 arithmetic: it runs the ops of a bf16 batch norm in f32
+        # and rounds only the results (its excess precision), which the formulas' cancelling
+        # terms make visible (batch_norm_grad with a small variance: whole results apart).
+        self.compute = np.dtype(np.float32) if t.dtype == jnp.bfloat16 else t.dtype
         self.axes = tuple(i for i in range(t.rank) if i != self.fi)
         size = int(np.prod(t.shape, dtype=np.int64))
         # spec: constant(size(operand) / dim(operand, feature_index), element_type(operand)).
-        self.count = np.array(size / features if features else 0.0, t.dtype)
+        count = np.array(size / features if features else 0.0, t.dtype)
         # epsilon is an f32 attribute; the spec converts it to the operand's element type.
-        self.eps = np.array(np.float32(view.get_float("epsilon")), t.dtype)
+        eps = np.array(np.float32(view.get_float("epsilon")), t.dtype)
+        self.count, self.eps = count.astype(self.compute), eps.astype(self.compute)
+
+    def run(self, formula: Any) -> Impl:
+        """`formula` on the operands converted to the compute type, its results converted
+        back to the operand's element type."""
+
+        def impl(*operands: Any) -> list[Any]:
+            up = [lax.convert_element_type(v, self.compute) for v in operands]
+            return [lax.convert_element_type(r, self.dtype) for r in formula(*up)]
+
+        return impl
 
     def bcast(self, v: Any) -> Any:
         """A per-feature vector broadcast along `feature_index`."""
@@ -50,7 +65,7 @@ class _Norm:
     def sum(self, x: Any) -> Any:
         """compute_sum: add-reduction over every dim but `feature_index` (lax.reduce with add
         and 0 is JAX's reduce_sum, which every transformation handles)."""
-        return lax.reduce(x, np.array(0, self.dtype), lax.add, self.axes)
+        return lax.reduce(x, np.array(0, self.compute), lax.add, self.axes)
 
     def mean(self, x: Any) -> Any:
         """compute_mean."""
@@ -72,7 +87,7 @@ class _Norm:
 def batch_norm_inference(view: OpView) -> Impl:
     """spec.md#batch_norm_inference: scale * (x - mean) / sqrt(var + eps) + offset."""
     n = _Norm(view)
-    return lambda x, scale, offset, mean, var: [n.inference(x, scale, offset, mean, var)]
+    return n.run(lambda x, scale, offset, mean, var: [n.inference(x, scale, offset, mean, var)])
 
 
 @lifts("stablehlo.batch_norm_training")
@@ -87,7 +102,7 @@ def batch_norm_training(view: OpView) -> Impl:
         var = n.mean(lax.mul(centered, centered))
         return [n.inference(x, scale, offset, mean, var), mean, var]
 
-    return impl
+    return n.run(impl)
 
 
 @lifts("stablehlo.batch_norm_grad")
@@ -108,4 +123,4 @@ def batch_norm_grad(view: OpView) -> Impl:
         grad_scale = n.sum(lax.mul(grad_out, normalized))
         return [grad_operand, grad_scale, n.sum(grad_out)]
 
-    return impl
+    return n.run(impl)
