@@ -59,7 +59,9 @@ def _tensor(shape: Sequence[int], t: str) -> str:
     return "tensor<" + "".join(f"{d}x" for d in shape) + t + ">"
 
 
-def within(got: np.ndarray, want: np.ndarray, atol: float, rtol: float, what: str) -> str | None:
+def within(
+    got: np.ndarray, want: np.ndarray, atol: float | np.ndarray, rtol: float, what: str
+) -> str | None:
     """|got - want| <= atol + rtol |want| elementwise (complex as a whole); NaN where NaN,
     infinities equal; a problem, or None."""
     g, w = np.asarray(got), np.asarray(want)
@@ -73,12 +75,13 @@ def within(got: np.ndarray, want: np.ndarray, atol: float, rtol: float, what: st
     inf = np.isinf(g) | np.isinf(w)
     if (g[inf & ~gn] != w[inf & ~gn]).any():
         return f"{what}: infinities {g.tolist()} vs {w.tolist()}"
+    bound = np.broadcast_to(np.asarray(atol, np.float64), g.shape)  # a scalar or per element
     with np.errstate(invalid="ignore", over="ignore"):
-        ok = gn | inf | (np.abs(g - w) <= atol + rtol * np.abs(w))
+        ok = gn | inf | (np.abs(g - w) <= bound + rtol * np.abs(w))
     if not ok.all():
         k = int(np.argmin(ok.reshape(-1)))
         return (f"{what}: {g.reshape(-1)[k]} vs {w.reshape(-1)[k]} at {k} beyond "
-                f"{atol:.3g} + {rtol:.3g}|want|")  # fmt: skip
+                f"{bound.reshape(-1)[k]:.3g} + {rtol:.3g}|want|")  # fmt: skip
     return None
 
 
@@ -711,58 +714,67 @@ def _bn_reference(op: str, args: Sequence[np.ndarray], fi: int, eps: float) -> l
         return [gx, gscale, goffset]
 
 
-def _bn_terms(op: str, args: Sequence[np.ndarray], fi: int, eps: float) -> list[float]:
-    """Per result, the largest magnitude among the terms the spec's formula sums or
-    subtracts to make it (in f64, finite ones only): a result is a difference of such terms
-    (x − mean with a mean far from 0, the closed form of batch_norm_grad), so its rounding
-    error in the operand's type is relative to them, not to the result, which can be ~0."""
+def _bn_terms(op: str, args: Sequence[np.ndarray], fi: int, eps: float) -> list[np.ndarray]:
+    """Per result and feature, the largest magnitude among the terms the spec's formula sums
+    or subtracts to make it (in f64, finite ones only), shaped to broadcast against the
+    result: a result is a difference of such terms (x − mean with a mean far from 0, the
+    closed form of batch_norm_grad), so its rounding error in the operand's type is relative
+    to them, not to the result, which can be ~0. Per feature, so a constant feature's large
+    1/sqrt(ε) loosens only its own bound."""
     w, axes, b, eps = _bn_setup(args, fi, eps)
     x = w[0]
     m = max(x.size // max(x.shape[fi], 1), 1)
 
-    def top(*vs: np.ndarray) -> float:
-        fin = [np.abs(v[np.isfinite(v)]) for v in vs]
-        return max((float(f.max()) for f in fin if f.size), default=0.0)
+    def top(v: np.ndarray) -> np.ndarray:
+        """Per feature, the largest finite |v| (v broadcast to x's shape)."""
+        v = np.broadcast_to(v, x.shape)
+        return np.where(np.isfinite(v), np.abs(v), 0.0).max(axis=axes, initial=0.0)
 
     with np.errstate(all="ignore"):
         if op == "batch_norm_training":
             scale, offset = w[1], w[2]
             mean = x.mean(axis=axes)
+            # the batch mean is computed, so x − mean cancels: its error is relative to both
+            centred = np.abs(x) + np.abs(b(mean))
             var = ((x - b(mean)) ** 2).mean(axis=axes)
         elif op == "batch_norm_inference":
             scale, offset, mean, var = w[1:]
+            centred = np.abs(x - b(mean))  # both given: one rounding of the difference
         else:
             scale, mean, var, dy = w[1:]
+            centred = np.abs(x - b(mean))
         inv = 1 / np.sqrt(b(var) + eps)
-        spread = (np.abs(x) + np.abs(b(mean))) * inv  # |x − mean| / stddev before cancelling
+        spread = centred * inv
         if op != "batch_norm_grad":
-            out = top(np.abs(b(scale)) * spread) + top(offset)
+            out = b(top(np.abs(b(scale)) * spread) + np.abs(offset))
             if op == "batch_norm_inference":
                 return [out]
-            return [out, top(x), top((np.abs(x) + np.abs(b(mean))) ** 2)]
+            return [out, top(x), top(centred**2)]
         gscale = (np.abs(dy) * spread).sum(axis=axes)
         goffset = np.abs(dy).sum(axis=axes)
         gx = np.abs(b(scale)) * inv / m * (m * np.abs(dy) + b(goffset) + spread * b(gscale))
-        return [top(gx), top(gscale), top(goffset)]
+        finite = lambda v: np.where(np.isfinite(v), v, 0.0)  # noqa: E731  (sums per feature)
+        return [b(top(gx)), finite(gscale), finite(goffset)]
 
 
-def _bn_bound(terms: Sequence[float], m: int, dt: np.dtype) -> list[np.ndarray]:
-    """Per result: BN_C · ε · max(m, 1) · (T + 1), T the largest term of its formula
-    (`_bn_terms`): the sums over the m elements of a feature round up to m times in the
-    operand's type, in an order the spec leaves open (XLA's expander, lax's reductions), and
-    the differences of large terms keep only their absolute error."""
+def _bn_bound(terms: Sequence[np.ndarray], m: int, dt: np.dtype) -> list[np.ndarray]:
+    """Per result and feature: BN_C · ε · max(m, 1) · (T + 1), T the largest term of its
+    formula (`_bn_terms`): the sums over the m elements of a feature round up to m times in
+    the operand's type, in an order the spec leaves open (XLA's expander, lax's reductions),
+    and the differences of large terms keep only their absolute error."""
     eps = float(ml_dtypes.finfo(dt).eps)
-    return [np.array(BN_C * eps * max(m, 1) * (t + 1)) for t in terms]
+    return [BN_C * eps * max(m, 1) * (t + 1) for t in terms]
 
 
 def _bound_compare(bounds: Sequence[np.ndarray], what: str) -> Callable[..., str | None]:
-    """Results within an absolute bound each (NaN where NaN, infinities equal)."""
+    """Results within an absolute bound each, a scalar or per element (NaN where NaN,
+    infinities equal)."""
 
     def compare(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> str | None:
         if len(got) != len(want):
             return f"{len(got)} results vs {len(want)}"
         for k, (g, w, b) in enumerate(zip(got, want, bounds)):
-            why = within(np.asarray(g), np.asarray(w), float(b), 0.0, f"{what} result {k}")
+            why = within(np.asarray(g), np.asarray(w), np.asarray(b), 0.0, f"{what} result {k}")
             if why:
                 return why
         return None

@@ -20,7 +20,7 @@ import pytest
 import juliabridge
 from juliabridge.backends.lax import RULES
 
-from .oracles import check_module
+from .oracles import check_module, run_lax, run_xla
 
 # f64 arguments and results need x64 outside the module too (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("x64")
@@ -252,6 +252,61 @@ def test_bf16_batch_norm_grad_is_computed_in_f32_as_xla_does() -> None:
     for g, r in zip(got, want):  # each within one bf16 ulp (2⁻⁷ relative) of the formula
         g64, r64 = g.astype(np.float64), r.astype(np.float64)
         assert (np.abs(g64 - r64) <= np.abs(r64) * 2.0**-7).all(), (g64, r64)
+
+
+def _bf16_module(op: str, shape: tuple[int, ...], eps: float) -> str:
+    """`op` on a bf16 operand of `shape` with per-feature vectors, feature_index 0."""
+    x = "tensor<" + "x".join(map(str, shape)) + "xbf16>"
+    v = f"tensor<{shape[0]}xbf16>"
+    ins, outs = {
+        "batch_norm_training": ([x, v, v], [x, v, v]),
+        "batch_norm_inference": ([x, v, v, v, v], [x]),
+    }[op]
+    names = ", ".join(f"%a{k}" for k in range(len(ins)))
+    head = ", ".join(f"%a{k}: {t}" for k, t in enumerate(ins))
+    res = ", ".join(f"%0#{k}" for k in range(len(outs)))
+    return f"""module {{
+  func.func @main({head}) -> ({", ".join(outs)}) {{
+    %0:{len(outs)} = "stablehlo.{op}"({names}) <{{epsilon = {eps:.9e} : f32, feature_index = 0 : i64}}> : ({", ".join(ins)}) -> ({", ".join(outs)})
+    return {res} : {", ".join(outs)}
+  }}
+}}"""
+
+
+def test_bf16_batch_norm_constants_are_xlas_f32_ones() -> None:
+    """The element count and epsilon of a bf16 batch norm are f32 constants in XLA's program
+    (257 stays 257, where bf16 has only 256 and 258; epsilon is not rounded to bf16)."""
+    bf = ml_dtypes.bfloat16
+    train = _bf16_module("batch_norm_training", (1, 257), 0.0)
+    args = [np.full((1, 257), 1.5, bf), np.ones(1, bf), np.zeros(1, bf)]
+    got = run_lax(train, args)
+    assert float(got[1][0]) == 1.5  # 385.5 / 257, not / 256 (1.5078125)
+    assert float(run_xla(train, args)[1][0]) == 1.5
+    # The spec's variance of equal values; XLA's expander (E[x²] − E[x]², row
+    # batch-norm-expander-cancels) gives -5.2e-10 on jax 0.10.2 and 0 on 0.12.
+    assert float(got[2][0]) == 0.0
+    assert np.isnan(got[0].astype(np.float64)).all()  # 0 / sqrt(0 + 0)
+    eps = 0.05829145759344101  # 1 / sqrt(eps): 4.15625 from the f32 value, 4.125 from bf16's
+    one, zero = np.ones(1, bf), np.zeros(1, bf)
+    (out,) = check_module(
+        _bf16_module("batch_norm_inference", (1,), eps),
+        [one, one, zero, zero, zero],
+        rtol=0,
+        atol=0,
+        interpreter=False,
+    )
+    assert float(out[0]) == 4.15625
+
+
+def test_bf16_batch_norm_runs_in_f32_and_other_floats_in_their_own_type() -> None:
+    from .transform_checks import lax_fn
+
+    bf = ml_dtypes.bfloat16
+    for ty, dtype, want in (("bf16", bf, "f32"), ("f16", np.float16, "f16")):
+        text = _bf16_module("batch_norm_training", (2, 3), 1e-3).replace("bf16", ty)
+        args = [np.ones((2, 3), dtype), np.ones(2, dtype), np.zeros(2, dtype)]
+        jaxpr = str(jax.make_jaxpr(lax_fn(text))(*args))
+        assert f"{want}[2,3]" in jaxpr and "f64" not in jaxpr, jaxpr
 
 
 # --- derivatives --------------------------------------------------------------------------

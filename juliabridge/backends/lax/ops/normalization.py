@@ -36,17 +36,18 @@ class _Norm:
                 raise view.error(f"operand {k} has type {ot}, which does not fit {t}")
         self.shape = t.shape
         self.dtype = t.dtype
-        # XLA on the CPU has no bf16 arithmetic: it runs the ops of a bf16 batch norm in f32
-        # and rounds only the results (its excess precision), which the formulas' cancelling
-        # terms make visible (batch_norm_grad with a small variance: whole results apart).
+        # XLA on the CPU has no bf16 arithmetic: it runs a bf16 batch norm in f32, constants
+        # included, and rounds only the results (its excess precision). The formulas'
+        # cancelling terms make that visible (batch_norm_grad with a small variance: whole
+        # results apart), and so do the constants: XLA's count 257 and epsilon are the f32
+        # values, not bf16's 256 and rounded epsilon.
         self.compute = np.dtype(np.float32) if t.dtype == jnp.bfloat16 else t.dtype
         self.axes = tuple(i for i in range(t.rank) if i != self.fi)
         size = int(np.prod(t.shape, dtype=np.int64))
         # spec: constant(size(operand) / dim(operand, feature_index), element_type(operand)).
-        count = np.array(size / features if features else 0.0, t.dtype)
+        self.count = np.array(size / features if features else 0.0, self.compute)
         # epsilon is an f32 attribute; the spec converts it to the operand's element type.
-        eps = np.array(np.float32(view.get_float("epsilon")), t.dtype)
-        self.count, self.eps = count.astype(self.compute), eps.astype(self.compute)
+        self.eps = np.array(np.float32(view.get_float("epsilon")), self.compute)
 
     def run(self, formula: Any) -> Impl:
         """`formula` on the operands converted to the compute type, its results converted
