@@ -182,6 +182,9 @@ KILLERS = {
     "juliabridge/backends/lax/ops/chlo.py": [
         "tests/lax/test_chlo.py::test_missing_derivatives_are_typed_errors_naming_op_and_line",
     ],
+    "juliabridge/backends/lax/ops/normalization.py": [
+        "tests/lax/test_batchnorm.py::test_bf16_batch_norm_runs_in_f32_and_other_floats_in_their_own_type",
+    ],
     "juliabridge/bundle/manifest/schema.py": [
         "tests/test_manifest.py::test_unsafe_file_names",
     ],
