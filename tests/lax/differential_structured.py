@@ -384,6 +384,11 @@ def triangular_solve_case(draw: Any) -> Case:
   }}
 }}"""
     feats = features_of([b]) | ({"zero-pivot"} if zero_pivot and not unit else set())
+    tiny = float(np.finfo(ELEMENT_TYPES[t]).tiny)
+    fin = np.abs(b[np.isfinite(b) & (b != 0)])
+    if fin.size and fin.min() < 16 * tiny:
+        # a product of such an entry with one of A's (|a| < 16) can be a denormal
+        feats.add("denormal")
     feats |= {"nonfinite"} if feats & {"inf", "nan", "zero-pivot", "extreme"} else set()
     # The interpreter aborts on ADJOINT and on batches with a non-unit diagonal.
     interp = tr != "ADJOINT" and (unit or not batch)
