@@ -99,3 +99,5 @@ def test_a_crash_of_the_test_process_under_a_mutant_is_a_kill() -> None:
     # the clean run passed, so a segfault or an abort is the mutant's doing
     assert {-11, -6} <= smoke.KILLED
     assert not smoke.KILLED & smoke.SURVIVED
+    # SIGKILL ends a runaway process: a kill only if it happens again with longer limits
+    assert -9 in smoke.TIMEOUTS and smoke.TIMEOUTS <= smoke.KILLED

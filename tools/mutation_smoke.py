@@ -270,10 +270,12 @@ def load_equivalents(folder: Path = EQUIVALENTS_DIR) -> dict[str, str]:
 EQUIVALENT = load_equivalents()
 
 #: mutmut's exit codes: test failure, pytest error, timeouts, and the test process killed by
-#: SIGSEGV or SIGABRT (-11, -6): the clean run passed, so the crash is the mutant's, as when an
-#: undetected recursive call graph overflows XLA's converter (callgraph.callees_first).
-KILLED = {1, 3, 24, -24, 36, 152, 255, -11, -6}
-TIMEOUTS = {24, -24, 36, 152, 255}
+#: SIGSEGV or SIGABRT (-11, -6): the clean run passed, so the crash is the mutant's. SIGKILL
+#: (-9, which mutmut also calls a segfault) ends a runaway process, as when a cycle check that
+#: never fires lets callgraph.callees_first loop on a recursive module: it is a timeout, run
+#: again with longer limits like the others.
+KILLED = {1, 3, 24, -24, 36, 152, 255, -11, -6, -9}
+TIMEOUTS = {24, -24, 36, 152, 255, -9}
 #: mutmut also stops a mutant at a wall-clock limit (half its CPU limit), so on a loaded
 #: machine a slow survivor can end as a timeout: each timeout is run once more with limits
 #: this many times longer, and counts as killed only if it times out again.
