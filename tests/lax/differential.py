@@ -221,6 +221,12 @@ def binary_case(draw: Any) -> Case:
     feats = features_of([a, b])
     if op == "power" and not floats and (b.astype(np.int64) >= 64).any():
         feats.add("exponent-ge-64")
+    if op == "divide" and floats:
+        # XLA may divide by multiplying with the reciprocal (with the divisor broadcast, as
+        # under vmap), and 1/b is a denormal, flushed, for |b| above 1/smallest normal
+        big = 1 / float(ml_dtypes.finfo(ELEMENT_TYPES[t]).tiny)
+        if (np.abs(b[np.isfinite(b)].astype(np.float64)) > big).any():
+            feats.add("denormal")
     return Case("elementwise", op, text, [a, b], feats)
 
 
