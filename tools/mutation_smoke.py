@@ -500,7 +500,7 @@ def timeouts_to_recheck(sampled: dict[str, int | None], *, out_of_time: bool) ->
     if out_of_time:
         sampled.update(dict.fromkeys(timed_out))
         if timed_out:
-            print(f"mutation smoke: {len(timed_out)} timeouts not run again (no budget left)")
+            print(f"mutation smoke: {len(timed_out)} timeouts left unconfirmed (no budget left)")
         return []
     return timed_out
 

@@ -44,9 +44,11 @@ class _Norm:
         self.compute = np.dtype(np.float32) if t.dtype == jnp.bfloat16 else t.dtype
         self.axes = tuple(i for i in range(t.rank) if i != self.fi)
         size = int(np.prod(t.shape, dtype=np.int64))
-        # spec: constant(size(operand) / dim(operand, feature_index), element_type(operand)).
+        # spec: constant(size(operand) / dim(operand, feature_index), element_type(operand)),
+        # made in the compute type (bf16: f32, as above).
         self.count = np.array(size / features if features else 0.0, self.compute)
-        # epsilon is an f32 attribute; the spec converts it to the operand's element type.
+        # epsilon is an f32 attribute; the spec converts it to the operand's element type
+        # (bf16: kept in f32, as above).
         self.eps = np.array(np.float32(view.get_float("epsilon")), self.compute)
 
     def run(self, formula: Any) -> Impl:
