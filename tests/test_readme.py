@@ -34,11 +34,12 @@ def test_the_usage_block_runs_as_written(tmp_path: Path, monkeypatch: pytest.Mon
     blocks = _usage_blocks()
     assert blocks, "README.md's Usage section has no python block"
     monkeypatch.chdir(tmp_path)  # the block writes finetuned.h5 where it runs
-    for block in blocks:
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            exec(compile(block, "README.md (Usage)", "exec"), {"__name__": "__readme__"})
-        assert out.getvalue().splitlines() == _expected_prints(block)
+    for _ in range(2):  # a second run in the same folder works too (the file is replaced)
+        for block in blocks:
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                exec(compile(block, "README.md (Usage)", "exec"), {"__name__": "__readme__"})
+            assert out.getvalue().splitlines() == _expected_prints(block)
     assert (tmp_path / "finetuned.h5").is_file()
 
 
