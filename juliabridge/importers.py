@@ -30,8 +30,9 @@ def import_lux(
     """Load a bundle directory as a LuxModel (checksums verified unless told otherwise).
 
     A directory written by Reactant's ``Serialization.export_to_enzymejax`` (or its .py) is
-    read too, without running anything in it (docs/reactant-export.md); the last four
-    arguments apply to such directories only.
+    read too, without running anything in it (docs/reactant-export.md), when it holds the
+    exporter's files together (``{fn}.py`` beside ``{fn}_{id}.mlir``); the last four arguments
+    apply to such directories only.
 
     Args:
         path: the bundle directory (``NAME.bundle``, docs/bundle-format.md).
@@ -55,7 +56,11 @@ def import_lux(
 
     Returns:
         A LuxModel: ``model.apply(params, state, *inputs) -> (outputs, new_state)``,
-        ``model(x)``, ``model.params``/``model.state`` as nested dicts by Lux name.
+        ``model(x)``, ``model.params``/``model.state`` as nested dicts by Lux name for a
+        bundle. An export directory records positions, not names (except Dict keys and
+        symbols Reactant's tracer records): its trees are tuples by position
+        (``model.params[0][0]`` is the first leaf of the first layer), dicts where the path
+        has names.
 
     Raises:
         BundleError: the directory is not a readable bundle; ManifestError,

@@ -300,7 +300,24 @@ def test_convert_passes_its_options_and_says_what_it_wrote(
         code, out, err = run(["convert", "exp", "--out", "m.bundle", *flags], capsys)
         assert (code, err) == (0, "")
         assert out == "wrote m.bundle (no reference outputs: Reactant's exporter records none)\n"
-        assert calls.pop() == ("exp", "m.bundle", {"overwrite": overwrite})
+        none = {"outputs": None, "state_results": None, "arg_positions": None, "batch_axis": None}
+        assert calls.pop() == ("exp", "m.bundle", {"overwrite": overwrite, **none})
+    # import_lux's overrides, with the same meaning.
+    flags = ["--outputs", "0,2", "--state-results", "1:3,4:5", "--positions", "1,2,3"]
+    code, out, err = run(
+        ["convert", "exp", "--out", "m.bundle", *flags, "--batch-axis", "0"], capsys
+    )
+    assert (code, err) == (0, "")
+    assert calls.pop()[2] == {
+        "overwrite": False,
+        "outputs": [0, 2],
+        "state_results": {1: 3, 4: 5},
+        "arg_positions": [1, 2, 3],
+        "batch_axis": 0,
+    }
+    for bad in (["--outputs", "0,x"], ["--state-results", "1-3"], ["--positions", ""]):
+        code, _, err = run(["convert", "exp", "--out", "m.bundle", *bad], capsys)
+        assert code == 2 and "expected comma-separated" in err
     assert run(["convert", "exp"], capsys)[0] == 2  # --out is required
 
 

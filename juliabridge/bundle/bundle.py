@@ -294,6 +294,20 @@ def _children(root: Path) -> list[Path]:
 _kind = safefile.kind_of
 
 
+def _check_all_present(root: Path, manifest: Manifest) -> None:
+    """One error naming every file the manifest names that is missing (a half-copied bundle
+    would otherwise be reported a file at a time)."""
+    missing = [
+        (key, ref.file) for key, ref in manifest.files() if not os.path.lexists(root / ref.file)
+    ]
+    if len(missing) > 1:
+        names = ", ".join(f"{file} ({key}.file)" for key, file in missing)
+        raise BundleError(
+            f"{root}: {len(missing)} files named in {MANIFEST_NAME} are missing: {names}; the "
+            "bundle is incomplete: copy or download all of its files"
+        )
+
+
 def _inside(root: Path, ref: FileRef, key: str) -> Path:
     p = root / ref.file
     try:
@@ -429,6 +443,7 @@ def open_bundle(
     """
     root = _resolve_root(path)
     manifest = load_manifest(root / MANIFEST_NAME)
+    _check_all_present(root, manifest)
     files = {key: _inside(root, ref, key) for key, ref in manifest.files()}
     _check_weight_sizes(manifest, files["weights"], os.lstat(files["weights"]).st_size)
     with safefile.directory(root) as dfd:
