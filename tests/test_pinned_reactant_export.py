@@ -420,6 +420,7 @@ def _sharded(tmp: Path, sizes: tuple[int, ...], spec: tuple[Any, ...]) -> Any:
     return juliabridge.load_reactant_export(_export(tmp, sharding=sh), backend="lax")
 
 
+@pytest.mark.multidevice
 def test_place_inputs_from_npz_and_given(tmp_path: Path) -> None:
     # Julia dims of X are (3, 2): spec (nothing, :x) puts mesh axis x on the row-major dim 0.
     n = min(2, jax.device_count())
@@ -455,10 +456,7 @@ def test_place_inputs_refusals(tmp_path: Path) -> None:
         fn.place_inputs(devices=jax.devices()[:1])
 
 
-@pytest.mark.skipif(
-    jax.device_count() < 2,
-    reason="needs 2 devices (XLA_FLAGS=--xla_force_host_platform_device_count)",
-)
+@pytest.mark.multidevice(devices=2)
 def test_place_inputs_spec_that_does_not_divide(tmp_path: Path) -> None:
     fn = _sharded(tmp_path, (2,), ("x", None))  # row-major dim 1 (size 3) over 2 devices
     with pytest.raises(CallArgumentError, match=r"arg1 cannot be placed with \(None, 'x'\)"):
