@@ -45,6 +45,7 @@ LAYERS: dict[str, int] = {
     "juliabridge.bundle.write": 13,
     "juliabridge.lux": 14,
     "juliabridge.reactant_export": 15,
+    "juliabridge.julia_export": 15,
     "juliabridge.importers": 16,
     "juliabridge.verification": 17,
     "juliabridge.flax": 18,
