@@ -153,6 +153,20 @@ def test_stateful_lux_layer_export(
     assert "params[0][1]" in text and "arg.1.ps.1.2" in text and f"arg.1.{field}.1.1" in text
 
 
+def test_inspect_an_export_without_its_npz(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # export_data_as_npz=false: import_lux has no parameter values, inspect still describes it.
+    fn = lambda x, w: (x * w, x, w)  # noqa: E731
+    args = [ArgInfo([1], X), ArgInfo([2, 1], W[:, 0])]
+    write_export(tmp_path, Export("f", lower(fn, X, W[:, 0]), args, export_data_as_npz=False))
+    with pytest.raises(BundleError, match="export_data_as_npz=false"):
+        juliabridge.import_lux(tmp_path)
+    text = _inspect(tmp_path, capsys)
+    assert "weights: none (exported with export_data_as_npz=false)" in text
+    assert "params[0]" in text and "arg.2.1" in text
+
+
 # --- Complex numbers, many arguments, bare arrays ---------------------------------------------
 
 
