@@ -27,10 +27,13 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
+import dataclasses
 import json
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -191,18 +194,45 @@ def _pytest(repo: Path, tests: tuple[str, ...], timeout: float) -> tuple[str, fl
     env.pop("MUTANT_UNDER_TEST", None)
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
     start = time.monotonic()
+    proc = subprocess.Popen(
+        cmd,
+        cwd=repo,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: stopped with its children
+    )
+    _RUNNING.add(proc)
     try:
-        proc = subprocess.run(
-            cmd, cwd=repo, env=env, capture_output=True, timeout=timeout, check=False
-        )
+        out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        _stop(proc)
         return "timeout", time.monotonic() - start, ""
-    tail = (proc.stdout + proc.stderr).decode(errors="replace")[-1500:]
+    finally:
+        _RUNNING.discard(proc)
+    tail = out.decode(errors="replace")[-1500:]
     if proc.returncode == 0:
         return "passed", time.monotonic() - start, tail
     if proc.returncode == 5:  # no tests collected: the selection is wrong, not the mutant
         return "error", time.monotonic() - start, tail
     return "failed", time.monotonic() - start, tail
+
+
+#: pytest processes running now (stopped, with their children, if this tool is stopped).
+_RUNNING: set[subprocess.Popen[bytes]] = set()
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Kill `proc`'s process group (pytest and the helpers its tests started)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    for proc in list(_RUNNING):
+        _stop(proc)
+    sys.exit(128 + signum)
 
 
 def _run_one(repo: Path, mutant: Mutant, timeout: float) -> dict[str, object]:
@@ -224,7 +254,8 @@ def _run_one(repo: Path, mutant: Mutant, timeout: float) -> dict[str, object]:
         "description": mutant.description,
         "verdict": verdict,
         "seconds": round(seconds, 1),
-        "tail": tail if verdict in ("survived", "error") else "",
+        "tests": list(mutant.tests),
+        "tail": tail if verdict in ("survived", "error") else tail[-400:],
     }
 
 
@@ -234,6 +265,7 @@ def run_mutants(
     timeout: float,
     shared: Path = ROOT.parent / "shared",
     log: Path | None = None,
+    clean_first: bool = True,
 ) -> tuple[list[dict[str, object]], dict[str, str]]:
     """Run every mutant of `groups` (after each group's clean run); (results, group errors).
 
@@ -268,7 +300,7 @@ def run_mutants(
 
         errors: dict[str, str] = {}
         with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-            for g, (outcome, tail) in zip(groups, pool.map(clean, groups)):
+            for g, (outcome, tail) in zip(groups, pool.map(clean, groups if clean_first else [])):
                 if outcome != "passed":
                     errors[g.name] = f"clean run {outcome}:\n{tail}"
             todo = [m for g in groups if g.name not in errors for m in g.mutants]
@@ -295,6 +327,21 @@ def summarize(
     return out
 
 
+def _previous_kills(paths: list[Path]) -> dict[str, dict[str, object]]:
+    """Mutant id -> its result, for every mutant an earlier run (--json or --log) killed."""
+    found: dict[str, dict[str, object]] = {}
+    for path in paths:
+        text = path.read_text()
+        try:
+            rows = json.loads(text)["results"]  # a --json file
+        except (json.JSONDecodeError, KeyError, TypeError):
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        for r in rows:
+            if str(r["verdict"]).startswith("killed"):
+                found[str(r["id"])] = {**r, "carried": str(path)}
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -309,12 +356,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--log", type=Path, help="append each result here as a JSON line")
     ap.add_argument(
+        "--previous",
+        type=Path,
+        action="append",
+        default=[],
+        help="a --json or --log file of an earlier run: its kills are carried over (tests are "
+        "only ever added between runs), so only its survivors run again",
+    )
+    ap.add_argument(
+        "--no-clean",
+        action="store_true",
+        help="skip each group's unmutated run (when it is known to pass: it costs as much as a "
+        "surviving mutant)",
+    )
+    ap.add_argument(
+        "--tests",
+        nargs="+",
+        help="run the chosen mutants against these tests instead of their groups' (e.g. only "
+        "the tests added since --previous)",
+    )
+    ap.add_argument(
         "--shared",
         type=Path,
         default=ROOT.parent / "shared",
         help="the fixtures folder the copies see at ../shared (default: the checkout's)",
     )
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
 
     groups = load_groups()
     if args.group:
@@ -333,8 +402,25 @@ def main(argv: list[str] | None = None) -> int:
     if problems and args.check:
         return 1
 
+    carried = _previous_kills(args.previous)
+    if args.tests:
+        for g in groups:
+            g.tests = tuple(args.tests)
+            g.mutants = [dataclasses.replace(m, tests=g.tests) for m in g.mutants]
+    todo = [
+        dataclasses.replace(g, mutants=[m for m in g.mutants if m.id not in carried])
+        for g in groups
+    ]
     start = time.monotonic()
-    results, errors = run_mutants(groups, max(1, args.jobs), args.timeout, args.shared, args.log)
+    results, errors = run_mutants(
+        [g for g in todo if g.mutants],
+        max(1, args.jobs),
+        args.timeout,
+        args.shared,
+        args.log,
+        clean_first=not args.no_clean,
+    )
+    results += [carried[m.id] for g in groups for m in g.mutants if m.id in carried]
     summary = summarize(groups, results, errors)
     elapsed = time.monotonic() - start
     print(f"\nrealistic mutants, {elapsed:.0f} s with {args.jobs} worker(s):")

@@ -428,6 +428,30 @@ def _check_echoes(manifest: Manifest, module: StableHLOModule, origin: str) -> N
         )
 
 
+def check_module(manifest: Manifest, module: StableHLOModule, origin: str) -> None:
+    """@main's argument and result types equal the manifest's, and every `echo_of` is an
+    argument the module returns unchanged (spec §6 step 5).
+
+    Raises:
+        SignatureMismatchError: naming the argument or result and both types.
+    """
+    _check_signature(
+        "argument",
+        [TensorSpec(a.shape, a.dtype) for a in manifest.arguments],
+        list(module.arguments),
+        [a.label for a in manifest.arguments],
+        origin,
+    )
+    _check_signature(
+        "result",
+        [TensorSpec(r.shape, r.dtype) for r in manifest.results],
+        list(module.results),
+        [r.label for r in manifest.results],
+        origin,
+    )
+    _check_echoes(manifest, module, origin)
+
+
 def open_bundle(
     path: str | os.PathLike[str],
     *,
@@ -451,21 +475,7 @@ def open_bundle(
             root, manifest, verify=verify_checksums, isolated=not trust, dir_fd=dfd
         )
     module, src = parse_source(sources["module"], trust=trust)
-    _check_signature(
-        "argument",
-        [TensorSpec(a.shape, a.dtype) for a in manifest.arguments],
-        list(module.arguments),
-        [a.label for a in manifest.arguments],
-        src.origin,
-    )
-    _check_signature(
-        "result",
-        [TensorSpec(r.shape, r.dtype) for r in manifest.results],
-        list(module.results),
-        [r.label for r in manifest.results],
-        src.origin,
-    )
-    _check_echoes(manifest, module, src.origin)
+    check_module(manifest, module, src.origin)
     bundle = Bundle(
         root,
         manifest,

@@ -51,14 +51,24 @@ def python_path(role: str, path: Sequence[int | str]) -> str:
 
 
 def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
-    """Print producer, arguments, results and sizes of a bundle (or a Reactant export)."""
+    """Print producer, arguments, results and sizes of a bundle (or a Julia or Reactant export
+    directory)."""
     from .. import dtypes
     from ..bundle import open_bundle
     from ..bundle.manifest import REACTANT_EXPORTER
+    from ..julia_export import DESCRIPTION_NAME, complete, is_julia_export
     from ..reactant_export.directory import is_export_dir
 
     export = None
-    if is_export_dir(args.path):
+    if is_julia_export(args.path):
+        bundle = complete(args.path).bundle
+        console.print(
+            _t(
+                f"JuliaBridge.jl export directory ({DESCRIPTION_NAME}), completed to a format-3 "
+                "bundle in memory (`juliabridge convert` writes it)"
+            )
+        )
+    elif is_export_dir(args.path):
         from ..reactant_export.luxmodel import export_bundle
 
         bundle, export = export_bundle(args.path)
@@ -279,9 +289,15 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_convert(args: argparse.Namespace, console: Console) -> int:
-    """Write a bundle from a Reactant export_to_enzymejax directory (reactant_export.convert)."""
+    """Write a bundle from a JuliaBridge.jl export directory (julia_export) or a Reactant
+    export_to_enzymejax directory (reactant_export.convert)."""
+    from ..julia_export import convert_julia_export, is_julia_export
     from ..reactant_export.convert import convert_export
 
+    if is_julia_export(args.path):
+        out = convert_julia_export(args.path, args.out, overwrite=args.overwrite)
+        console.print(_t(f"wrote {out} from the JuliaBridge.jl export directory {args.path}"))
+        return OK
     out = convert_export(
         args.path,
         args.out,
@@ -424,7 +440,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"juliabridge {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("inspect", help="show a bundle's signature, sizes and producer")
-    p.add_argument("path", help="bundle directory, or a Reactant export_to_enzymejax directory")
+    p.add_argument(
+        "path",
+        help="bundle directory, a JuliaBridge.jl export directory, or a Reactant "
+        "export_to_enzymejax directory",
+    )
     p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     p.set_defaults(func=cmd_inspect)
     p = sub.add_parser("verify", help="compare a bundle's outputs with its reference outputs")
@@ -458,9 +478,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     p.set_defaults(func=cmd_vjp)
     p = sub.add_parser(
-        "convert", help="write a bundle from a Reactant export_to_enzymejax directory"
+        "convert",
+        help="write a bundle from a JuliaBridge.jl export directory or a Reactant "
+        "export_to_enzymejax directory",
     )
-    p.add_argument("path", help="the export directory (or its .py)")
+    p.add_argument(
+        "path",
+        help="the export directory (holding juliabridge-export.json, or Reactant's .py; or "
+        "that .py)",
+    )
     p.add_argument("--out", required=True, help="the bundle directory to write (NAME.bundle)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
     p.add_argument(
