@@ -424,6 +424,39 @@ def mutant_names(work: Path, files: list[str]) -> dict[str, list[str]]:
     return {f: [f"{module_name(f)}.{n}" for n in names] for f, names in listed.items()}
 
 
+#: mutmut's own first steps of `mutmut run` (copy the tree to mutants/, write every mutant and
+#: each file's .meta listing its mutants in source order), so that the run that follows finds
+#: them written and does not generate them again.
+_GENERATE = """
+import os, sys
+import mutmut.__main__ as m
+os.makedirs("mutants", exist_ok=True)
+m.copy_src_dir()
+m.copy_also_copy_files()
+m.setup_source_paths()
+m.store_lines_covered_by_tests()
+m.create_mutants(int(sys.argv[1]))
+"""
+
+
+def generate(work: Path, files: list[str], children: int) -> dict[str, list[str]]:
+    """Generate the mutants of the scratch copy `work` as `mutmut run` would, and give each of
+    `files`' mutant names in source order (from mutmut's .meta files)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _GENERATE, str(children)],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"mutation_smoke: mutmut cannot generate mutants:\n{proc.stderr[-3000:]}")
+    return {
+        f: list(json.loads((work / "mutants" / f"{f}.meta").read_text())["exit_code_by_key"])
+        for f in files
+    }
+
+
 def window(core: list[str], k: int, offset: int) -> list[str]:
     """`k` modules of `core` (all when `k` is 0 or more than there are), from place `offset`
     on, wrapping around."""
@@ -742,7 +775,7 @@ def main() -> int:
             f: stride_sample(names, args.stride)
             if f in whole
             else spread(names, MEASURED_STRIDE, args.per_module)
-            for f, names in mutant_names(work, files).items()
+            for f, names in generate(work, files, args.children).items()
         }
         wanted = ordered(sample)
 
