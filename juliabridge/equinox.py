@@ -65,6 +65,10 @@ class LuxModule(eqx.Module):  # type: ignore[misc]
         """(params, state, LuxModel): this module's trees, for save_params."""
         return self.params, self.state, self.lux
 
+    def __juliabridge_replace__(self, params: Any, state: Any) -> LuxModule:
+        """A copy of this module holding `params` and `state` (for juliabridge.load_into)."""
+        return eqx.tree_at(lambda m: (m.params, m.state), self, (params, state))  # type: ignore[no-any-return]
+
     def __call__(self, *inputs: Any) -> Any:
         """The model's outputs for `inputs` with this module's parameters and state.
 

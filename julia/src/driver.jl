@@ -1,13 +1,10 @@
-# Entry points for Python.
-#
-# The `julia` subprocess route (`juliabridge export SCRIPT.jl --out DIR`, juliabridge/julia/driver.py):
+# Entry points for Python (juliabridge/driver/). The `julia` subprocess route runs
 #   julia --project=ENV --startup-file=no -e 'using JuliaBridge; exit(JuliaBridge.run_request(ARGS[1]))' REQUEST.json
-# The request is a JSON object; the answer is written to request["result_file"] as JSON.
-# Progress goes to stdout as lines `[juliabridge:progress] STEP/NSTEPS MESSAGE`.
-#
-# The juliacall route (`juliabridge.export_lux(model, ps, st, *inputs, out=...)`,
-# juliabridge/julia/session.py) calls `export_from_python` in the Python process's own Julia
-# session with the Julia objects themselves; the answer is returned as the same JSON text.
+# where the JSON request names either a `script` (a .jl file defining model, ps, st and x) or a
+# `serialized` file (what a juliacall session wrote with the Serialization stdlib: the tuple
+# (model, ps, st, inputs), with `packages` to load first). The answer is written to
+# request["result_file"] as JSON; progress goes to stdout as `[juliabridge:progress] STEP/NSTEPS MESSAGE`.
+# The in-process route (opt-in) calls `export_from_python` in the juliacall session itself.
 
 const SCRIPT_NAMES = (:model, :ps, :st, :x)
 
@@ -50,27 +47,16 @@ function print_progress(step, nsteps, msg)
     return nothing
 end
 
-"""
-The keyword arguments of `export_model` from a request object (JSON from Python): `name`,
-`mode`, `overwrite`, `reference`, `vjp`, `metadata` (merged over `metadata`), `allow_custom_calls`,
-`samples_independent`. Absent or null keys take `export_model`'s defaults.
-"""
+"""The keywords of `export_model` from a request object (absent or null keys: the defaults)."""
 function export_options(req::AbstractDict, metadata::AbstractDict=Dict{String,Any}(); name=nothing)
     meta = Dict{String,Any}(string(k) => v for (k, v) in pairs(metadata))
     extra = get(req, "metadata", nothing)
     extra === nothing || merge!(meta, Dict{String,Any}(string(k) => v for (k, v) in pairs(extra)))
     flag(k, default) = (v = get(req, k, nothing); v === nothing ? default : Bool(v))
     si = get(req, "samples_independent", nothing)
-    return (;
-        name=something(get(req, "name", nothing), name, Some(nothing)),
-        mode=Symbol(something(get(req, "mode", nothing), "test")),
-        overwrite=flag("overwrite", false),
-        reference=flag("reference", true),
-        vjp=flag("vjp", false),
-        metadata=meta,
-        allow_custom_calls=flag("allow_custom_calls", false),
-        samples_independent=si === nothing ? nothing : Bool(si),
-    )
+    return (; name=something(get(req, "name", nothing), name, Some(nothing)), mode=Symbol(something(get(req, "mode", nothing), "test")),
+            overwrite=flag("overwrite", false), reference=flag("reference", true), metadata=meta,
+            samples_independent=si === nothing ? nothing : Bool(si))
 end
 
 """
@@ -79,10 +65,10 @@ Python reads: `{"ok": true, "path": ...}` or `{"ok": false, "error_type", "messa
 """
 function answer(f)
     try
-        return jobject("ok" => true, "path" => f())
+        return Dict{String,Any}("ok" => true, "path" => f())
     catch err
         err isa InterruptException && rethrow()
-        return jobject(
+        return Dict{String,Any}(
             "ok" => false,
             "error_type" => string(nameof(typeof(err))),
             "message" => sprint(showerror, err),
@@ -91,50 +77,46 @@ function answer(f)
     end
 end
 
+"""
+The objects a juliacall session serialized: the packages it named are loaded first, so that
+their types resolve (types defined in the session's `Main` do not exist here).
+"""
+function load_serialized(req::AbstractDict)
+    for (name, uuid) in get(req, "packages", [])
+        Base.require(Base.PkgId(Base.UUID(uuid), name))   # Julia base/loading.jl: require(::PkgId)
+    end
+    model, ps, st, inputs = open(io -> Base.invokelatest(Serialization.deserialize, io), req["serialized"])
+    return (; model, ps, st, x=length(inputs) == 1 ? only(inputs) : Tuple(inputs))
+end
+
 """Run the export described by the JSON file `request_path`; return the process exit code."""
 function run_request(request_path::AbstractString)::Int
     req = JSON.parsefile(request_path)
-    result_file = String(req["result_file"])
     result = answer() do
-        print_progress(0, 0, "loading $(req["script"])")
-        s = load_script(String(req["script"]))
-        opts = export_options(req, s.metadata; name=s.name)
+        from = haskey(req, "serialized") ? "the objects of your juliacall session" : req["script"]
+        print_progress(0, 0, "loading $from")
+        s = haskey(req, "serialized") ? load_serialized(req) : load_script(String(req["script"]))
+        opts = haskey(s, :metadata) ? export_options(req, s.metadata; name=s.name) : export_options(req)
         # The script may define types and methods: call into them in the latest world.
         Base.invokelatest(export_model, String(req["out"]), s.model, s.ps, s.st, s.x; opts..., progress=print_progress)
     end
-    write_manifest(result_file, result)
+    write(String(req["result_file"]), JSON.json(result))
     return result["ok"] ? 0 : 1
-end
-
-# Plain numeric arrays that are not `Array`s (juliacall's `PyArray` over a NumPy array, views)
-# as `Array`s, which Reactant converts to Reactant arrays; identity is kept, so an array passed
-# twice stays one array.
-function as_arrays(v, seen::IdDict{Any,Any}=IdDict{Any,Any}())
-    if v isa AbstractArray{<:Number} && !(v isa Array) && !(v isa ReactantLeaf)
-        return get!(() -> Array(v), seen, v)
-    elseif v isa Tuple || v isa NamedTuple
-        return map(c -> as_arrays(c, seen), v)
-    end
-    return v
 end
 
 """
     export_from_python(out, model, ps, st, options_json, inputs...; progress=nothing) -> String
 
-The juliacall route: export `model(x, ps, st)` (Julia objects of the calling session) to `out`
-with the options of JSON object `options_json` (the keys of `export_options`), and return the
-answer object as JSON text, as `run_request` writes it. Non-`Array` numeric arrays among the
-inputs (NumPy arrays arrive as `PyArray`s, already in Julia's dimension order) are copied to
-`Array`s first.
+The in-process juliacall route (opt-in): export `model(x, ps, st)` (objects of the calling
+session) to `out` with the options of JSON object `options_json` (the keys of
+`export_options`), and return the answer object as JSON text, as `run_request` writes it.
+NumPy inputs arrive as juliacall `PyArray`s (Julia's dimension order); the flatten copies them.
 """
 function export_from_python(out::AbstractString, model, ps, st, options_json::AbstractString, inputs...; progress=nothing)::String
     result = answer() do
         isempty(inputs) && throw(ArgumentError("export_lux needs at least one example input"))
-        req = JSON.parse(options_json)
-        opts = export_options(req)
-        xs = map(as_arrays, inputs)
-        x = length(xs) == 1 ? only(xs) : xs
-        Base.invokelatest(export_model, String(out), model, ps, st, x; opts..., progress)
+        opts = export_options(JSON.parse(options_json))
+        Base.invokelatest(export_model, String(out), model, ps, st, length(inputs) == 1 ? only(inputs) : inputs; opts..., progress)
     end
     return JSON.json(result)
 end

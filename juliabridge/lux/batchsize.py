@@ -71,12 +71,7 @@ def batch_size_of(manifest: Manifest, flat: Sequence[Any], layout: str) -> Any:
                 raise CallArgumentError(_wrong_shape(manifest.name, a, shape, julia))
             continue
         if len(shape) != len(a.shape):
-            want_dims = list(a.shape[::-1]) if julia else list(a.shape)
-            got_dims = list(shape[::-1]) if julia else list(shape)
-            order = " in Julia's order (layout='julia')" if julia else ""
-            raise CallArgumentError(
-                f"{a.label}: expects rank {len(a.shape)} ({want_dims}{order}), got shape {got_dims}"
-            )
+            raise CallArgumentError(_wrong_rank(a, shape, julia))
         sizes[a.label] = shape[a.batch_axis]
     if not sizes:
         return None
@@ -135,6 +130,31 @@ def check_fixed_shapes(manifest: Manifest, flat: Sequence[Any], layout: str) -> 
         )
 
 
+def _wrong_rank(a: Any, got: tuple[int, ...], julia: bool) -> str:
+    """The message for an input of the wrong rank: the shape it takes, N marking the batch."""
+    dims = ["N" if i == a.batch_axis else str(d) for i, d in enumerate(a.shape)]
+    axis, got_dims = a.batch_axis, list(got)
+    order = ""
+    if julia:
+        dims, got_dims, axis = dims[::-1], got_dims[::-1], len(a.shape) - 1 - a.batch_axis
+        order = " in Julia's order (layout='julia')"
+    return (
+        f"{a.label}: expects a rank-{len(a.shape)} array of shape ({', '.join(dims)}){order}: "
+        f"any batch size N on axis {axis} (traced with N={a.shape[a.batch_axis]}), got shape "
+        f"{got_dims}"
+    )
+
+
+def _channels_last(a: Any, got: tuple[int, ...]) -> bool:
+    """Whether `got` (module order) is the argument's shape with its channel axis (the one
+    after the batch axis) moved last, as NumPy/TensorFlow images are: (N, H, W, C)."""
+    axis = a.batch_axis
+    if axis != 0 or len(got) < 3 or len(got) != len(a.shape):
+        return False
+    moved = (got[0], got[-1], *got[1:-1])
+    return moved[1:] == tuple(a.shape[1:]) and got[1:] != tuple(a.shape[1:])
+
+
 def _wrong_shape(name: str, a: Any, got: tuple[int, ...], julia: bool) -> str:
     """The message for input `a` given an array of module-order shape `got`.
 
@@ -179,6 +199,11 @@ def _wrong_shape(name: str, a: Any, got: tuple[int, ...], julia: bool) -> str:
         if looks_reversed
         else ""
     )
+    if not hint and _channels_last(a, got):
+        hint = (
+            " It looks channels-last (N, H, W, C); this model takes channels first, as Lux "
+            "does (Julia's (W, H, C, N) reversed): pass np.moveaxis(x, -1, 1)."
+        )
     want = f"tensor<{'x'.join(dims)}x{a.dtype}>"
     return f"{name}: {a.label} expects {want}{batch}, got shape {list(got)}.{hint}"
 

@@ -69,6 +69,7 @@ __all__ = [
     "Producer",
     "ResultEntry",
     "StaticLeaf",
+    "decode_strict_json",
     "default_tolerances",
     "format_path",
     "load_manifest",
@@ -717,6 +718,37 @@ def _no_constant(name: str) -> Any:
     raise _StrictJSONError(f"{name} is not a JSON number")
 
 
+def decode_strict_json(data: bytes, origin: str | Path) -> Any:
+    """Decode `data` as strict JSON: UTF-8, no duplicate keys, no NaN/Infinity, at most
+    MAX_DEPTH levels of nesting (measured before parsing).
+
+    Raises:
+        ManifestError: naming `origin` and what is wrong.
+    """
+    depth = max_depth(data, JSON_SKIP, opens=b"[{", closes=b"]}", drop=())
+    if depth > MAX_DEPTH:
+        raise ManifestError(
+            f"{origin}: JSON nested {depth} levels deep, more than the {MAX_DEPTH} a manifest may "
+            "use"
+        )
+    try:
+        return json.loads(
+            data.decode("utf-8"),
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_no_constant,
+        )
+    except UnicodeDecodeError as e:
+        raise ManifestError(f"{origin}: not UTF-8 ({e})") from e
+    except json.JSONDecodeError as e:
+        raise ManifestError(f"{origin}: not valid JSON: {e}") from e
+    except _StrictJSONError as e:
+        raise ManifestError(f"{origin}: not strict JSON: {e}") from e
+    except ValueError as e:  # e.g. an integer literal longer than Python converts
+        raise ManifestError(f"{origin}: not valid JSON: {str(e)[:200]}") from e
+    except RecursionError as e:
+        raise ManifestError(f"{origin}: JSON nested too deeply") from e
+
+
 def load_manifest(path: Path) -> Manifest:
     """Read, size-check and validate ``manifest.json`` at `path`.
 
@@ -735,27 +767,7 @@ def load_manifest(path: Path) -> Manifest:
             f"{path}: larger than the {MAX_MANIFEST_BYTES >> 20} MiB manifest limit; a manifest "
             "describes arrays, it does not hold them, so this is not a juliabridge manifest"
         )
-    depth = max_depth(data, JSON_SKIP, opens=b"[{", closes=b"]}", drop=())
-    if depth > MAX_DEPTH:
-        raise ManifestError(
-            f"{path}: JSON nested {depth} levels deep, more than the {MAX_DEPTH} a manifest may use"
-        )
-    try:
-        obj = json.loads(
-            data.decode("utf-8"),
-            object_pairs_hook=_no_duplicates,
-            parse_constant=_no_constant,
-        )
-    except UnicodeDecodeError as e:
-        raise ManifestError(f"{path}: not UTF-8 ({e})") from e
-    except json.JSONDecodeError as e:
-        raise ManifestError(f"{path}: not valid JSON: {e}") from e
-    except _StrictJSONError as e:
-        raise ManifestError(f"{path}: not strict JSON: {e}") from e
-    except ValueError as e:  # e.g. an integer literal longer than Python converts
-        raise ManifestError(f"{path}: not valid JSON: {str(e)[:200]}") from e
-    except RecursionError as e:
-        raise ManifestError(f"{path}: JSON nested too deeply") from e
+    obj = decode_strict_json(data, path)
     try:
         return parse_manifest(obj)
     except RecursionError as e:
