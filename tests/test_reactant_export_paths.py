@@ -85,6 +85,20 @@ def test_dict_argument_keeps_its_keys(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "records no digests" in text and "--no-verify" not in text
 
 
+@pytest.mark.parametrize(
+    ("paths", "match"),
+    [
+        # A Dict key "1" and a position 1 print alike.
+        ([[1], [2, 1], [2, 1]], r"parameter\[1\] is also argument 1; paths must be unique"),
+        ([[1], [2, "a"], [2, "a", "b"]], r"path \['a'\] is a leaf but \['a', 'b'\] continues"),
+    ],
+)
+def test_paths_that_are_no_tree_name_the_py(tmp_path: Path, paths: Any, match: str) -> None:
+    d = _write(tmp_path, lambda x, a, b: (x * a * b, x, a, b), [(p, B) for p in paths])
+    with pytest.raises(ManifestError, match=rf"f\.py: the arguments' paths do not form .*{match}"):
+        juliabridge.import_lux(d)
+
+
 def test_integer_and_named_steps_under_one_parent_refused(tmp_path: Path) -> None:
     # A Dict{Any} with keys 1 and "w" prints both; a tree cannot be a tuple and a dict at once.
     d = _write(
@@ -137,6 +151,20 @@ def test_stateful_lux_layer_export(
         )
     text = _inspect(d, capsys)
     assert "params[0][1]" in text and "arg.1.ps.1.2" in text and f"arg.1.{field}.1.1" in text
+
+
+def test_inspect_an_export_without_its_npz(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # export_data_as_npz=false: import_lux has no parameter values, inspect still describes it.
+    fn = lambda x, w: (x * w, x, w)  # noqa: E731
+    args = [ArgInfo([1], X), ArgInfo([2, 1], W[:, 0])]
+    write_export(tmp_path, Export("f", lower(fn, X, W[:, 0]), args, export_data_as_npz=False))
+    with pytest.raises(BundleError, match="export_data_as_npz=false"):
+        juliabridge.import_lux(tmp_path)
+    text = _inspect(tmp_path, capsys)
+    assert "weights: none (exported with export_data_as_npz=false)" in text
+    assert "params[0]" in text and "arg.2.1" in text
 
 
 # --- Complex numbers, many arguments, bare arrays ---------------------------------------------
@@ -259,6 +287,25 @@ def test_path_steps_refused_naming_the_line(tmp_path: Path, step: str, match: st
     py.write_text(py.read_text().replace("arg.2.1", f"arg.{step}"))
     line = _line_of(py, "arg2: Array of shape")
     with pytest.raises(ManifestError, match=rf"f\.py:{line}: {match}"):
+        open_export(d)
+
+
+def test_token_budget_not_grown_by_comments_nor_past_the_argument_limit(tmp_path: Path) -> None:
+    d = _write(tmp_path, lambda x, w: (x * w, x, w), [([1], X), ([2, 1], W[:, 0])])
+    py = d / "f.py"
+    base = py.read_text()
+    fake = "".join(
+        f"# arg{k}: Array of shape (2,) and dtype float32. Path: arg.{k}\n" for k in range(1, 2000)
+    )
+    bomb = "x = [" + "1," * 15_000 + "]\n"
+    py.write_text(fake + base.replace("import os\n", "import os\n" + bomb))
+    with pytest.raises(
+        ManifestError, match=r"f\.py:\d+: holds more than 20240 tokens, .* its 2 arg"
+    ):
+        open_export(d)
+    many = "".join(f"arg{k}: Array of shape (2,)\n" for k in range(1, 16_386))
+    py.write_text(f'"""\n{many}"""\n' + base)
+    with pytest.raises(ManifestError, match=r"f\.py: lists more than 16384 arguments"):
         open_export(d)
 
 
