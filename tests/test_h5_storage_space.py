@@ -134,3 +134,23 @@ def test_a_superblock_claiming_more_bytes_than_the_file_has_is_refused(
     finally:
         os.close(fd)
     assert e.value.kind == "corrupt"
+
+
+@pytest.mark.parametrize("keep", [0, 1, 2000, 4095])
+def test_a_dataset_running_past_the_end_of_the_file_is_refused(tmp_path: Path, keep: int) -> None:
+    # The file is cut inside the last dataset's bytes and its superblock made to agree (so
+    # only the dataset's own extent shows the loss): the data past the end are never read.
+    path = tmp_path / "w.h5"
+    with h5py.File(path, "w") as f:
+        f.create_group("params")
+        f.create_dataset("/params/w", data=np.arange(1024, dtype="<f4"))
+    with h5py.File(path, "r") as f:
+        offset = f["/params/w"].id.get_offset()
+    raw = bytearray(path.read_bytes())
+    assert offset + 4096 == len(raw)  # h5py writes the data last
+    raw = raw[: offset + keep]
+    raw[40:48] = len(raw).to_bytes(8, "little")
+    path.write_bytes(bytes(raw))
+    with pytest.raises(h5parse.Problem, match="lie past the end of the") as e:
+        _plan(path, (1024,), "<f4")
+    assert e.value.kind == "corrupt"
