@@ -74,7 +74,7 @@ def derive_vjp_text(module: StableHLOModule, where: str) -> tuple[str, str]:
             f"{where}: the VJP module cannot be derived here: the lax backend cannot lift the "
             f"module ({why_not_lax}) and enzyme-ad is not importable (its wheels are for "
             "CPython 3.11: pip install 'juliabridge[enzyme]' there and run juliabridge vjp "
-            "there), or export with JuliaBridge.export_lux(...; vjp=true)"
+            "there)"
         )
     with progress.spinner(f"deriving the VJP module with Enzyme: {where}"):
         return EnzymeBackend(module).vjp_module_text(), "Enzyme"
