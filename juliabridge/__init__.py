@@ -1,6 +1,7 @@
 """juliabridge: Lux.jl models exported from Julia, as ordinary JAX functions."""
 
 from ._version import __version__
+from .driver.session import export_lux
 from .errors import (
     BackendUnavailableError,
     BundleError,
@@ -25,7 +26,6 @@ from .errors import (
 )
 from .function import ImportedFunction
 from .importers import import_lux, load_mlir, load_reactant_export
-from .julia.session import export_lux
 from .lux.model import LuxModel
 from .lux.params_io import load_params, save_params
 from .lux.restore import load_into

@@ -146,7 +146,9 @@ function export_model(dir::AbstractString, model, ps, st, x; name=nothing, mode:
         "empty" => flat.empty, "static_state" => flat.static, "samples_independent" => samples_independent, "metadata" => meta,
     )
     inputs = [(a["index"], leaf) for (a, leaf) in zip(flat.args, flat.leaves) if a["role"] == "input"]
-    reference && (desc["examples"] = Dict(
+    # A reader wants at least one reference output: a model without outputs has no examples.
+    examples = reference && !isempty(outputs)
+    examples && (desc["examples"] = Dict(
         "inputs" => [Dict("argument" => i, "dataset" => "/examples/inputs/$i") for (i, _) in inputs],
         "outputs" => [Dict("result" => k - 1, "dataset" => "/examples/outputs/$(k - 1)") for k in eachindex(outputs)],
     ))
@@ -157,7 +159,7 @@ function export_model(dir::AbstractString, model, ps, st, x; name=nothing, mode:
         HDF5.h5open(joinpath(tmp, WEIGHTS_FILE), "w") do h
             # Array of a Reactant array: its values on the host (R src/ConcreteRArray.jl:150).
             foreach(((a, leaf),) -> haskey(a, "dataset") && write_array(h, a["dataset"], Array(leaf)), zip(flat.args, flat.leaves))
-            reference && foreach(((i, leaf),) -> write_array(h, "/examples/inputs/$i", Array(leaf)), inputs)
+            examples && foreach(((i, leaf),) -> write_array(h, "/examples/inputs/$i", Array(leaf)), inputs)
             foreach(((k, o),) -> write_array(h, "/examples/outputs/$(k - 1)", Array(o)), enumerate(outputs))
         end
         write(joinpath(tmp, DESCRIPTION_FILE), JSON.json(desc))

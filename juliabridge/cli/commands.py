@@ -71,7 +71,7 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
     elif is_export_dir(args.path):
         from ..reactant_export.luxmodel import export_bundle
 
-        bundle, export = export_bundle(args.path)
+        bundle, export = export_bundle(args.path, require_inputs=False)
         console.print(_t(f"Reactant export_to_enzymejax directory, read from {export.script.path}"))
     else:
         bundle = open_bundle(args.path, verify_checksums=not args.no_verify)

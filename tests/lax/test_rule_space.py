@@ -227,6 +227,34 @@ def test_a_body_writing_c_minus_iv_is_not_a_step_of_one(start: int, direction: s
     assert (int(iv), float(acc)) == (want[0], float(want[1]))
 
 
+# --- case ---------------------------------------------------------------------------------------
+
+
+def _case_text(n: int, ty: str) -> str:
+    branches = "}, {\n".join(
+        f"      %c{b} = stablehlo.constant dense<{b}> : tensor<i32>\n"
+        f"      stablehlo.return %c{b} : tensor<i32>\n"
+        for b in range(n)
+    )
+    return f"""module {{
+  func.func @main(%i: tensor<{ty}>) -> tensor<i32> {{
+    %0 = "stablehlo.case"(%i) ({{
+{branches}    }}) : (tensor<{ty}>) -> tensor<i32>
+    return %0 : tensor<i32>
+  }}
+}}"""
+
+
+@SPACE
+@given(n=st.integers(1, 20), data=st.data())
+def test_case_runs_branch_index_and_the_last_for_any_index_outside(n: int, data) -> None:
+    # spec.md#case: branch `index`, the last branch for an index outside [0, n); with more
+    # branches than one switch takes, the lift splits them into a tree.
+    index = data.draw(st.one_of(st.integers(-3, n + 3), st.sampled_from([-(2**31), 2**31 - 1])))
+    fn = run_lax(_case_text(n, "i32"), [np.int32(index)])
+    assert int(fn[0]) == (index if 0 <= index < n else n - 1), (n, index)
+
+
 # --- sort ---------------------------------------------------------------------------------------
 
 INT_TYPES = ["i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64"]
