@@ -152,7 +152,7 @@ def test_enzyme_missing(bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_julia_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    julia = pytest.importorskip("juliabridge.julia", reason="no Julia driver in this build")
+    julia = pytest.importorskip("juliabridge.driver", reason="no Julia driver in this build")
     monkeypatch.setenv("PYTHON_JULIAPKG_EXE", str(tmp_path / "no-julia"))
     with pytest.raises(juliabridge.JuliaUnavailable) as info:
         julia.find_julia()

@@ -26,15 +26,15 @@ import numpy as np
 import pytest
 
 from juliabridge.cli.export import add_export_parser, run_export
-from juliabridge.errors import JuliaBridgeError, JuliaExportError, JuliaUnavailable
-from juliabridge.julia import driver
-from juliabridge.julia.driver import (
+from juliabridge.driver import process as driver
+from juliabridge.driver.process import (
     JULIABRIDGE_UUID,
     JuliaInstallation,
     find_julia,
     julia_project_dir,
 )
-from juliabridge.julia.driver import export_script as export_lux
+from juliabridge.driver.process import export_script as export_lux
+from juliabridge.errors import JuliaBridgeError, JuliaExportError, JuliaUnavailable
 from juliabridge.testing import assert_matches_julia
 
 REPO = Path(__file__).resolve().parents[1]
@@ -161,7 +161,7 @@ def test_missing_julia_never_imports_juliacall(no_julia: Path, tmp_path: Path) -
     code = textwrap.dedent(
         """
         import json, sys, time
-        from juliabridge.julia import export_script
+        from juliabridge.driver import export_script
         from juliabridge.errors import JuliaUnavailable
         start = time.monotonic()
         try:
@@ -294,7 +294,7 @@ def test_environment_is_set_up_the_juliapkg_way(no_julia: Path, tmp_path: Path) 
     log = tmp_path / "julia.log"
     code = textwrap.dedent(
         """
-        from juliabridge.julia import driver
+        from juliabridge.driver import process as driver
         julia = driver.find_julia()
         env = driver.prepare_environment(julia, notify=print)
         print("ENV=" + str(env))
@@ -340,7 +340,7 @@ def test_export_with_fake_julia(
     fake_julia(no_julia / "julia", export_body=OK_EXPORT)
     monkeypatch.setenv("JULIABRIDGE_JULIA_ENV", str(tmp_path))
     out = tmp_path / "out.bundle"
-    path = export_lux(script(tmp_path), out, vjp=True, name="net", progress=progress)
+    path = export_lux(script(tmp_path), out, name="net", progress=progress)
     assert path == out.resolve()
     assert out.is_dir()
 

@@ -93,6 +93,8 @@ function flatten!(flat::Flattened, tree, root::Symbol)
             # Documented: to_rarray converts an array to a ConcreteRArray (R docs/src/api/api.md:29).
             r = get!(() -> v isa Reactant.ConcreteRArray ? v : Reactant.to_rarray(Array(v)), flat.converted, v)
             k = get(flat.index, r, 0)
+            # Inputs are never tied (a reader refuses): an array given twice is two inputs.
+            (k != 0 && root === :x) && (r = Reactant.to_rarray(Array(v)); k = 0)
             if k == 0
                 dtype = dtype_of(eltype(r), label(root, path))
                 push!(flat.leaves, r)

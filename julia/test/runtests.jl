@@ -51,6 +51,9 @@ dataset(dir, name) = HDF5.h5open(f -> JuliaBridge.read_array(f, name), joinpath(
         @test psr.layer_1.weight === psr.layer_3.weight  # the tie survives the conversion
         @test psr.extra isa Pair2 && Array(psr.extra.first) == ones(2)
         @test str.bn.training === Val(false)
+        # An array given twice as input is two inputs: a reader refuses tied inputs.
+        g, _ = flat_of((x, x), NamedTuple(), NamedTuple())
+        @test paths(g, "input") == [[1], [2]] && !any(a -> haskey(a, "tied_paths"), g.args)
     end
 
     @testset "flatten: what would be frozen or lose its role is refused" begin

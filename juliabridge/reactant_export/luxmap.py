@@ -3,7 +3,9 @@
 Arguments: Reactant numbers them by position among the traced arguments (EnzymeJAX.jl:143,160).
 A Lux layer has fields, so Reactant traces ``apply(model, x, ps, st)``: x is ``arg.2``, ps
 ``arg.3.*`` and st ``arg.4.*``; a field-less ``f(x, ps, st)`` gives ``arg.1``, ``arg.2``,
-``arg.3``. Paths below the position are 1-based field positions, kept as integer steps.
+``arg.3``; a StatefulLuxLayer ``export_to_enzymejax(smodel, x)`` gives ``arg.1.ps.*``,
+``arg.1.st.*`` (or ``st_any``) and x at ``arg.2`` (`Layout`). Paths below are kept as read:
+positions as integer steps, symbols and Dict keys as names.
 
 Results: nothing in the directory names them. The exporter traces with a fresh argument
 prefix (EnzymeJAX.jl:108), so Reactant keeps every traced leaf of ``(y, st_new)`` as a result
@@ -15,6 +17,8 @@ An output may be an input returned unchanged (testmode Dropout), never a ps or s
 both a reading with such an output and one without fit, the one without is taken.
 Echoes are read from the module's structure (`StableHLOModule.returned_arguments`). The split
 is accepted only when exactly one reading fits; otherwise `outputs=`/`state_results=` say it.
+A StatefulLuxLayer returns y only and its new st through the mutated layer, so its results are
+read differently (`_stateful_results`).
 """
 
 from __future__ import annotations
@@ -367,7 +371,14 @@ def build_manifest(
         batch=BatchInfo(batch_size, True) if batch_size is not None else None,
         metadata={"reactant_export": export.metadata},
     )
-    _check_consistency(m)
+    try:
+        _check_consistency(m)
+    except ManifestError as e:
+        # The in-memory manifest is built from the .py's paths: name the file they came from.
+        detail = str(e).removeprefix("manifest.json: ")
+        raise ManifestError(
+            f"{s.path}: the arguments' paths do not form the trees of a Lux model ({detail})"
+        ) from e
     return m
 
 

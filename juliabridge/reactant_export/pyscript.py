@@ -14,6 +14,7 @@ import ast
 import io
 import re
 import tokenize
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -209,7 +210,12 @@ def _parse(text: str, path: Path, arguments: int | None) -> ast.Module:
     if arguments is not None:
         _check_tokens(text, path, arguments)
     try:
-        return ast.parse(text, filename=str(path))
+        with warnings.catch_warnings():
+            # An invalid escape such as "\l" in a Dict key Reactant printed is a warning of
+            # the parser (DeprecationWarning, SyntaxWarning on 3.12+), not the reader's concern:
+            # the value is compared with the template's all the same.
+            warnings.simplefilter("ignore")
+            return ast.parse(text, filename=str(path))
     except SyntaxError as e:
         raise _fail(path, e.lineno, f"does not parse as Python ({e.msg})") from e
     except (ValueError, RecursionError, MemoryError) as e:

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
+from ..driver.process import export_script, find_julia, julia_project_dir
 from ..errors import JuliaBridgeError
-from ..julia.driver import export_script, find_julia, julia_project_dir
 
 #: Bumped when the cache layout or key changes.
 CACHE_VERSION = 1

@@ -1,12 +1,15 @@
-"""Export Julia objects that live in this process's juliacall session (the in-process route).
+"""Export Julia objects that live in this process's juliacall session.
 
     from juliacall import Main as jl
     jl.seval("using Lux, Random; model = Chain(Dense(4 => 8, tanh), Dense(8 => 2))")
     jl.seval("ps, st = Lux.setup(Random.Xoshiro(0), model); x = randn(Float32, 4, 16)")
-    model = juliabridge.export_lux(jl.model, jl.ps, jl.st, jl.x, out="mlp.bundle")
+    model = juliabridge.export_lux(jl.model, jl.ps, jl.st, jl.x, out="mlp.jlexport")
 
-``JuliaBridge.export_lux`` runs in that Julia session, on the very objects the user built (a
-model trained a minute ago in a notebook needs no script and no second Julia). The Julia
+By default the session only serializes the objects, and ``JuliaBridge.export_lux`` runs in a
+``julia`` subprocess on the session's project (``handoff``): Reactant and its XLA never load into
+this Python process. ``in_process=True`` runs it in the session itself (no second Julia start,
+types defined in the session's ``Main`` work), at the risk ``in_process_risk`` describes: Reactant
+loaded beside jaxlib, its PythonCall extension importing jax and tensorflow here. The Julia
 packages come from the same ``juliabridge/juliapkg.json`` juliapkg installs for juliacall.
 Importing this module never imports juliacall: a session must already be running.
 """
@@ -27,7 +30,8 @@ import numpy as np
 
 from ..errors import CallArgumentError, JuliaExportError, JuliaUnavailable
 from ..progress import enabled as progress_enabled
-from .driver import JULIAPKG_JSON, ProgressDisplay, check_options
+from .handoff import export_in_subprocess
+from .process import JULIAPKG_JSON, ProgressDisplay, check_options
 
 if TYPE_CHECKING:
     from ..lux.model import LuxModel
@@ -49,14 +53,14 @@ def _juliacall() -> ModuleType:
             "juliacall is not installed: pip install 'juliabridge[julia]' (juliacall needs "
             "Julia >= 1.10: install it with juliaup, https://julialang.org/downloads, or let "
             "juliapkg download one). To export a Julia script without juliacall, use "
-            "juliabridge.julia.export_script or `juliabridge export SCRIPT.jl --out DIR`"
+            "juliabridge.driver.export_script or `juliabridge export SCRIPT.jl --out DIR`"
         )
     raise JuliaUnavailable(
         "juliabridge.export_lux exports Julia objects from a running juliacall session, and "
         "none is running in this process: build the model in Julia first, e.g. "
         '`from juliacall import Main as jl; jl.seval("using Lux; model = Dense(2 => 3)")`, '
         "and pass jl.model, jl.ps, jl.st and the inputs. To export a Julia script instead, use "
-        "juliabridge.julia.export_script or `juliabridge export SCRIPT.jl --out DIR`"
+        "juliabridge.driver.export_script or `juliabridge export SCRIPT.jl --out DIR`"
     )
 
 
@@ -166,30 +170,40 @@ def export_lux(
     name: str | None = None,
     mode: str = "test",
     reference: bool = True,
-    vjp: bool = False,
     metadata: dict[str, Any] | None = None,
-    allow_custom_calls: bool = False,
     samples_independent: bool | None = None,
     progress: bool | None = None,
     backend: str = "auto",
+    in_process: bool = False,
+    timeout: float | None = None,
+    verbose: bool = False,
 ) -> LuxModel:
     """Export a Lux model living in this process's juliacall session and import it.
+
+    By default the objects are serialized in the session and exported by a ``julia``
+    subprocess on the session's project, so Reactant never loads into this process; their types
+    must then come from packages (not from ``jl.seval`` in the session's ``Main``).
 
     Args:
         model, ps, st: Julia objects of the session (``jl.model``, ``jl.ps``, ``jl.st``).
         inputs: the example input(s): Julia arrays (Julia layout, batch last), or NumPy/JAX
             arrays in juliabridge's layout (batch first: the Julia dims reversed). Several
             inputs make ``x`` a tuple, as in ``JuliaBridge.export_lux``.
-        out: the bundle directory to write. Julia's spelling, the directory first
-            (``export_lux(out, model, ps, st, x)``, as ``JuliaBridge.export_lux`` takes it), is
-            accepted too.
-        overwrite, name, mode, reference, vjp, metadata, allow_custom_calls,
-            samples_independent: the keywords of ``JuliaBridge.export_lux``.
+        out: the directory to write (a Julia export directory, docs/julia-export.md). Julia's
+            spelling, the directory first (``export_lux(out, model, ps, st, x)``, as
+            ``JuliaBridge.export_lux`` takes it), is accepted too.
+        overwrite, name, mode, reference, metadata, samples_independent: the keywords of
+            ``JuliaBridge.export_lux``. (The VJP and the check of the module's ops are made at
+            import, in Python.)
         progress: show a progress bar on stderr (default: when stderr is a terminal).
         backend: passed to ``juliabridge.import_lux``.
+        in_process: run the export in this session instead of a subprocess (loads Reactant
+            and its XLA into this Python process beside jaxlib's; see ``in_process_risk``).
+        timeout, verbose: for the subprocess: stop Julia after `timeout` seconds; show its
+            output.
 
     Returns:
-        The exported bundle imported as a ``LuxModel``; its directory is ``model.bundle.root``.
+        The exported directory imported as a ``LuxModel`` (``juliabridge.import_lux(out)``).
 
     Raises:
         JuliaUnavailable: juliacall is not installed or not running, or JuliaBridge.jl is not
@@ -197,9 +211,9 @@ def export_lux(
         CallArgumentError: an argument is not a Julia object (or array, for inputs), or the
             bundle directory is missing or given twice.
         ValueError: bad options (mode, name, metadata, train mode with samples_independent).
-        JuliaExportError: the export failed in Julia (the message is Julia's), or this process
-            is one where running Reactant beside jaxlib is known to crash (`in_process_risk`;
-            set JULIABRIDGE_IN_PROCESS_EXPORT=1 to override).
+        JuliaExportError: the export failed in Julia (the message is Julia's), or, in process,
+            this process is one where running Reactant beside jaxlib is known to crash
+            (`in_process_risk`; set JULIABRIDGE_IN_PROCESS_EXPORT=1 to override).
     """
     if isinstance(model, (str, os.PathLike)):
         if out is not None:
@@ -230,12 +244,12 @@ def export_lux(
         metadata=metadata,
         samples_independent=samples_independent,
     )
-    risk = in_process_risk()
+    risk = in_process_risk() if in_process else None
     if risk is not None and os.environ.get(IN_PROCESS_ENV) != "1":
         raise JuliaExportError(
-            f"export_lux runs Reactant inside this Python process, and {risk}. Export in a "
-            "separate julia process instead (juliabridge export SCRIPT.jl --out DIR, or "
-            f"juliabridge.julia.export_script), or set {IN_PROCESS_ENV}=1 to try it here anyway"
+            f"export_lux(in_process=True) runs Reactant inside this Python process, and {risk}. "
+            "Leave in_process unset to export in a separate julia process, or set "
+            f"{IN_PROCESS_ENV}=1 to try it here anyway"
         )
     juliacall = _juliacall()
     if not isinstance(model, juliacall.ValueBase):
@@ -253,13 +267,24 @@ def export_lux(
         "mode": mode,
         "overwrite": overwrite,
         "reference": reference,
-        "vjp": vjp,
         "metadata": dict(metadata) if metadata else None,
-        "allow_custom_calls": allow_custom_calls,
         "samples_independent": samples_independent,
     }
-    bridge = _bridge(juliacall)
     show = progress_enabled(progress)
+    from ..importers import import_lux
+
+    if not in_process:
+        path = export_in_subprocess(
+            juliacall,
+            out_path,
+            (model, *args, *xs),
+            options,
+            show=show,
+            verbose=verbose,
+            timeout=timeout,
+        )
+        return import_lux(path, backend=backend)
+    bridge = _bridge(juliacall)
     with ProgressDisplay(show) as display:
         display.step(0, 0, "tracing with Reactant in this Julia session")
         kwargs = {"progress": display.step} if show else {}
@@ -270,8 +295,6 @@ def export_lux(
         except Exception as exc:  # a juliacall.JuliaError JuliaBridge did not turn into an answer
             raise JuliaExportError(f"the export failed in Julia: {exc}") from exc
     answer = _read_answer(str(text))
-    from ..importers import import_lux
-
     return import_lux(answer["path"], backend=backend)
 
 

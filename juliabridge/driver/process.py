@@ -1,10 +1,10 @@
-"""Run JuliaBridge.jl's exporter from Python, in a ``julia`` subprocess (scripts and the CLI).
+"""Run JuliaBridge.jl's exporter from Python in a ``julia`` subprocess (scripts, the CLI, and
+by default the objects of a juliacall session, which ``session`` serializes first).
 
-This is one of two routes (``juliabridge.julia`` says when to prefer which): here a script
-that defines the model runs in a separate ``julia`` process. That process is isolated, can be
-interrupted or timed out and streams its progress; a crash in Reactant/XLA cannot take the
-user's Python down with it, and Reactant's PythonCall extension (which imports jax and
-tensorflow into a Python that hosts Julia, Reactant ext/ReactantPythonCallExt) never loads.
+The export runs in a separate ``julia`` process: isolated, interruptible, timed out on request,
+streaming its progress; a crash in Reactant/XLA cannot take the user's Python down with it, and
+Reactant's PythonCall extension (which imports jax and tensorflow into a Python that hosts
+Julia, Reactant ext/ReactantPythonCallExt) never loads.
 
 How the Julia side is found:
 
@@ -359,7 +359,10 @@ def run_export_request(
     verbose: bool = False,
     timeout: float | None = None,
 ) -> str:
-    """Run one export request in Julia; return the bundle path Julia reports."""
+    """Run one export request in Julia; return the directory path Julia reports.
+
+    `request` names a ``script`` or a ``serialized`` file (julia/src/driver.jl) and the options.
+    """
     with tempfile.TemporaryDirectory(prefix="juliabridge-export-") as tmp:
         request_path = Path(tmp) / "request.json"
         result_path = Path(tmp) / "result.json"
@@ -469,21 +472,22 @@ def export_script(
     out: str | os.PathLike[str],
     *,
     overwrite: bool = False,
-    vjp: bool = False,
     name: str | None = None,
     mode: str = "test",
     reference: bool = True,
     metadata: Mapping[str, Any] | None = None,
-    allow_custom_calls: bool = False,
     samples_independent: bool | None = None,
     offline: bool = False,
     progress: bool | None = None,
     verbose: bool = False,
     timeout: float | None = None,
 ) -> Path:
-    """Export the Lux model a Julia script defines (``model``, ``ps``, ``st``, ``x``) to a bundle.
+    """Export the Lux model a Julia script defines (``model``, ``ps``, ``st``, ``x``).
 
-    Runs ``JuliaBridge.export_lux`` in a ``julia`` subprocess and returns the bundle directory.
+    Runs ``JuliaBridge.export_lux`` in a ``julia`` subprocess and returns the directory it wrote:
+    a Julia export directory (docs/julia-export.md) that ``juliabridge.import_lux`` imports and
+    ``juliabridge convert`` turns into a bundle (where ``juliabridge vjp`` adds the pullback;
+    the module's ops are checked at import).
     Raises ``JuliaUnavailable`` when no Julia is found, ``JuliaExportError`` when the export
     fails (with Julia's error message), ``ValueError`` for bad options. ``progress`` (default:
     when stderr is a terminal) shows a progress bar; ``verbose`` also shows Julia's own output;
@@ -515,12 +519,10 @@ def export_script(
             "script": str(script_path),
             "out": str(out_path),
             "overwrite": overwrite,
-            "vjp": vjp,
             "name": name,
             "mode": mode,
             "reference": reference,
             "metadata": dict(metadata) if metadata else None,
-            "allow_custom_calls": allow_custom_calls,
             "samples_independent": samples_independent,
         }
         path = run_export_request(
