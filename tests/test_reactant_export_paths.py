@@ -403,7 +403,7 @@ def test_npy_header_of_nested_unary_minus(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
-@pytest.mark.parametrize("name", ["f.py", "f_0_inputs.npz"])
+@pytest.mark.parametrize("name", ["f.py", "f_0.mlir", "f_0_inputs.npz"])
 def test_fifo_refused_without_blocking(tmp_path: Path, name: str) -> None:
     d = _npz_export(tmp_path)
     (d / name).unlink()
