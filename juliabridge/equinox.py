@@ -32,8 +32,12 @@ class LuxModule(eqx.Module):  # type: ignore[misc]
 
     Attributes:
         params: nested dict of parameter arrays (trainable leaves).
-        state: nested dict of Lux state arrays. Mark it non-trainable when filtering, e.g.
-            ``eqx.filter_grad`` over a partition that takes only ``params`` (see tests).
+        state: nested dict of Lux state arrays. Keep it out of training: partition the
+            module so that only ``params`` is differentiated, e.g.
+            ``trainable = eqx.tree_at(lambda m: m.params, jax.tree.map(lambda _: False, m),
+            jax.tree.map(lambda _: True, m.params))``, then ``diff, static =
+            eqx.partition(m, trainable)`` and ``eqx.filter_grad`` of a loss of
+            ``eqx.combine(diff, static)`` (the README's Flax/Equinox block runs this).
         lux: the `LuxModel` (a static field).
     """
 

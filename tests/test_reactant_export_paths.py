@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import juliabridge
 from juliabridge.cli.commands import main
@@ -29,9 +31,9 @@ from juliabridge.errors import BundleError, ManifestError, UnsafeBundleError
 from juliabridge.exitcodes import OK
 from juliabridge.reactant_export.convert import convert_export
 from juliabridge.reactant_export.directory import is_export_dir, open_export
-from juliabridge.reactant_export.pyscript import declared_arguments
+from juliabridge.reactant_export.pyscript import declared_arguments, read_script
 from tests.pinned_support import lower
-from tests.reactant_export_writer import ArgInfo, Export, write_export
+from tests.reactant_export_writer import ArgInfo, Export, render_script, write_export
 
 RNG = np.random.default_rng(40)
 X = RNG.standard_normal((5, 4)).astype(np.float32)
@@ -83,6 +85,20 @@ def test_dict_argument_keeps_its_keys(tmp_path: Path, capsys: pytest.CaptureFixt
     text = _inspect(d, capsys)
     assert "params['bias β']" in text and "arg.2.bias β" in text
     assert "records no digests" in text and "--no-verify" not in text
+
+
+@pytest.mark.parametrize(
+    ("paths", "match"),
+    [
+        # A Dict key "1" and a position 1 print alike.
+        ([[1], [2, 1], [2, 1]], r"parameter\[1\] is also argument 1; paths must be unique"),
+        ([[1], [2, "a"], [2, "a", "b"]], r"path \['a'\] is a leaf but \['a', 'b'\] continues"),
+    ],
+)
+def test_paths_that_are_no_tree_name_the_py(tmp_path: Path, paths: Any, match: str) -> None:
+    d = _write(tmp_path, lambda x, a, b: (x * a * b, x, a, b), [(p, B) for p in paths])
+    with pytest.raises(ManifestError, match=rf"f\.py: the arguments' paths do not form .*{match}"):
+        juliabridge.import_lux(d)
 
 
 def test_integer_and_named_steps_under_one_parent_refused(tmp_path: Path) -> None:
@@ -137,6 +153,20 @@ def test_stateful_lux_layer_export(
         )
     text = _inspect(d, capsys)
     assert "params[0][1]" in text and "arg.1.ps.1.2" in text and f"arg.1.{field}.1.1" in text
+
+
+def test_inspect_an_export_without_its_npz(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # export_data_as_npz=false: import_lux has no parameter values, inspect still describes it.
+    fn = lambda x, w: (x * w, x, w)  # noqa: E731
+    args = [ArgInfo([1], X), ArgInfo([2, 1], W[:, 0])]
+    write_export(tmp_path, Export("f", lower(fn, X, W[:, 0]), args, export_data_as_npz=False))
+    with pytest.raises(BundleError, match="export_data_as_npz=false"):
+        juliabridge.import_lux(tmp_path)
+    text = _inspect(tmp_path, capsys)
+    assert "weights: none (exported with export_data_as_npz=false)" in text
+    assert "params[0]" in text and "arg.2.1" in text
 
 
 # --- Complex numbers, many arguments, bare arrays ---------------------------------------------
@@ -262,6 +292,60 @@ def test_path_steps_refused_naming_the_line(tmp_path: Path, step: str, match: st
         open_export(d)
 
 
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(key=st.text(st.characters(blacklist_categories=("Cs",)), max_size=24))
+def test_any_printed_dict_key_is_read_or_refused_typed(tmp_path: Path, key: str) -> None:
+    # Reactant prints a Dict key with `string`, whatever it holds, into the docstring and into
+    # the f-strings of the asserts. The reader either reads it (names kept, digits as
+    # positions) or refuses it with a ManifestError; nothing else, and nothing is run.
+    py = tmp_path / "f.py"
+    args = [ArgInfo([1], X), ArgInfo([2, key], W)]
+    py.write_text(render_script(Export("f", "", args)), encoding="utf-8")
+    try:
+        script = read_script(py)
+    except ManifestError:
+        return
+    label = script.arguments[1].label
+    assert label.startswith("arg.2.") and script.arguments[1].path[0] == 2
+    assert all(
+        (isinstance(s, int) and s >= 1) or (isinstance(s, str) and s and "/" not in s)
+        for s in script.arguments[1].path
+    )
+
+
+def test_token_budget_not_grown_by_comments_nor_past_the_argument_limit(tmp_path: Path) -> None:
+    d = _write(tmp_path, lambda x, w: (x * w, x, w), [([1], X), ([2, 1], W[:, 0])])
+    py = d / "f.py"
+    base = py.read_text()
+    fake = "".join(
+        f"# arg{k}: Array of shape (2,) and dtype float32. Path: arg.{k}\n" for k in range(1, 2000)
+    )
+    bomb = "x = [" + "1," * 15_000 + "]\n"
+    py.write_text(fake + base.replace("import os\n", "import os\n" + bomb))
+    with pytest.raises(
+        ManifestError, match=r"f\.py:\d+: holds more than 20240 tokens, .* its 2 arg"
+    ):
+        open_export(d)
+    many = "".join(f"arg{k}: Array of shape (2,)\n" for k in range(1, 16_386))
+    py.write_text(f'"""\n{many}"""\n' + base)
+    with pytest.raises(ManifestError, match=r"f\.py: lists more than 16384 arguments"):
+        open_export(d)
+
+
+def test_parse_memory_checked_against_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import juliabridge.reactant_export.pyscript as pyscript
+    from juliabridge.errors import ResourceLimitError
+
+    d = _write(tmp_path, lambda x, w: (x * w, x, w), [([1], X), ([2, 1], W[:, 0])])
+    monkeypatch.setattr(pyscript, "host_memory", lambda: (1000, "a test's limit"))
+    with pytest.raises(ResourceLimitError, match=r"f\.py: parsing its \d+ tokens needs about"):
+        open_export(d)
+
+
 def test_token_budget_counts_only_argument_lines_in_order() -> None:
     line = "    arg{}: Array of shape (2,) and dtype float32. Path: arg.{}\n"
     doc = "".join(line.format(k, k) for k in range(1, 4))
@@ -331,7 +415,7 @@ def test_npy_header_of_nested_unary_minus(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
-@pytest.mark.parametrize("name", ["f.py", "f_0_inputs.npz"])
+@pytest.mark.parametrize("name", ["f.py", "f_0.mlir", "f_0_inputs.npz"])
 def test_fifo_refused_without_blocking(tmp_path: Path, name: str) -> None:
     d = _npz_export(tmp_path)
     (d / name).unlink()

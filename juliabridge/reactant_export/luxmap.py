@@ -371,7 +371,14 @@ def build_manifest(
         batch=BatchInfo(batch_size, True) if batch_size is not None else None,
         metadata={"reactant_export": export.metadata},
     )
-    _check_consistency(m)
+    try:
+        _check_consistency(m)
+    except ManifestError as e:
+        # The in-memory manifest is built from the .py's paths: name the file they came from.
+        detail = str(e).removeprefix("manifest.json: ")
+        raise ManifestError(
+            f"{s.path}: the arguments' paths do not form the trees of a Lux model ({detail})"
+        ) from e
     return m
 
 

@@ -27,6 +27,7 @@ def export_bundle(
     arg_positions: Sequence[int] | None = None,
     batch_axis: int | None = None,
     keep_text: bool = False,
+    require_inputs: bool = True,
 ) -> tuple[Bundle, ReactantExport]:
     """The export as an in-memory Bundle (manifest from luxmap) and the export itself.
 
@@ -34,6 +35,8 @@ def export_bundle(
         path: the directory or its .py.
         trust, outputs, state_results, arg_positions, batch_axis: as for `import_export_lux`.
         keep_text: keep the .mlir's text as read (`convert` writes exactly what was checked).
+        require_inputs: refuse an export without the npz (it has no parameter values);
+            `inspect` passes False to describe one anyway.
 
     Returns:
         (bundle, export); the bundle's weights are the npz's, read by the caller.
@@ -42,7 +45,7 @@ def export_bundle(
         BundleError / ManifestError / SignatureMismatchError: as for `import_export_lux`.
     """
     export = open_export(path, trust=trust, keep_text=keep_text)
-    if not export.has_inputs:
+    if require_inputs and not export.has_inputs:
         raise BundleError(
             f"{export.script.path}: exported with export_data_as_npz=false, so there are no "
             "parameter values; re-export with the npz, or use juliabridge.load_reactant_export "
