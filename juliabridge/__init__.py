@@ -24,6 +24,7 @@ from .errors import (
     UnsupportedOpError,
     X64DisabledError,
 )
+from .exporting import export_jax, save_jax
 from .function import ImportedFunction
 from .importers import import_lux, load_mlir, load_reactant_export
 from .lux.model import LuxModel
@@ -56,12 +57,14 @@ __all__ = [
     "VerifyReport",
     "X64DisabledError",
     "__version__",
+    "export_jax",
     "export_lux",
     "import_lux",
     "load_into",
     "load_mlir",
     "load_params",
     "load_reactant_export",
+    "save_jax",
     "save_params",
     "verify",
 ]

@@ -197,3 +197,52 @@ def test_case_branches_count_wherever_the_case_is_nested(monkeypatch, place) -> 
     monkeypatch.setenv("JULIABRIDGE_MAX_CASE_BRANCHES", "11")
     with pytest.raises(juliabridge.ResourceLimitError, match=r"stablehlo\.case branches"):
         parse_module(text)
+
+
+@pytest.mark.parametrize("via", ["call", "composite"])
+def test_a_chain_continued_through_a_call_counts_the_callee_s_depth(monkeypatch, via) -> None:
+    # 30 dependent ops in @f, 30 more after the call in @main: one chain of about 61 once the
+    # call is inlined, though neither function alone reaches 50.
+    inner, v = _chain(30, "%a", "f")
+    outer, w = _chain(30, "%y", "m")
+    call = (
+        f"%y = func.call @f(%x) : ({S}) -> {S}"
+        if via == "call"
+        else f'%y = stablehlo.composite "x.f" %x {{decomposition = @f}} : ({S}) -> {S}'
+    )
+    text = (
+        "module {\n"
+        f"  func.func @main(%x: {S}) -> {S} {{\n    {call}\n    "
+        + "\n    ".join(outer)
+        + f"\n    return {w} : {S}\n  }}\n"
+        f"  func.func private @f(%a: {S}) -> {S} {{\n    "
+        + "\n    ".join(inner)
+        + f"\n    return {v} : {S}\n  }}\n}}\n"
+    )
+    monkeypatch.setenv("JULIABRIDGE_MAX_CHAIN", "100")
+    parse_module(text)
+    monkeypatch.setenv("JULIABRIDGE_MAX_CHAIN", "50")
+    with pytest.raises(juliabridge.ResourceLimitError, match=r"a chain of 6[0-9] dependent ops"):
+        parse_module(text)
+
+
+def test_main_s_arguments_stay_live_to_the_end(monkeypatch) -> None:
+    # @main's arguments are the caller's buffers: the 2 MiB argument, read only at the start,
+    # is still live when the two 2 MiB intermediates are made later.
+    text = (
+        "module {\n"
+        f"  func.func @main(%a: {BIG}, %x: {S}) -> ({S}, {S}) {{\n"
+        f"    %z = stablehlo.constant dense<0.000000e+00> : {S}\n"
+        f"    %s = stablehlo.reduce(%a init: %z) applies stablehlo.add across dimensions = [0, 1] :"
+        f" ({BIG}, {S}) -> {S}\n"
+        f"    %b = stablehlo.broadcast_in_dim %x, dims = [] : ({S}) -> {BIG}\n"
+        f"    %e = stablehlo.exponential %b : {BIG}\n"
+        f"    %r = stablehlo.reduce(%e init: %z) applies stablehlo.add across dimensions = [0, 1] :"
+        f" ({BIG}, {S}) -> {S}\n"
+        f"    return %s, %r : {S}, {S}\n  }}\n}}\n"
+    )
+    monkeypatch.setenv("JULIABRIDGE_MEMORY_LIMIT", "64M")
+    parse_module(text)
+    monkeypatch.setenv("JULIABRIDGE_MEMORY_LIMIT", "5M")
+    with pytest.raises(juliabridge.ResourceLimitError, match=r"running @main needs about 6\.0 MiB"):
+        parse_module(text)

@@ -112,3 +112,45 @@ def test_one_byte_short_is_refused(tmp_path: Path, compact: bool) -> None:
     _patch_stored_size(path, _write(path, "<f8", (3, 2), compact), 47, compact)
     with pytest.raises(h5parse.Problem, match="no data stored for some or all of its 48 bytes"):
         _plan(path, (3, 2), "<f8")
+
+
+@pytest.mark.parametrize("extra", [1, 4096, 1 << 40])
+def test_a_superblock_claiming_more_bytes_than_the_file_has_is_refused(
+    tmp_path: Path, extra: int
+) -> None:
+    # The version-0 superblock (what h5py writes by default) holds the end-of-file address
+    # at byte 40 (after the signature, versions, B-tree K values, flags, base and free-space
+    # addresses); a file shorter than it claims is truncated, whatever its datasets say.
+    path = tmp_path / "w.h5"
+    _write(path, "<f4", (2, 3), False)
+    raw = bytearray(path.read_bytes())
+    assert raw[8] == 0 and int.from_bytes(raw[40:48], "little") == len(raw)
+    raw[40:48] = (len(raw) + extra).to_bytes(8, "little")
+    path.write_bytes(bytes(raw))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with pytest.raises(h5parse.Problem, match="truncated") as e:
+            h5parse.open_metadata(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+    assert e.value.kind == "corrupt"
+
+
+@pytest.mark.parametrize("keep", [0, 1, 2000, 4095])
+def test_a_dataset_running_past_the_end_of_the_file_is_refused(tmp_path: Path, keep: int) -> None:
+    # The file is cut inside the last dataset's bytes and its superblock made to agree (so
+    # only the dataset's own extent shows the loss): the data past the end are never read.
+    path = tmp_path / "w.h5"
+    with h5py.File(path, "w") as f:
+        f.create_group("params")
+        f.create_dataset("/params/w", data=np.arange(1024, dtype="<f4"))
+    with h5py.File(path, "r") as f:
+        offset = f["/params/w"].id.get_offset()
+    raw = bytearray(path.read_bytes())
+    assert offset + 4096 == len(raw)  # h5py writes the data last
+    raw = raw[: offset + keep]
+    raw[40:48] = len(raw).to_bytes(8, "little")
+    path.write_bytes(bytes(raw))
+    with pytest.raises(h5parse.Problem, match="lie past the end of the") as e:
+        _plan(path, (1024,), "<f4")
+    assert e.value.kind == "corrupt"

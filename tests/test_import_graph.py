@@ -48,6 +48,7 @@ LAYERS: dict[str, int] = {
     "juliabridge.julia_export": 15,
     "juliabridge.importers": 16,
     "juliabridge.verification": 17,
+    "juliabridge.exporting": 17,
     "juliabridge.flax": 18,
     "juliabridge.equinox": 18,
     "juliabridge.driver": 18,

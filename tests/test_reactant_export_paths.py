@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import juliabridge
 from juliabridge.cli.commands import main
@@ -29,9 +31,9 @@ from juliabridge.errors import BundleError, ManifestError, UnsafeBundleError
 from juliabridge.exitcodes import OK
 from juliabridge.reactant_export.convert import convert_export
 from juliabridge.reactant_export.directory import is_export_dir, open_export
-from juliabridge.reactant_export.pyscript import declared_arguments
+from juliabridge.reactant_export.pyscript import declared_arguments, read_script
 from tests.pinned_support import lower
-from tests.reactant_export_writer import ArgInfo, Export, write_export
+from tests.reactant_export_writer import ArgInfo, Export, render_script, write_export
 
 RNG = np.random.default_rng(40)
 X = RNG.standard_normal((5, 4)).astype(np.float32)
@@ -290,6 +292,29 @@ def test_path_steps_refused_naming_the_line(tmp_path: Path, step: str, match: st
         open_export(d)
 
 
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(key=st.text(st.characters(blacklist_categories=("Cs",)), max_size=24))
+def test_any_printed_dict_key_is_read_or_refused_typed(tmp_path: Path, key: str) -> None:
+    # Reactant prints a Dict key with `string`, whatever it holds, into the docstring and into
+    # the f-strings of the asserts. The reader either reads it (names kept, digits as
+    # positions) or refuses it with a ManifestError; nothing else, and nothing is run.
+    py = tmp_path / "f.py"
+    args = [ArgInfo([1], X), ArgInfo([2, key], W)]
+    py.write_text(render_script(Export("f", "", args)), encoding="utf-8")
+    try:
+        script = read_script(py)
+    except ManifestError:
+        return
+    label = script.arguments[1].label
+    assert label.startswith("arg.2.") and script.arguments[1].path[0] == 2
+    assert all(
+        (isinstance(s, int) and s >= 1) or (isinstance(s, str) and s and "/" not in s)
+        for s in script.arguments[1].path
+    )
+
+
 def test_token_budget_not_grown_by_comments_nor_past_the_argument_limit(tmp_path: Path) -> None:
     d = _write(tmp_path, lambda x, w: (x * w, x, w), [([1], X), ([2, 1], W[:, 0])])
     py = d / "f.py"
@@ -306,6 +331,18 @@ def test_token_budget_not_grown_by_comments_nor_past_the_argument_limit(tmp_path
     many = "".join(f"arg{k}: Array of shape (2,)\n" for k in range(1, 16_386))
     py.write_text(f'"""\n{many}"""\n' + base)
     with pytest.raises(ManifestError, match=r"f\.py: lists more than 16384 arguments"):
+        open_export(d)
+
+
+def test_parse_memory_checked_against_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import juliabridge.reactant_export.pyscript as pyscript
+    from juliabridge.errors import ResourceLimitError
+
+    d = _write(tmp_path, lambda x, w: (x * w, x, w), [([1], X), ([2, 1], W[:, 0])])
+    monkeypatch.setattr(pyscript, "host_memory", lambda: (1000, "a test's limit"))
+    with pytest.raises(ResourceLimitError, match=r"f\.py: parsing its \d+ tokens needs about"):
         open_export(d)
 
 
@@ -378,7 +415,7 @@ def test_npy_header_of_nested_unary_minus(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
-@pytest.mark.parametrize("name", ["f.py", "f_0_inputs.npz"])
+@pytest.mark.parametrize("name", ["f.py", "f_0.mlir", "f_0_inputs.npz"])
 def test_fifo_refused_without_blocking(tmp_path: Path, name: str) -> None:
     d = _npz_export(tmp_path)
     (d / name).unlink()

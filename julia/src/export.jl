@@ -16,6 +16,10 @@ end
 const TRACE = Ref{Union{Nothing,TraceState}}(nothing)
 const TRACE_LOCK = ReentrantLock()
 
+# A traced array, also from a wrapper of one (a view, a transpose): ReactantCore's documented
+# materialize_traced_array (R lib/ReactantCore/src/ReactantCore.jl:885-890, bound in R src/Reactant.jl:8).
+as_traced(v) = v isa AbstractArray{<:TracedRNumber} ? Reactant.materialize_traced_array(v) : v
+
 """`model` as a function of the flattened leaves of (x, ps, st) (docs/julia-export.md)."""
 struct FlatModel{M}
     model::M
@@ -27,7 +31,8 @@ function (f::FlatModel)(leaves...)
     x, ps, st = (map_tree(traced, tree, root) for (tree, root) in zip(t.trees, (:x, :ps, :st)))
     y, st_new = f.model(x, ps, st)
     ys = Pair{Vector{Any},Any}[]
-    for (p, v) in leaves_with_paths(y, :y)
+    for (p, leaf) in leaves_with_paths(y, :y)
+        v = as_traced(leaf)
         if v isa TracedRArray
             push!(ys, Any["output"; p] => v)
         elseif v isa Union{AbstractArray{<:Number},TracedRNumber}
@@ -38,7 +43,7 @@ function (f::FlatModel)(leaves...)
     states = Pair{Vector{Any},Any}[]
     for a in t.flat.args
         a["role"] == "state" || continue
-        v = get(new_state, a["path"], nothing)
+        v = as_traced(get(new_state, a["path"], nothing))
         v isa TracedRArray || throw(ExportError("the new state has $(v === nothing ? "nothing" : "a $(typeof(v))") at $(label(:st, a["path"])) where st has an array; the model must return st's structure"))
         push!(states, Any["state"; a["path"]] => v)
     end
@@ -64,24 +69,17 @@ end
                reference=true, metadata=Dict(), samples_independent=nothing, progress=nothing) -> String
 
 Write the Julia export directory `dir` (docs/julia-export.md) for `model(x, ps, st)` and return
-its path; `x` is the one example input, or the tuple of `inputs` when several are given.
-`juliabridge.import_lux(dir)` in Python imports it (and `juliabridge convert` makes a bundle).
-
-Arrays may be plain CPU arrays or Reactant arrays: each distinct array (by identity) is moved to
-Reactant once with `Reactant.to_rarray`, so an array shared by two paths of `ps` (or `st`) is one
-argument with `tied_paths`; an array shared between two of x, ps and st is refused (pass a copy).
-RNGs in `st` are copied, then converted. Settings in `st` (Lux's `training = Val(false)`, Bools,
-Integers, Symbols, Strings, `nothing`) are recorded as static state; any other leaf that would
-be frozen into the module (a float number, a `Vector{String}`) is refused. `mode` (`:test` or
-`:train`) is applied with `Lux.testmode`/`Lux.trainmode`. With `reference`, the example inputs
-and Julia's outputs on them (`Reactant.@jit` of the same flat function) are stored.
-`samples_independent` (true, false or nothing = unknown) is recorded for Python's batching;
-true contradicts `mode=:train`. `metadata` (JSON-able) is handed to the Python user.
-`progress(step, nsteps, message)` is called before each stage. The VJP and the check of the
-module's ops are Python's, at import.
-
-Throws `ArgumentError` for bad keywords or an existing `dir` without `overwrite`, `ExportError`
-for a model or tree that cannot be exported (the message says why).
+its path; `x` is the one example input, or the tuple of `inputs`. Python's
+`juliabridge.import_lux(dir)` imports it; `juliabridge convert` makes a bundle of it (where the
+VJP and the check of the module's ops are made). Arrays may be CPU or Reactant arrays: the
+flatten (`flatten!`) says what becomes an argument, a tie, an empty container or static state,
+and what is refused. `mode` (`:test`/`:train`) is applied with `Lux.testmode`/`Lux.trainmode`.
+With `reference`, the example inputs and Julia's outputs on them (`Reactant.@jit` of the same
+flat function) are stored. `samples_independent` (true, false, or nothing = unknown) is recorded
+(true contradicts `mode=:train`); `metadata` (JSON) is handed to the Python user;
+`progress(step, nsteps, message)` is called before each stage. Throws `ArgumentError` for bad
+keywords or an existing `dir` without `overwrite`, `ExportError` when the model or a tree cannot
+be exported (the message says why).
 """
 function export_lux(dir::AbstractString, model, ps, st, inputs...; kwargs...)::String
     isempty(inputs) && throw(ArgumentError("export_lux needs at least one example input"))

@@ -5,20 +5,15 @@
     load_params(path) -> (ps, st)
     load_params(path, ps_template, st_template) -> (ps, st)
 
-`path` is a weights `.h5` file (Python's `juliabridge.save_params`), a Julia export directory
-(`juliabridge-export.json`) or a bundle directory (`manifest.json`); arrays are read from
-`/params/<path>` and `/state/<path>` (docs/bundle-format.md §4).
-
-With templates (e.g. from `Lux.setup`): the result has exactly the templates' structure; each
-array leaf is read at its path and must have the template leaf's shape and element type (a
-Reactant array in the template gives a Reactant array); everything else (empty layers,
-`training = Val(false)`, RNGs) is the template's.
-
-Without templates: NamedTuples from the file's groups (keys in natural order, `layer_2` before
-`layer_10`; keys 1..n make a Tuple). For a directory, its description also restores every tied
-path, the empty containers and the static state (`Val`, Bool, integers, Symbol, String,
-`nothing`). Digests are not checked here (Python's `juliabridge verify` does). Throws
-`BundleReadError` for a missing or malformed file, or a template that does not match it.
+Read `/params/<path>` and `/state/<path>` (docs/bundle-format.md §4) of a weights `.h5` file
+(Python's `juliabridge.save_params`), a Julia export directory or a bundle directory. With
+templates (e.g. from `Lux.setup`) the result has exactly their structure: each array leaf is read
+at its path and must have the template leaf's shape and element type (a Reactant array gives a
+Reactant array); empty layers, settings (`training = Val(false)`) and RNGs are the template's.
+Without: NamedTuples from the file's groups (keys in natural order, `layer_2` before `layer_10`;
+keys 1..n make a Tuple), and for a directory also the tied paths, empty containers and static
+state its description records. Digests are not checked (Python's `juliabridge verify` does).
+Throws `BundleReadError` for a missing or malformed file or a template that does not match it.
 """
 function load_params(path::AbstractString)
     file, desc = weights_file(path)

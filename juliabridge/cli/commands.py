@@ -1,4 +1,5 @@
-"""The `juliabridge` command: inspect, verify, vjp, demo, doctor, upgrade, export and convert.
+"""The `juliabridge` command: inspect, verify, vjp, demo, doctor, upgrade, export, export-jax
+and convert.
 
 Everything a bundle says is printed escaped (exitcodes.safe) and never as rich markup; every
 failure ends in one line on stderr and the exit code of its error class (exitcodes.py).
@@ -311,6 +312,28 @@ def cmd_convert(args: argparse.Namespace, console: Console) -> int:
     return OK
 
 
+def cmd_export_jax(args: argparse.Namespace, console: Console) -> int:
+    """Write a bundle's model as a serialized jax.export artifact and its JSON description."""
+    from ..exporting import save_jax
+    from ..importers import import_lux
+
+    model = import_lux(args.path, backend="lax", verify_checksums=not args.no_verify)
+    batch = None if args.batch.lower() == "none" else args.batch
+    info = save_jax(
+        model,
+        args.out,
+        batch=batch,
+        weights=args.weights,
+        vjp_order=args.vjp_order,
+        platforms=args.platform or None,
+        overwrite=args.overwrite,
+    )
+    shapes = ", ".join(f"{a['name']} {a['shape']}" for a in info["arguments"][:4])
+    more = ", ..." if len(info["arguments"]) > 4 else ""
+    console.print(_t(f"wrote {args.out} and {args.out}.json: ({shapes}{more})"))
+    return OK
+
+
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     """Import the example LeNet bundle shipped in the package, run it and verify it."""
     import jax
@@ -517,6 +540,37 @@ def build_parser() -> argparse.ArgumentParser:
         "batch_axis=)",
     )
     p.set_defaults(func=cmd_convert)
+    p = sub.add_parser(
+        "export-jax",
+        help="write a bundle's model as a serialized jax.export artifact (FILE) and its "
+        "description (FILE.json), runnable with jax alone (docs/exporting.md)",
+    )
+    p.add_argument("path", help="bundle directory, or a Reactant export_to_enzymejax directory")
+    p.add_argument("--out", required=True, help="the file to write (and FILE.json beside it)")
+    p.add_argument(
+        "--batch",
+        default="b",
+        help="name of the symbolic batch dimension (default b), or 'none' for the traced shapes",
+    )
+    p.add_argument(
+        "--weights",
+        default="constants",
+        choices=["constants", "arguments"],
+        help="constants: params and state inside the program (default); arguments: the "
+        "program takes every @main argument and returns (outputs, new_state)",
+    )
+    p.add_argument(
+        "--vjp-order", type=int, default=1, help="derivative orders serialized (default 1)"
+    )
+    p.add_argument(
+        "--platform",
+        action="append",
+        choices=["cpu", "cuda", "rocm", "tpu"],
+        help="a platform to lower for (repeatable; default the current one)",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace existing files")
+    p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
+    p.set_defaults(func=cmd_export_jax)
     p = sub.add_parser("demo", help="run the example LeNet bundle shipped with juliabridge")
     p.add_argument(
         "--backend", default="auto", choices=["auto", "lax", "enzyme", "xla"], help=_BACKEND

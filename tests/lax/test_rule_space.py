@@ -165,7 +165,7 @@ def _loop_text(ty: str, start: int, direction: str, bound: int, step: str, c: in
 
 
 def _simulate(dtype: np.dtype, start: int, direction: str, bound: int, step: str, c: int,
-              iv_first: bool, limit: int = 64) -> tuple[int, int] | None:  # fmt: skip
+              iv_first: bool, limit: int = 600) -> tuple[int, int] | None:  # fmt: skip
     """(final iv, trips) of the loop in wrapping integer arithmetic, None past `limit` trips."""
     bits = 8 * dtype.itemsize
     signed = dtype.kind == "i"
@@ -209,7 +209,7 @@ def test_loops_in_any_direction_and_step_form_run_their_trips(case: tuple) -> No
         start, bound = int(np.array(start).astype(dtype)), int(np.array(bound).astype(dtype))
     want = _simulate(dtype, start, direction, bound, step, c, iv_first)
     if want is None:
-        return  # a loop that does not end soon: nothing to run
+        return  # a loop that runs until a 32- or 64-bit counter wraps: too long to run here
     text = _loop_text(ty, start, direction, bound, step, c, iv_first)
     iv, acc = run_lax(text, [np.float64(0.5)])
     assert (int(iv), float(acc)) == (want[0], 0.5 + want[1]), (case, want)
@@ -224,6 +224,19 @@ def test_a_body_writing_c_minus_iv_is_not_a_step_of_one(start: int, direction: s
     assert want is not None
     iv, acc = run_lax(_loop_text("i32", start, direction, bound, "c - iv", c, True),
                       [np.float64(0.0)])  # fmt: skip
+    assert (int(iv), float(acc)) == (want[0], float(want[1]))
+
+
+@pytest.mark.parametrize(("ty", "start", "bound", "step"), [
+    ("ui8", 5, 3, "iv + 1"), ("i8", -3, -5, "iv + 1"), ("ui8", 3, 5, "iv - 1"),
+    ("i8", 100, -100, "1 + iv"),
+])  # fmt: skip
+def test_a_not_equal_loop_walking_away_from_its_bound_wraps_its_8_bit_counter(
+    ty: str, start: int, bound: int, step: str
+) -> None:
+    want = _simulate(TYPES[ty], start, "NE", bound, step, 1, True)
+    assert want is not None and want[1] > 50  # it wraps around before it meets the bound
+    iv, acc = run_lax(_loop_text(ty, start, "NE", bound, step, 1, True), [np.float64(0.0)])
     assert (int(iv), float(acc)) == (want[0], float(want[1]))
 
 

@@ -784,7 +784,10 @@ def load_manifest(path: Path) -> Manifest:
 
 #: How to write a bundle again, by the producer.tool that wrote it (spec §3.2).
 _REWRITE = {
-    "JuliaBridge.jl": "export the bundle again with JuliaBridge.export_lux",
+    "JuliaBridge.jl": (
+        "export the model again with JuliaBridge.export_lux and read or convert the directory "
+        "it writes (juliabridge convert DIR --out NAME.bundle)"
+    ),
     "juliabridge-python": (
         "write the bundle again with juliabridge.bundle.write.writer.write_bundle"
     ),
