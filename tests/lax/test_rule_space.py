@@ -360,6 +360,17 @@ def test_sort_at_any_dimension_key_position_and_comparator_is_xla_s_sort(case, s
     assert_same(run_lax(text, arrays), run_xla(text, arrays), rtol=0, atol=0, what=str(case))
 
 
+@pytest.mark.parametrize(("key_t", "form"), [("i32", "LT"), ("ui8", "LT"), ("i32", "cross"),
+                                           ("complex<f32>", "LT"), ("f32", "LT")])  # fmt: skip
+def test_sort_by_the_second_operand_and_other_comparators_is_xla_s_sort(key_t, form) -> None:
+    rng = np.random.default_rng(5)
+    types = ["i32", key_t]
+    arrays = [random_array(rng, (3, 5), t, special=True) for t in types]
+    arrays[1].reshape(-1)[:3] = arrays[1].reshape(-1)[-3:]  # ties
+    text = sort_module(types, "3x5", _sort_body(types, 1, form), dim=1)
+    assert_same(run_lax(text, arrays), run_xla(text, arrays), rtol=0, atol=0, what=key_t)
+
+
 # --- gather and scatter -------------------------------------------------------------------------
 
 
