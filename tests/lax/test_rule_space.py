@@ -531,3 +531,26 @@ def test_reduce_window_with_any_geometry_and_init(case: tuple, seed: int) -> Non
                              as_xla=True)  # fmt: skip
     assert r == len(want.shape)
     assert_same(run_lax(text, args), [want], rtol=1e-12, atol=1e-12, what=str(case))
+
+
+@pytest.mark.parametrize("op", ["add", "maximum"])
+@pytest.mark.parametrize(
+    ("shape", "g", "padding"),
+    [
+        ((3, 4), {"window_dimensions": [2, 2], "window_strides": [1, 1], "base_dilations": [2, 1],
+                  "window_dilations": [1, 1]}, [(0, 0), (0, 0)]),
+        ((5, 4), {"window_dimensions": [2, 2], "window_strides": [1, 2], "base_dilations": [1, 1],
+                  "window_dilations": [1, 1]}, [(-1, 0), (1, -1)]),
+        ((4,), {"window_dimensions": [3], "window_strides": [1], "base_dilations": [3],
+                "window_dilations": [2]}, [(1, -2)]),
+    ],
+)  # fmt: skip
+def test_reduce_window_with_an_identity_init_and_holes_or_crops(op, shape, g, padding) -> None:
+    # An init that is the identity takes JAX's monoid window directly, which has no base
+    # dilation and no negative padding: those must still be honoured.
+    x = np.random.default_rng(4).standard_normal(shape) * 10
+    text = window_text(op, shape, "f64", g, padding, _IDENTITY[op, "f64"])
+    init = 0.0 if op == "add" else -np.inf
+    want = ref.reduce_window(op, x, init, g["window_dimensions"], g["window_strides"], padding,
+                             g["base_dilations"], g["window_dilations"], as_xla=True)  # fmt: skip
+    assert_same(run_lax(text, [x]), [want], rtol=1e-12, atol=1e-12, what=op)
