@@ -554,3 +554,36 @@ def test_reduce_window_with_an_identity_init_and_holes_or_crops(op, shape, g, pa
     want = ref.reduce_window(op, x, init, g["window_dimensions"], g["window_strides"], padding,
                              g["base_dilations"], g["window_dilations"], as_xla=True)  # fmt: skip
     assert_same(run_lax(text, [x]), [want], rtol=1e-12, atol=1e-12, what=op)
+
+
+@pytest.mark.parametrize("op", ["add", "maximum"])
+def test_reduce_window_gradient_with_crops_and_holes(op: str) -> None:
+    # Reverse mode through negative padding and base dilation, against central differences of
+    # the numpy reference (distinct values: max has one winner per window).
+    import jax
+
+    import juliabridge
+
+    shape, padding = (5, 4), [(-1, 1), (1, -1)]
+    g = {"window_dimensions": [2, 2], "window_strides": [1, 2], "base_dilations": [1, 2],
+         "window_dilations": [1, 1]}  # fmt: skip
+    text = window_text(op, shape, "f64", g, padding, _IDENTITY[op, "f64"])
+    fn = juliabridge.load_mlir(text, backend="lax")
+    x = np.random.default_rng(6).permutation(20).reshape(shape).astype(np.float64)
+    init = 0.0 if op == "add" else -np.inf
+
+    def ref_sum(v: np.ndarray) -> float:
+        out = ref.reduce_window(op, v, init, g["window_dimensions"], g["window_strides"], padding,
+                                g["base_dilations"], g["window_dilations"], as_xla=True)  # fmt: skip
+        return float(np.sum(out * np.arange(1, out.size + 1).reshape(out.shape)))
+
+    weights = np.arange(1, ref.reduce_window(op, x, init, g["window_dimensions"],
+                        g["window_strides"], padding, g["base_dilations"],
+                        g["window_dilations"], as_xla=True).size + 1)  # fmt: skip
+    got = jax.grad(lambda v: (fn(v)[0].reshape(-1) * weights).sum())(x)
+    want = np.zeros(shape)
+    for i in np.ndindex(*shape):
+        e = np.zeros(shape)
+        e[i] = 1e-3
+        want[i] = (ref_sum(x + e) - ref_sum(x - e)) / 2e-3
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
