@@ -433,7 +433,7 @@ def scatters(draw: st.DrawFn) -> tuple:
     sizes, batches = iter(window), iter(batch)
     upd_shape = [next(sizes) if d in window_dims else next(batches) for d in range(upd_rank)]
     dn = ScatterDims(window_dims, inserted, to_operand, ivd)
-    return shape, idx_shape, upd_shape, dn, draw(st.sampled_from(["add", "replace"]))
+    return shape, idx_shape, upd_shape, dn, draw(st.sampled_from(["add", "replace", "subtract"]))
 
 
 @SPACE
@@ -444,10 +444,10 @@ def test_scatter_with_the_index_vector_at_any_position(case: tuple, seed: int) -
     x = rng.integers(-50, 50, shape).astype(np.int64)
     u = rng.integers(-50, 50, upd_shape).astype(np.int64)
     idx = rng.integers(-2, max(shape) + 1, idx_shape).astype(np.int32)
-    if how == "add":
-        body = ("      %s = stablehlo.add %x0, %y0 : tensor<i64>\n"
+    if how in ("add", "subtract"):  # subtract has no JAX scatter: the element-by-element path
+        body = (f"      %s = stablehlo.{how} %x0, %y0 : tensor<i64>\n"
                 "      stablehlo.return %s : tensor<i64>")  # fmt: skip
-        combine = lambda a, b: [a + b]  # noqa: E731
+        combine = (lambda a, b: [a + b]) if how == "add" else (lambda a, b: [a - b])
     else:
         body = "      stablehlo.return %y0 : tensor<i64>"
         combine = lambda a, b: [b]  # noqa: E731
@@ -472,6 +472,22 @@ def _window_sizes(shape: Sequence[int], dn: ScatterDims, upd_shape: Sequence[int
             sizes.append(int(upd_shape[dn.update_window_dims[pos]]))
             pos += 1
     return sizes
+
+
+@pytest.mark.parametrize("how", ["add", "or", "multiply", "and"])
+def test_boolean_scatter_adds_as_or_and_multiplies_as_and(how: str) -> None:
+    # spec.md: on i1, add is logical or and multiply logical and.
+    rng = np.random.default_rng(7)
+    x = rng.random((5, 3)) < 0.5
+    u = rng.random((4, 3)) < 0.5
+    idx = np.array([[0], [2], [2], [4]], np.int32)  # a duplicate index: updates combine
+    dn = ScatterDims([1], [0], [0], 1)
+    body = ("      %s = stablehlo." + how + " %x0, %y0 : tensor<i1>\n"
+            "      stablehlo.return %s : tensor<i1>")  # fmt: skip
+    m = ScatterModule([_t((5, 3), "i1")], _t((4, 1), "i32"), [_t((4, 3), "i1")], dn, body)
+    combine = (lambda a, b: [a or b]) if how in ("add", "or") else (lambda a, b: [a and b])
+    want = np_scatter([x], idx, [u], dn, combine)
+    assert_same(run_lax(m.text(), [x, idx, u]), want, rtol=0, atol=0, what=how)
 
 
 # --- reduce_window ------------------------------------------------------------------------------
