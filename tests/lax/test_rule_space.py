@@ -240,6 +240,19 @@ def test_a_not_equal_loop_walking_away_from_its_bound_wraps_its_8_bit_counter(
     assert (int(iv), float(acc)) == (want[0], float(want[1]))
 
 
+@pytest.mark.parametrize(("start", "direction", "bound", "step"), [
+    (0, "GT", 5, "iv + 1"), (0, "GE", 5, "iv + 1"), (5, "LT", 0, "iv - 1"), (5, "LE", 0, "iv - 1"),
+    (0, "NE", 3, "1 + iv"),
+])  # fmt: skip
+def test_a_compare_with_the_bound_first_is_read_mirrored(start, direction, bound, step) -> None:
+    # `compare GT, 5, iv` is `iv < 5`: the loop runs while the bound is on the left's side.
+    want = _simulate(np.dtype(np.int32), start, direction, bound, step, 1, False)
+    assert want is not None and want[1] >= 3
+    iv, acc = run_lax(_loop_text("i32", start, direction, bound, step, 1, False),
+                      [np.float64(0.0)])  # fmt: skip
+    assert (int(iv), float(acc)) == (want[0], float(want[1]))
+
+
 # --- case ---------------------------------------------------------------------------------------
 
 
@@ -549,7 +562,7 @@ def test_reduce_window_with_any_geometry_and_init(case: tuple, seed: int) -> Non
     assert_same(run_lax(text, args), [want], rtol=1e-12, atol=1e-12, what=str(case))
 
 
-@pytest.mark.parametrize("op", ["add", "maximum"])
+@pytest.mark.parametrize(("op", "t"), [("add", "f64"), ("maximum", "f64"), ("maximum", "i32")])
 @pytest.mark.parametrize(
     ("shape", "g", "padding"),
     [
@@ -561,12 +574,15 @@ def test_reduce_window_with_any_geometry_and_init(case: tuple, seed: int) -> Non
                 "window_dilations": [2]}, [(1, -2)]),
     ],
 )  # fmt: skip
-def test_reduce_window_with_an_identity_init_and_holes_or_crops(op, shape, g, padding) -> None:
+def test_reduce_window_with_an_identity_init_and_holes_or_crops(op, t, shape, g, padding) -> None:
     # An init that is the identity takes JAX's monoid window directly, which has no base
-    # dilation and no negative padding: those must still be honoured.
+    # dilation and no negative padding: those must still be honoured. Integer max: every value
+    # negative, so a hole taken as 0 would show.
     x = np.random.default_rng(4).standard_normal(shape) * 10
-    text = window_text(op, shape, "f64", g, padding, _IDENTITY[op, "f64"])
-    init = 0.0 if op == "add" else -np.inf
+    if t == "i32":
+        x = -1 - np.abs(x).astype(np.int32)
+    text = window_text(op, shape, t, g, padding, _IDENTITY[op, t])
+    init = 0.0 if op == "add" else (-np.inf if t == "f64" else np.iinfo(np.int32).min)
     want = ref.reduce_window(op, x, init, g["window_dimensions"], g["window_strides"], padding,
                              g["base_dilations"], g["window_dilations"], as_xla=True)  # fmt: skip
     assert_same(run_lax(text, [x]), [want], rtol=1e-12, atol=1e-12, what=op)
@@ -603,3 +619,21 @@ def test_reduce_window_gradient_with_crops_and_holes(op: str) -> None:
         e[i] = 1e-3
         want[i] = (ref_sum(x + e) - ref_sum(x - e)) / 2e-3
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
+
+
+def test_reverse_mode_through_a_dilated_max_window_is_refused_by_name() -> None:
+    # JAX has no reverse rule for max windows with window dilation: a typed error naming it,
+    # while forward mode and the values are fine.
+    import jax
+
+    import juliabridge
+
+    g = {"window_dimensions": [2], "window_strides": [1], "base_dilations": [1],
+         "window_dilations": [2]}  # fmt: skip
+    text = window_text("maximum", (6,), "f64", g, [(0, 0)], _IDENTITY["maximum", "f64"])
+    fn = juliabridge.load_mlir(text, backend="lax")
+    x = np.arange(6.0)
+    np.testing.assert_array_equal(np.asarray(fn(x)[0]), [2.0, 3.0, 4.0, 5.0])
+    jax.jvp(lambda v: fn(v)[0], (x,), (np.ones(6),))
+    with pytest.raises(juliabridge.TransformError, match="window dilation"):
+        jax.grad(lambda v: fn(v)[0].sum())(x)
