@@ -624,3 +624,37 @@ def test_routing_keeps_bundles_and_reactant_exports(tmp_path: Path) -> None:
     assert not is_julia_export(tmp_path / "missing")
     d, _ = _written(tmp_path)
     assert is_julia_export(d) and is_julia_export(d / "juliabridge-export.json")
+
+
+def test_other_files_are_never_opened(tmp_path: Path) -> None:
+    d, _ = _written(tmp_path)
+    os.mkfifo(d / "stray")  # opening it for reading would block
+    (d / "manifest.json").write_text("not json")  # not this directory's: ignored
+    assert complete(d).bundle.manifest.name == "dense_bn"
+
+
+def test_a_fifo_as_the_module_is_refused_without_blocking(tmp_path: Path) -> None:
+    d, _ = _written(tmp_path)
+    (d / "model.mlir").unlink()
+    os.mkfifo(d / "model.mlir")
+    with pytest.raises(juliabridge.BundleError, match="regular file, found a named pipe"):
+        complete(d)
+
+
+def test_a_rule_of_the_completed_manifest_names_the_description(tmp_path: Path) -> None:
+    d, desc = _written(tmp_path)
+    desc["examples"]["inputs"] = [{"argument": 1, "dataset": "/examples/inputs/0"}]
+    _rewrite(d, desc)
+    with pytest.raises(ManifestError) as err:
+        complete(d)
+    text = str(err.value)
+    assert "juliabridge-export.json: completed to a bundle manifest" in text
+    assert "examples.inputs[0].argument" in text and "is a parameter" in text
+
+
+def test_producer_must_be_juliabridge(tmp_path: Path) -> None:
+    d, desc = _written(tmp_path)
+    desc["producer"]["tool"] = "SomethingElse.jl"
+    _rewrite(d, desc)
+    with pytest.raises(ManifestError, match=r"producer\.tool: expected 'JuliaBridge\.jl'"):
+        complete(d)

@@ -334,6 +334,18 @@ def test_token_budget_not_grown_by_comments_nor_past_the_argument_limit(tmp_path
         open_export(d)
 
 
+def test_parse_memory_checked_against_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import juliabridge.reactant_export.pyscript as pyscript
+    from juliabridge.errors import ResourceLimitError
+
+    d = _write(tmp_path, lambda x, w: (x * w, x, w), [([1], X), ([2, 1], W[:, 0])])
+    monkeypatch.setattr(pyscript, "host_memory", lambda: (1000, "a test's limit"))
+    with pytest.raises(ResourceLimitError, match=r"f\.py: parsing its \d+ tokens needs about"):
+        open_export(d)
+
+
 def test_token_budget_counts_only_argument_lines_in_order() -> None:
     line = "    arg{}: Array of shape (2,) and dtype float32. Path: arg.{}\n"
     doc = "".join(line.format(k, k) for k in range(1, 4))
@@ -403,7 +415,7 @@ def test_npy_header_of_nested_unary_minus(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
-@pytest.mark.parametrize("name", ["f.py", "f_0_inputs.npz"])
+@pytest.mark.parametrize("name", ["f.py", "f_0.mlir", "f_0_inputs.npz"])
 def test_fifo_refused_without_blocking(tmp_path: Path, name: str) -> None:
     d = _npz_export(tmp_path)
     (d / name).unlink()

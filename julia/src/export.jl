@@ -16,6 +16,10 @@ end
 const TRACE = Ref{Union{Nothing,TraceState}}(nothing)
 const TRACE_LOCK = ReentrantLock()
 
+# A traced array, also from a wrapper of one (a view, a transpose): ReactantCore's documented
+# materialize_traced_array (R lib/ReactantCore/src/ReactantCore.jl:885-890, bound in R src/Reactant.jl:8).
+as_traced(v) = v isa AbstractArray{<:TracedRNumber} ? Reactant.materialize_traced_array(v) : v
+
 """`model` as a function of the flattened leaves of (x, ps, st) (docs/julia-export.md)."""
 struct FlatModel{M}
     model::M
@@ -27,7 +31,8 @@ function (f::FlatModel)(leaves...)
     x, ps, st = (map_tree(traced, tree, root) for (tree, root) in zip(t.trees, (:x, :ps, :st)))
     y, st_new = f.model(x, ps, st)
     ys = Pair{Vector{Any},Any}[]
-    for (p, v) in leaves_with_paths(y, :y)
+    for (p, leaf) in leaves_with_paths(y, :y)
+        v = as_traced(leaf)
         if v isa TracedRArray
             push!(ys, Any["output"; p] => v)
         elseif v isa Union{AbstractArray{<:Number},TracedRNumber}
@@ -38,7 +43,7 @@ function (f::FlatModel)(leaves...)
     states = Pair{Vector{Any},Any}[]
     for a in t.flat.args
         a["role"] == "state" || continue
-        v = get(new_state, a["path"], nothing)
+        v = as_traced(get(new_state, a["path"], nothing))
         v isa TracedRArray || throw(ExportError("the new state has $(v === nothing ? "nothing" : "a $(typeof(v))") at $(label(:st, a["path"])) where st has an array; the model must return st's structure"))
         push!(states, Any["state"; a["path"]] => v)
     end

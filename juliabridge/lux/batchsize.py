@@ -22,6 +22,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.export import is_symbolic_dim
 
@@ -41,7 +42,7 @@ from ..transforms.sharding import (
 def _dims(x: Any) -> tuple[Any, ...]:
     """The shape of `x`: ints, or jax.export's symbolic dimensions where it is exported with
     one (never int() of those: a symbolic dimension has no value while tracing)."""
-    return tuple(d if is_symbolic_dim(d) else int(d) for d in jnp.shape(x))
+    return tuple(d if is_symbolic_dim(d) else int(d) for d in np.shape(x))
 
 
 def batch_size_of(manifest: Manifest, flat: Sequence[Any], layout: str) -> Any:
