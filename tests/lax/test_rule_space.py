@@ -281,6 +281,18 @@ def test_case_runs_branch_index_and_the_last_for_any_index_outside(n: int, data)
     assert int(fn[0]) == (index if 0 <= index < n else n - 1), (n, index)
 
 
+@pytest.mark.parametrize("n", [9, 17])
+def test_case_split_into_a_tree_runs_every_branch(n: int) -> None:
+    # More branches than one lax.switch takes (8): every index, both halves of every split.
+    import jax
+
+    import juliabridge
+
+    fn = jax.jit(juliabridge.load_mlir(_case_text(n, "i32"), backend="lax"))
+    got = [int(fn(np.int32(i))[0]) for i in range(-2, n + 2)]
+    assert got == [i if 0 <= i < n else n - 1 for i in range(-2, n + 2)]
+
+
 # --- sort ---------------------------------------------------------------------------------------
 
 INT_TYPES = ["i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64"]
