@@ -35,8 +35,8 @@ from .callgraph import Function
 from .contracts import check_op, where
 
 #: Ops after inlining every call (JULIABRIDGE_MAX_OPS). Measured (tools/calibrate_budgets.py,
-#: a module fanning out through func.call, first call): about 6 KB per inlined op on the lax
-#: backend and 18 KB on xla, so 100,000 ops keep the costlier backend's peak near 2 GB (2 M ops
+#: a module fanning out through func.call, first call): about 5.7 KB per inlined op on the lax
+#: backend and 15.8 KB on xla, so 100,000 ops keep the costlier backend's peak under 2 GB (2 M ops
 #: passed 3 GB and took minutes). Real Reactant models stay far below.
 MAX_OPS = 100_000
 #: Longest chain of dependent ops in one computation (JULIABRIDGE_MAX_CHAIN); 30,000 crashed
