@@ -34,7 +34,7 @@ from ..bundle.manifest import (
     Manifest,
     Producer,
     ResultEntry,
-    _check_consistency,
+    check_consistency,
 )
 from ..errors import ManifestError, SignatureMismatchError
 from ..stablehlo import TensorSpec
@@ -372,7 +372,7 @@ def build_manifest(
         metadata={"reactant_export": export.metadata},
     )
     try:
-        _check_consistency(m)
+        check_consistency(m)
     except ManifestError as e:
         # The in-memory manifest is built from the .py's paths: name the file they came from.
         detail = str(e).removeprefix("manifest.json: ")
