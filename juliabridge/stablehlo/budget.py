@@ -41,7 +41,7 @@ from .contracts import check_op, where
 MAX_OPS = 100_000
 #: What one op expands to, in the ops MAX_OPS counts: the CHLO special functions are one op
 #: in the module but XLA legalizes each into a whole computation (3,000 chained chlo.digamma
-#: peaked at 7.6 GB; 1,000 polygamma cost ~1.3 MB each against the 6-18 KB per op above).
+#: peaked at 7.6 GB; 1,000 polygamma cost ~1.3 MB each against the 5.7-15.8 KB per op above).
 #: Each weight is the number of HLO instructions JAX's lowering of the op holds once XLA has
 #: legalized it, the most over f16, bf16, f32, f64 and complex64
 #: (`python tools/calibrate_budgets.py --expansions`; the larger of jax 0.10.2 and 0.12.0.1,
