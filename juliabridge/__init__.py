@@ -1,6 +1,7 @@
 """juliabridge: Lux.jl models exported from Julia, as ordinary JAX functions."""
 
 from ._version import __version__
+from .driver.session import export_lux
 from .errors import (
     BackendUnavailableError,
     BundleError,
@@ -23,11 +24,12 @@ from .errors import (
     UnsupportedOpError,
     X64DisabledError,
 )
+from .exporting import export_jax, save_jax
 from .function import ImportedFunction
 from .importers import import_lux, load_mlir, load_reactant_export
-from .julia.session import export_lux
 from .lux.model import LuxModel
 from .lux.params_io import load_params, save_params
+from .lux.restore import load_into
 from .verification import VerifyReport, verify
 
 __all__ = [
@@ -55,11 +57,14 @@ __all__ = [
     "VerifyReport",
     "X64DisabledError",
     "__version__",
+    "export_jax",
     "export_lux",
     "import_lux",
+    "load_into",
     "load_mlir",
     "load_params",
     "load_reactant_export",
+    "save_jax",
     "save_params",
     "verify",
 ]

@@ -32,8 +32,12 @@ class LuxModule(eqx.Module):  # type: ignore[misc]
 
     Attributes:
         params: nested dict of parameter arrays (trainable leaves).
-        state: nested dict of Lux state arrays. Mark it non-trainable when filtering, e.g.
-            ``eqx.filter_grad`` over a partition that takes only ``params`` (see tests).
+        state: nested dict of Lux state arrays. Keep it out of training: partition the
+            module so that only ``params`` is differentiated, e.g.
+            ``trainable = eqx.tree_at(lambda m: m.params, jax.tree.map(lambda _: False, m),
+            jax.tree.map(lambda _: True, m.params))``, then ``diff, static =
+            eqx.partition(m, trainable)`` and ``eqx.filter_grad`` of a loss of
+            ``eqx.combine(diff, static)`` (the README's Flax/Equinox block runs this).
         lux: the `LuxModel` (a static field).
     """
 
@@ -64,6 +68,10 @@ class LuxModule(eqx.Module):  # type: ignore[misc]
     def __juliabridge_trees__(self) -> tuple[Any, Any, LuxModel]:
         """(params, state, LuxModel): this module's trees, for save_params."""
         return self.params, self.state, self.lux
+
+    def __juliabridge_replace__(self, params: Any, state: Any) -> LuxModule:
+        """A copy of this module holding `params` and `state` (for juliabridge.load_into)."""
+        return eqx.tree_at(lambda m: (m.params, m.state), self, (params, state))  # type: ignore[no-any-return]
 
     def __call__(self, *inputs: Any) -> Any:
         """The model's outputs for `inputs` with this module's parameters and state.

@@ -97,6 +97,12 @@ class LuxModule(nnx.Module):  # type: ignore[misc]
         """(params, state, LuxModel): plain trees of the current values, for save_params."""
         return _unwrap(self.params), _unwrap(self.state), self.lux
 
+    def __juliabridge_replace__(self, params: Any, state: Any) -> LuxModule:
+        """This module with its variables set to `params` and `state` (juliabridge.load_into)."""
+        _assign(self.params, params)
+        _assign(self.state, state)
+        return self
+
     def __call__(self, *inputs: Any) -> Any:
         """The model's outputs for `inputs`; the state variables take the returned state.
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.export import is_symbolic_dim
 
 from . import dtypes
 from .backends import Backend, make_backend, resolve_backend_name
@@ -20,10 +21,15 @@ from .transforms import CallTarget, call_p
 from .transforms.guard import Compiled
 
 
+def _shape(x: Any) -> tuple[Any, ...]:
+    """The shape of `x`: ints, and jax.export's symbolic dimensions as they are (no int())."""
+    return tuple(d if is_symbolic_dim(d) else int(d) for d in np.shape(x))
+
+
 def _describe(x: Any) -> str:
     try:
         dt = dtypes.from_numpy(x.dtype) or str(x.dtype)
-        return str(TensorSpec(tuple(int(d) for d in np.shape(x)), dt))
+        return str(TensorSpec(_shape(x), dt))
     except (AttributeError, TypeError):
         return type(x).__name__
 
@@ -52,10 +58,17 @@ def check_call_args(
                     f"{what}: {label} expects {spec}, got a {type(x).__name__} that is not "
                     f"convertible to an array ({e})"
                 ) from e
-        shape = tuple(int(d) for d in np.shape(x))
+        shape = _shape(x)
         if shape != spec.shape or np.dtype(x.dtype) != want:
             hint = ""
-            if shape != spec.shape and shape == tuple(reversed(spec.shape)) and len(shape) > 1:
+            if any(map(is_symbolic_dim, shape)):
+                hint = (
+                    " A symbolic dimension (jax.export) cannot stand for a traced one: this "
+                    "function runs at the traced shapes; vmap it over a new leading axis "
+                    "(juliabridge.export_jax(fn, batch='b') does), or import the bundle with "
+                    "import_lux, whose models serve any batch size."
+                )
+            elif shape != spec.shape and shape == tuple(reversed(spec.shape)) and len(shape) > 1:
                 hint = (
                     " The dims look reversed: arguments use the MLIR (row-major) order, i.e. "
                     "Julia's dims reversed; pass x.T or use layout='julia' where offered."

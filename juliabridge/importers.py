@@ -1,8 +1,9 @@
 """Where the sources a model can come from meet: `import_lux` reads a bundle directory
-(lux/model.py) or a directory written by Reactant's ``export_to_enzymejax``
-(reactant_export/), and `load_mlir` a bare StableHLO module (function.py; `import_lux` of a
-file refuses it with that advice, bundle/bundle.py). Everything here sits above lux/ and
-reactant_export/; only verification, the adapters, julia/, testing/ and cli/ import it."""
+(lux/model.py), a directory written by JuliaBridge.jl (julia_export/) or one written by
+Reactant's ``export_to_enzymejax`` (reactant_export/), and `load_mlir` a bare StableHLO
+module (function.py; `import_lux` of a file refuses it with that advice, bundle/bundle.py).
+Everything here sits above lux/, julia_export/ and reactant_export/; only verification, the
+adapters, julia/, testing/ and cli/ import it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from .function import load_mlir
+from .julia_export import import_julia_export, is_julia_export
 from .lux.model import LuxModel, check_layout, import_bundle_lux
 from .reactant_export.directory import is_export_dir, load_reactant_export
 from .reactant_export.luxmodel import import_export_lux
@@ -29,9 +31,12 @@ def import_lux(
 ) -> LuxModel:
     """Load a bundle directory as a LuxModel (checksums verified unless told otherwise).
 
-    A directory written by Reactant's ``Serialization.export_to_enzymejax`` (or its .py) is
-    read too, without running anything in it (docs/reactant-export.md); the last four
-    arguments apply to such directories only.
+    A directory written by JuliaBridge.jl's ``export_lux`` (holding ``juliabridge-export.json``)
+    is completed to a bundle in memory (docs/julia-export.md; nothing in it has digests to
+    verify, so `verify_checksums` does not apply). A directory written by Reactant's
+    ``Serialization.export_to_enzymejax`` (or its .py) is read too, without running anything
+    in it (docs/reactant-export.md), when it holds the exporter's files together (``{fn}.py``
+    beside ``{fn}_{id}.mlir``); the last four arguments apply to such directories only.
 
     Args:
         path: the bundle directory (``NAME.bundle``, docs/bundle-format.md).
@@ -55,7 +60,11 @@ def import_lux(
 
     Returns:
         A LuxModel: ``model.apply(params, state, *inputs) -> (outputs, new_state)``,
-        ``model(x)``, ``model.params``/``model.state`` as nested dicts by Lux name.
+        ``model(x)``, ``model.params``/``model.state`` as nested dicts by Lux name for a
+        bundle. An export directory records positions, not names (except Dict keys and
+        symbols Reactant's tracer records): its trees are tuples by position
+        (``model.params[0][0]`` is the first leaf of the first layer), dicts where the path
+        has names.
 
     Raises:
         BundleError: the directory is not a readable bundle; ManifestError,
@@ -67,6 +76,8 @@ def import_lux(
         UnsupportedOpError: backend="lax" and an op of the module does not lift.
     """
     check_layout(layout)
+    if is_julia_export(path):
+        return import_julia_export(path, backend=backend, layout=layout, trust=trust)
     if is_export_dir(path):
         return import_export_lux(
             path,

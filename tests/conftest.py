@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,7 +39,62 @@ def x64() -> Iterator[None]:
     jax.config.update("jax_enable_x64", old)
 
 
+#: Fake CPU devices tests/test_multidevice.py gives the tests marked `multidevice`.
+MULTIDEVICE_COUNT = 4
+
+
+def _devices_needed(item: pytest.Item) -> int:
+    """The device count a `multidevice` test needs (`@pytest.mark.multidevice(devices=2)`;
+    1 for one that runs anywhere and checks more where there are several); 0 when unmarked."""
+    mark = item.get_closest_marker("multidevice")
+    if mark is None:
+        return 0
+    need = int(mark.kwargs.get("devices", mark.args[0] if mark.args else 1))
+    if not 1 <= need <= MULTIDEVICE_COUNT:
+        raise pytest.UsageError(
+            f"{item.nodeid}: multidevice(devices={need}); tests/test_multidevice.py gives "
+            f"{MULTIDEVICE_COUNT} devices, so ask for 1 to {MULTIDEVICE_COUNT}"
+        )
+    return need
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip `multidevice` tests that need more devices than JAX has (tests/test_multidevice.py
+    runs them all again with MULTIDEVICE_COUNT fake CPU devices, where none may skip); under a
+    mutmut mutant, order the tests (below)."""
+    needs = {item.nodeid: _devices_needed(item) for item in items}
+    if any(n > 1 for n in needs.values()):
+        have = jax.device_count()
+        for item in items:
+            if needs[item.nodeid] > have:
+                item.add_marker(
+                    pytest.mark.skip(
+                        reason=f"needs {needs[item.nodeid]} devices, JAX has {have}: "
+                        f"tests/test_multidevice.py runs it with {MULTIDEVICE_COUNT} fake CPU devices"
+                    )
+                )
+    _quickest_first_under_mutmut(items)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A test that skips for want of devices must be marked `multidevice`, so that
+    tests/test_multidevice.py runs it where it has them: unmarked, its skip is a failure."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    if not report.skipped or hasattr(report, "wasxfail") or _devices_needed(item):
+        return
+    reason = str(report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr)
+    if re.search(r"\bdevices?\b|device.count", reason, re.I):
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} skipped for want of devices ({reason}) without the `multidevice` "
+            "mark: mark it @pytest.mark.multidevice(devices=N) (tests/conftest.py skips it where "
+            "JAX has fewer) so that tests/test_multidevice.py runs it with several devices"
+        )
+
+
+def _quickest_first_under_mutmut(items: list[pytest.Item]) -> None:
     """Under a mutmut mutant (docs/mutation-testing.md), run the quickest tests first.
 
     mutmut runs a mutant's tests with `-x` in the order it lists them, which is arbitrary; a

@@ -1,10 +1,17 @@
 """Writes directories in the layout of Reactant's ``Serialization.export_to_enzymejax``.
 
 Written from Reactant.jl (commit 76fdaf0e) src/serialization/EnzymeJAX.jl: file names at
-128-132, 169 and 175; one entry per traced argument with path ``"arg." * join(path, ".")`` at
-142-166; the .py template at 230-422 (Julia's triple-quoted strings dedented by hand here); and
-ext/ReactantNPZExt.jl:9-22 for the npz (arrays are saved in row-major order, i.e. as @main
-takes them; np.savez stands in for NPZ.jl's npzwrite).
+128-132, 169 and 175; one entry per traced argument with path
+``"arg." * join(string.(path), ".")`` at 142-166; the .py template at 230-422 (Julia's
+triple-quoted strings dedented by hand here); and ext/ReactantNPZExt.jl:9-22 for the npz
+(arrays are saved in row-major order, i.e. as @main takes them; np.savez stands in for NPZ.jl's
+npzwrite).
+
+A path holds whatever Reactant's tracer appended (src/Tracing.jl, ``append_path(path, k)``):
+integer field/tuple/array positions, symbols (``:re``/``:im`` of a Complex, ``:contents`` of a
+``Core.Box``, and Lux's ``:ps``/``:st``/``:st_any`` of a StatefulLuxLayer, Lux
+ext/ReactantExt/tracing.jl) and Dict keys; each is printed with ``string``, so here a path is
+a sequence of ints and strs printed with ``str``.
 """
 
 from __future__ import annotations
@@ -18,9 +25,10 @@ import numpy as np
 
 @dataclass
 class ArgInfo:
-    """One traced argument: its 1-based path (position, then fields) and value (row-major)."""
+    """One traced argument: its path (1-based position, then what the tracer appended: ints,
+    symbols and Dict keys as str) and value (row-major)."""
 
-    path: Sequence[int]
+    path: Sequence[int | str]
     value: np.ndarray
     #: (mesh key, axis sizes, axis names, partition spec), Julia order, as Reactant holds them.
     sharding: tuple[str, tuple[int, ...], tuple[str, ...], tuple[str | None, ...]] | None = None

@@ -287,6 +287,16 @@ def _tmp_mlir() -> set[str]:
     return set(glob.glob(os.path.join(tempfile.gettempdir(), "tmp*.mlir")))
 
 
+def _private_tempdir(monkeypatch: pytest.MonkeyPatch, where: Path) -> None:
+    """enzyme-ad's dumps go to the temporary folder; a private one keeps those of tests
+    running beside this one (pytest-xdist) out of its before/after comparison."""
+    import tempfile
+
+    where.mkdir(exist_ok=True)
+    monkeypatch.setenv("TMPDIR", str(where))
+    monkeypatch.setattr(tempfile, "tempdir", str(where))
+
+
 def test_vjp_when_enzyme_fails_is_one_line_and_leaves_nothing_behind(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -302,6 +312,7 @@ def test_vjp_when_enzyme_fails_is_one_line_and_leaves_nothing_behind(
 
     monkeypatch.setattr(vjp_bundle, "LaxBackend", refuse)
     bundle = _sort_bundle(tmp_path / "s.bundle")
+    _private_tempdir(monkeypatch, tmp_path / "tmp")
     before = _tmp_mlir()
     code, _, err = run_cli(["vjp", str(bundle)], capsys)
     line = one_line(err)

@@ -265,7 +265,7 @@ def test_vjp_without_lax_or_enzyme_says_what_would_work(
         f"juliabridge vjp: error: {bundle.resolve()}: the VJP module cannot be derived here: the "
         "lax backend cannot lift the module (op foo.bar does not lift) and enzyme-ad is not "
         "importable (its wheels are for CPython 3.11: pip install 'juliabridge[enzyme]' there and "
-        "run juliabridge vjp there), or export with JuliaBridge.export_lux(...; vjp=true)"
+        "run juliabridge vjp there)"
     )
 
 

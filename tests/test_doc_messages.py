@@ -167,7 +167,7 @@ def _scenarios(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     monkeypatch.delenv("PYTHON_JULIAPKG_EXE", raising=False)
     monkeypatch.setenv("PATH", str(tmp))  # no julia on PATH
     monkeypatch.setenv("HOME", str(tmp))  # no juliaup install
-    monkeypatch.setattr("juliabridge.julia.driver._juliapkg_project", lambda: tmp / "none")
+    monkeypatch.setattr("juliabridge.driver.process._juliapkg_project", lambda: tmp / "none")
     script = tmp / "m.jl"
     script.write_text("model = nothing\n")
     import contextlib

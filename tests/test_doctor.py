@@ -39,7 +39,7 @@ def test_julia_absence_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> No
     def missing(**_: object) -> None:
         raise JuliaUnavailable("no Julia found; install Julia >= 1.10 with juliaup")
 
-    monkeypatch.setattr("juliabridge.julia.driver.find_julia", missing)
+    monkeypatch.setattr("juliabridge.driver.process.find_julia", missing)
     julia = {c.name: c for c in doctor.report().julia}["julia"]
     assert not julia.ok and "juliaup" in julia.detail
 
@@ -97,7 +97,7 @@ def test_a_failed_probe_reports_the_first_line_of_its_error(
     def broken() -> None:
         raise RuntimeError("x" * 400 + "\nmore")
 
-    monkeypatch.setattr("juliabridge.julia.driver.find_julia", missing)
+    monkeypatch.setattr("juliabridge.driver.process.find_julia", missing)
     monkeypatch.setattr("juliabridge.jaxinternals._export_module", broken)
     r = doctor.report()
     julia = {c.name: c for c in r.julia}["julia"]
@@ -108,15 +108,15 @@ def test_a_failed_probe_reports_the_first_line_of_its_error(
     def empty() -> None:
         raise ValueError()
 
-    monkeypatch.setattr("juliabridge.julia.driver.find_julia", empty)
+    monkeypatch.setattr("juliabridge.driver.process.find_julia", empty)
     assert {c.name: c for c in doctor.report().julia}["julia"].detail == "ValueError: "
 
 
 def test_a_found_julia_is_named_with_where_it_was_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    from juliabridge.julia.driver import JuliaInstallation
+    from juliabridge.driver.process import JuliaInstallation
 
     found = JuliaInstallation("/opt/julia/bin/julia", (1, 11, 5), "PATH")
-    monkeypatch.setattr("juliabridge.julia.driver.find_julia", lambda: found)
+    monkeypatch.setattr("juliabridge.driver.process.find_julia", lambda: found)
     julia = {c.name: c for c in doctor.report().julia}["julia"]
     assert (julia.ok, julia.detail) == (True, "/opt/julia/bin/julia (PATH)")
 

@@ -152,7 +152,7 @@ def test_enzyme_missing(bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_julia_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    julia = pytest.importorskip("juliabridge.julia", reason="no Julia driver in this build")
+    julia = pytest.importorskip("juliabridge.driver", reason="no Julia driver in this build")
     monkeypatch.setenv("PYTHON_JULIAPKG_EXE", str(tmp_path / "no-julia"))
     with pytest.raises(juliabridge.JuliaUnavailable) as info:
         julia.find_julia()
@@ -388,7 +388,10 @@ def test_a_top_level_non_function_op_is_typed_on_every_backend(backend: str) -> 
 
 @pytest.mark.parametrize("debug", [False, True])
 def test_failed_in_process_derivations_are_quiet_and_leave_no_files(
-    debug: bool, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    debug: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
     """trust=True derives in this process; enzyme-ad then dumps the module to stderr and to
     /tmp/tmp*.mlir on failure. Both are suppressed unless JULIABRIDGE_DEBUG=1."""
@@ -404,6 +407,9 @@ def test_failed_in_process_derivations_are_quiet_and_leave_no_files(
     require_backend("enzyme")
     if debug:
         monkeypatch.setenv("JULIABRIDGE_DEBUG", "1")
+    # a private temporary folder: tests running beside this one (pytest-xdist) dump there too
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dumps = os.path.join(tempfile.gettempdir(), "tmp*.mlir")
     before = set(glob.glob(dumps))
     model = juliabridge.import_lux(example_bundle_path("lenet"), backend="enzyme", trust=True)

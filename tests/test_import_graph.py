@@ -46,11 +46,13 @@ LAYERS: dict[str, int] = {
     "juliabridge.bundle.write": 13,
     "juliabridge.lux": 14,
     "juliabridge.reactant_export": 15,
+    "juliabridge.julia_export": 15,
     "juliabridge.importers": 16,
     "juliabridge.verification": 17,
+    "juliabridge.exporting": 17,
     "juliabridge.flax": 18,
     "juliabridge.equinox": 18,
-    "juliabridge.julia": 18,
+    "juliabridge.driver": 18,
     "juliabridge.examples": 18,
     "juliabridge.testing": 19,
     "juliabridge.cli": 20,
@@ -214,7 +216,7 @@ def test_the_checks_can_fail() -> None:
     assert "juliabridge.errors" in graph["juliabridge.dtypes"]
     # A function-level import and one under TYPE_CHECKING count too.
     assert "juliabridge.reactant_export.sharding" in graph["juliabridge.reactant_export.directory"]
-    assert "juliabridge.lux.model" in graph["juliabridge.julia.session"]
+    assert "juliabridge.lux.model" in graph["juliabridge.driver.session"]
 
 
 def test_the_architecture_doc_prints_the_same_floors() -> None:

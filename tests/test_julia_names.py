@@ -61,14 +61,14 @@ def test_a_misspelled_name_and_a_wrong_arity_call_are_found(tmp_path: Path) -> N
     fatou = _fatou()
     root = tmp_path / "repo"
     shutil.copytree(REPO / "julia", root / "julia", ignore=shutil.ignore_patterns("Manifest.toml"))
-    planted = root / "julia" / "src" / "paths.jl"
+    planted = root / "julia" / "src" / "trees.jl"
     planted.write_text(
         planted.read_text()
         + "\nplanted_misspelled(p) = path_lable(p)\n"
-        + "planted_arity(p) = check_static_unchanged(p)\n"
+        + "planted_arity(p) = flatten!(p)\n"
     )
     found = TOOL.findings(fatou, root=root)
     rules = {(f["rule"], f["path"]) for f in found}
-    assert ("undefined-name", "julia/src/paths.jl") in rules
-    assert ("call-arity", "julia/src/paths.jl") in rules
+    assert ("undefined-name", "julia/src/trees.jl") in rules
+    assert ("call-arity", "julia/src/trees.jl") in rules
     assert any("path_lable" in f["message"] for f in found)

@@ -1,9 +1,11 @@
 """The juliacall route: juliabridge.export_lux on Julia objects of a running session.
 
 No machine here has Julia, so juliacall is replaced by a fake module with the parts the route
-uses (``ValueBase``, ``newmodule``, ``CONFIG``): these tests check what Python sends to
-``JuliaBridge.export_from_python`` and how its answers and failures come back. The Julia side of
-the entry point is tested in julia/test/runtests.jl ("the export driver").
+uses (``ValueBase``, ``newmodule``, ``CONFIG``): these tests check what Python hands to the
+``julia`` subprocess by default (a serialized file and a request; the subprocess itself is
+replaced) and, with ``in_process=True``, what it sends to ``JuliaBridge.export_from_python``,
+and how answers and failures come back. The Julia side of both entry points is tested in
+julia/test/runtests.jl ("the subprocess driver").
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ import numpy as np
 import pytest
 
 import juliabridge
+from juliabridge.driver import handoff, session
 from juliabridge.errors import CallArgumentError, JuliaExportError, JuliaUnavailable
-from juliabridge.julia import session
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "juliabridge" / "examples" / "lenet.bundle"
@@ -76,17 +78,29 @@ class FakeBridge:
 @pytest.fixture
 def fake_juliacall(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
     bridge = FakeBridge()
-    state = types.SimpleNamespace(bridge=bridge, evaluated=[], fail_import=False)
+    state = types.SimpleNamespace(
+        bridge=bridge, evaluated=[], fail_import=False, serialized=[], fail_serialize=False
+    )
 
     class Host:
         JuliaBridge = bridge
 
         def seval(self, code: str) -> None:
             state.evaluated.append(code)
-            if state.fail_import:
+            if state.fail_import and "JuliaBridge" in code:
                 raise FakeJuliaError(
                     "ArgumentError: Package JuliaBridge not found in current path.\nmore"
                 )
+
+        def juliabridge_session(self) -> str:
+            return f"/opt/julia/bin/julia\n{REPO / 'julia' / 'Project.toml'}\n1.11.5"
+
+        def juliabridge_serialize(self, path: str, *objects: Any) -> str:
+            if state.fail_serialize:
+                raise FakeJuliaError("MethodError: no method matching serialize\nmore")
+            Path(path).write_bytes(b"serialized")
+            state.serialized.append((path, objects))
+            return "Lux=b2108857-7c20-44ae-9111-449ecde12c47\nRandom=9a3f8284"
 
     module = types.ModuleType("juliacall")
     module.ValueBase = Value  # type: ignore[attr-defined]
@@ -94,6 +108,7 @@ def fake_juliacall(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
     module.newmodule = lambda name: Host()  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "juliacall", module)
     monkeypatch.setattr(session, "_BRIDGE", {})
+    monkeypatch.setattr(handoff, "_HOSTS", {})
     return state
 
 
@@ -113,10 +128,10 @@ def test_export_sends_objects_and_options_and_imports_the_bundle(
         x,
         out=out,
         name="m",
-        vjp=True,
         metadata={"epochs": 3},
         progress=False,
         backend="xla",
+        in_process=True,
     )
     assert isinstance(imported, juliabridge.LuxModel)
     assert imported.bundle.root == out.resolve()
@@ -129,22 +144,24 @@ def test_export_sends_objects_and_options_and_imports_the_bundle(
         "mode": "test",
         "overwrite": False,
         "reference": True,
-        "vjp": True,
         "metadata": {"epochs": 3},
-        "allow_custom_calls": False,
         "samples_independent": None,
     }
     assert call["kw"] == {}  # no progress callback without a progress bar
     assert fake_juliacall.evaluated == ["import JuliaBridge"]
     # JuliaBridge is loaded into the session once.
-    juliabridge.export_lux(model, ps, st, x, out=tmp_path / "n.bundle", progress=False)
+    juliabridge.export_lux(
+        model, ps, st, x, out=tmp_path / "n.bundle", progress=False, in_process=True
+    )
     assert fake_juliacall.evaluated == ["import JuliaBridge"]
 
 
 def test_progress_is_a_python_callback_julia_calls(
     fake_juliacall: types.SimpleNamespace, tmp_path: Path
 ) -> None:
-    juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.bundle", progress=True)
+    juliabridge.export_lux(
+        *julia_objects(), out=tmp_path / "m.bundle", progress=True, in_process=True
+    )
     (call,) = fake_juliacall.bridge.calls
     assert callable(call["kw"]["progress"])
 
@@ -156,7 +173,14 @@ def test_numpy_inputs_go_to_julia_in_julia_layout(
     x = np.arange(24, dtype=np.float32).reshape(4, 1, 2, 3)  # MLIR layout: batch first
     mask = np.ones((4, 3), dtype=bool)
     juliabridge.export_lux(
-        model, ps, st, x, (mask, Value("t")), out=tmp_path / "m.bundle", progress=False
+        model,
+        ps,
+        st,
+        x,
+        (mask, Value("t")),
+        out=tmp_path / "m.bundle",
+        progress=False,
+        in_process=True,
     )
     (call,) = fake_juliacall.bridge.calls
     sent_x, (sent_mask, sent_t) = call["inputs"]
@@ -207,7 +231,9 @@ def test_julia_error_answer_becomes_export_error(
         JuliaExportError,
         match=r"NonReactantLeafError in Julia: the parameter tree ps at layer_1\.scale",
     ):
-        juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.bundle", progress=False)
+        juliabridge.export_lux(
+            *julia_objects(), out=tmp_path / "m.bundle", progress=False, in_process=True
+        )
 
 
 @pytest.mark.parametrize("answer", ["not json", "[1]", json.dumps({"ok": True})])
@@ -216,7 +242,9 @@ def test_malformed_answers_are_export_errors(
 ) -> None:
     fake_juliacall.bridge.answer = answer
     with pytest.raises(JuliaExportError):
-        juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.bundle", progress=False)
+        juliabridge.export_lux(
+            *julia_objects(), out=tmp_path / "m.bundle", progress=False, in_process=True
+        )
 
 
 def test_uncaught_julia_exception_becomes_export_error(
@@ -224,7 +252,9 @@ def test_uncaught_julia_exception_becomes_export_error(
 ) -> None:
     fake_juliacall.bridge.raises = FakeJuliaError("InterruptException:")
     with pytest.raises(JuliaExportError, match="the export failed in Julia: InterruptException"):
-        juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.bundle", progress=False)
+        juliabridge.export_lux(
+            *julia_objects(), out=tmp_path / "m.bundle", progress=False, in_process=True
+        )
 
 
 def test_session_without_juliabridge_says_how_to_install_it(
@@ -232,7 +262,9 @@ def test_session_without_juliabridge_says_how_to_install_it(
 ) -> None:
     fake_juliacall.fail_import = True
     with pytest.raises(JuliaUnavailable) as info:
-        juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.bundle", progress=False)
+        juliabridge.export_lux(
+            *julia_objects(), out=tmp_path / "m.bundle", progress=False, in_process=True
+        )
     message = str(info.value)
     assert "Package JuliaBridge not found" in message
     assert "juliapkg.json" in message and "juliapkg.resolve(force=True)" in message
@@ -302,7 +334,7 @@ def test_the_julia_spelling_directory_first_is_the_same_call(
 ) -> None:
     model, ps, st, x = julia_objects()
     out = tmp_path / "j.bundle"
-    juliabridge.export_lux(out, model, ps, st, x, progress=False)
+    juliabridge.export_lux(out, model, ps, st, x, progress=False, in_process=True)
     (call,) = fake_juliacall.bridge.calls
     assert call["out"] == str(out.resolve())
     assert (call["model"], call["ps"], call["st"], call["inputs"]) == (model, ps, st, (x,))
@@ -329,9 +361,104 @@ def test_where_the_crash_is_known_the_isolated_route_is_the_default(
 ) -> None:
     monkeypatch.setattr(session, "in_process_risk", lambda: "a known crash")
     monkeypatch.delenv(session.IN_PROCESS_ENV, raising=False)
-    with pytest.raises(JuliaExportError, match=r"a known crash\. Export in a separate julia"):
-        juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.bundle", progress=False)
+    with pytest.raises(JuliaExportError, match=r"a known crash\. Leave in_process unset"):
+        juliabridge.export_lux(
+            *julia_objects(), out=tmp_path / "m.bundle", progress=False, in_process=True
+        )
     assert not fake_juliacall.bridge.calls
     monkeypatch.setenv(session.IN_PROCESS_ENV, "1")
-    juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.bundle", progress=False)
+    juliabridge.export_lux(
+        *julia_objects(), out=tmp_path / "m.bundle", progress=False, in_process=True
+    )
     assert len(fake_juliacall.bridge.calls) == 1
+
+
+# --- the default route: serialize in the session, export in a julia subprocess -------------------
+
+
+class FakeRun:
+    """Stands in for process.run_export_request: records the request, writes the directory."""
+
+    def __init__(self, error: str | None = None) -> None:
+        self.error = error
+        self.requests: list[dict[str, Any]] = []
+        self.julia: Any = None
+        self.environment: Path | None = None
+
+    def __call__(self, julia: Any, environment: Path, request: dict[str, Any], **kw: Any) -> str:
+        assert Path(request["serialized"]).read_bytes() == b"serialized"  # still there
+        self.requests.append(dict(request))
+        self.julia, self.environment = julia, environment
+        if self.error is not None:
+            raise JuliaExportError(self.error)
+        shutil.copytree(SHIPPED, request["out"])
+        return str(request["out"])
+
+
+def test_by_default_the_session_only_serializes_and_julia_exports(
+    fake_juliacall: types.SimpleNamespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = FakeRun()
+    monkeypatch.setattr(handoff, "run_export_request", run)
+    monkeypatch.delenv("JULIABRIDGE_JULIA_ENV", raising=False)
+    model, ps, st, x = julia_objects()
+    out = tmp_path / "m.jlexport"
+    imported = juliabridge.export_lux(
+        model, ps, st, x, out=out, name="m", metadata={"k": 1}, progress=False
+    )
+    assert imported.bundle.root == out.resolve()
+    # JuliaBridge (and with it Reactant) was never loaded into the session.
+    assert not fake_juliacall.bridge.calls
+    assert not any("JuliaBridge" in code for code in fake_juliacall.evaluated)
+    assert fake_juliacall.evaluated == [handoff.SERIALIZER]
+    ((path, objects),) = fake_juliacall.serialized
+    assert objects == (model, ps, st, x)
+    (request,) = run.requests
+    assert request == {
+        "name": "m",
+        "mode": "test",
+        "overwrite": False,
+        "reference": True,
+        "metadata": {"k": 1},
+        "samples_independent": None,
+        "serialized": path,
+        "packages": [["Lux", "b2108857-7c20-44ae-9111-449ecde12c47"], ["Random", "9a3f8284"]],
+        "out": str(out.resolve()),
+    }
+    # The session's own Julia and project run the export.
+    assert run.julia.executable == "/opt/julia/bin/julia" and run.julia.version == (1, 11, 5)
+    assert run.environment == REPO / "julia"
+    assert not Path(path).exists()  # the serialized objects are removed afterwards
+
+
+def test_a_prepared_environment_overrides_the_sessions_project(
+    fake_juliacall: types.SimpleNamespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = FakeRun()
+    monkeypatch.setattr(handoff, "run_export_request", run)
+    monkeypatch.setenv("JULIABRIDGE_JULIA_ENV", str(tmp_path))
+    juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.jlexport", progress=False)
+    assert run.environment == tmp_path
+
+
+def test_subprocess_failures_are_export_errors_with_a_hint_for_session_types(
+    fake_juliacall: types.SimpleNamespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(handoff, "run_export_request", FakeRun("UndefVarError: `MyLayer`"))
+    with pytest.raises(JuliaExportError, match=r"UndefVarError.*in_process=True"):
+        juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.jlexport", progress=False)
+    monkeypatch.setattr(handoff, "run_export_request", FakeRun("ExportError: ps.w is a Float32"))
+    with pytest.raises(JuliaExportError, match=r"ps\.w is a Float32$"):
+        juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.jlexport", progress=False)
+    fake_juliacall.fail_serialize = True
+    with pytest.raises(JuliaExportError, match=r"could not serialize .*: MethodError"):
+        juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.jlexport", progress=False)
+
+
+def test_the_known_crash_is_no_reason_to_refuse_the_subprocess_route(
+    fake_juliacall: types.SimpleNamespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(session, "in_process_risk", lambda: "a known crash")
+    monkeypatch.delenv(session.IN_PROCESS_ENV, raising=False)
+    monkeypatch.setattr(handoff, "run_export_request", FakeRun())
+    juliabridge.export_lux(*julia_objects(), out=tmp_path / "m.jlexport", progress=False)

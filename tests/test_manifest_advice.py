@@ -15,7 +15,11 @@ from tests.bundle_factory import edit_manifest, make_dense_bn
 @pytest.mark.parametrize(
     ("tool", "advice"),
     [
-        ("JuliaBridge.jl", "export the bundle again with JuliaBridge.export_lux."),
+        (
+            "JuliaBridge.jl",
+            "export the model again with JuliaBridge.export_lux and read or convert the "
+            "directory it writes (juliabridge convert DIR --out NAME.bundle).",
+        ),
         (
             "juliabridge-python",
             "write the bundle again with juliabridge.bundle.write.writer.write_bundle.",

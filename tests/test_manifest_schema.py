@@ -22,7 +22,6 @@ import pytest
 import juliabridge
 from juliabridge.bundle.manifest import parse_manifest, schema, write_schema
 from tests.bundle_factory import make_dense_bn, to_format1, to_format2
-from tests.test_julia_spec_alignment import JULIA_MANIFESTS
 from tests.test_manifest import spec_example, spec_example_with_aliases
 
 jsonschema = pytest.importorskip("jsonschema")
@@ -119,11 +118,6 @@ def test_there_is_an_example_bundle() -> None:
 
 def test_the_spec_example_is_valid(validator: Any) -> None:
     assert _errors(validator, spec_example()) == []
-
-
-@pytest.mark.parametrize("name", list(JULIA_MANIFESTS))
-def test_the_julia_writers_manifests_are_valid(validator: Any, name: str) -> None:
-    assert _errors(validator, JULIA_MANIFESTS[name]()) == []
 
 
 @pytest.mark.parametrize("version", [1, 2, 3])

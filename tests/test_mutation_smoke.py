@@ -101,3 +101,66 @@ def test_a_crash_of_the_test_process_under_a_mutant_is_a_kill() -> None:
     assert not smoke.KILLED & smoke.SURVIVED
     # SIGKILL ends a runaway process: a kill only if it happens again with longer limits
     assert -9 in smoke.TIMEOUTS and smoke.TIMEOUTS <= smoke.KILLED
+
+
+def test_the_sample_runs_round_robin_over_the_modules_in_a_fixed_order() -> None:
+    sample = {"a.py": ["a1", "a2", "a3"], "b.py": ["b1"], "c.py": ["c1", "c2"]}
+    assert smoke.ordered(sample) == ["a1", "b1", "c1", "a2", "c2", "a3"]
+    assert smoke.ordered({}) == []
+    assert smoke.stride_sample([f"m.x_f__mutmut_{k}" for k in range(1, 20)], 8) == [
+        "m.x_f__mutmut_1",
+        "m.x_f__mutmut_9",
+        "m.x_f__mutmut_17",
+    ]
+
+
+def test_mutmut_starts_the_mutants_in_the_order_the_smoke_gives() -> None:
+    # the launcher replaces mutmut's estimate of a mutant's test time, by which `mutmut run`
+    # orders the mutants it starts, with the mutant's place in the smoke's order
+    main = pytest.importorskip("mutmut.__main__", reason="mutmut: the [mutation] extra")
+    import inspect
+
+    assert "estimated_worst_case_time(" in inspect.getsource(main._run)
+    assert "m.estimated_worst_case_time = " in smoke._RUN_IN_ORDER
+    assert callable(main.cli)
+
+
+def test_the_verdict_scores_what_ran_and_names_what_the_budget_left_out(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    budget = {"budget": 480.0}
+    # a budget that ran out: what ran is scored, what did not is named in order
+    assert (
+        smoke.verdict(0.95, 0.9, run=40, sampled=80, not_run=["b", "a"], out_of_time=True, **budget)
+        == 0
+    )
+    assert (
+        "2 sampled mutants not run, in the order they would have run: b, a"
+        in capsys.readouterr().out
+    )
+    assert (
+        smoke.verdict(0.85, 0.9, run=40, sampled=80, not_run=["b"], out_of_time=True, **budget) == 1
+    )
+    # too few run to say anything
+    assert (
+        smoke.verdict(
+            1.0, 0.9, run=smoke.MIN_RUN - 1, sampled=80, not_run=["b"], out_of_time=True, **budget
+        )
+        == 1
+    )
+    assert smoke.verdict(1.0, 0.9, run=5, sampled=5, not_run=[], out_of_time=False, **budget) == 0
+    # a mutant not run while there was time is a failure of the run, not a budget
+    assert (
+        smoke.verdict(1.0, 0.9, run=40, sampled=41, not_run=["a"], out_of_time=False, **budget) == 1
+    )
+
+
+def test_a_run_samples_a_window_of_the_core_rotated_by_the_tree() -> None:
+    core = [f"m{i}.py" for i in range(10)]
+    assert smoke.window(core, 3, 8) == ["m8.py", "m9.py", "m0.py"]
+    assert smoke.window(core, 0, 4) == core  # --modules 0: every module
+    assert smoke.window(core, 12, 4) == core
+    # four windows of a quarter, at successive offsets, cover the core
+    k = -(-len(core) // 4)
+    assert set().union(*(smoke.window(core, k, i * k) for i in range(4))) == set(core)
+    assert smoke.tree_offset() == smoke.tree_offset()  # the same tree, the same window

@@ -42,25 +42,3 @@ def test_data_parallel_on_8_devices(backend: str) -> None:
         assert abs(single - parallel) < 1e-4 * max(1.0, abs(single))
     assert figures["train_losses"][-1][0] < figures["train_losses"][0][0]
     assert figures["train_param_max_diff"] < 1e-4
-
-
-def test_the_pinned_data_parallel_tests_on_4_devices() -> None:
-    # tests/test_pinned_parallel.py runs in-process (so mutmut's mutants reach it); its
-    # multi-device cases skip on the one CPU device of a plain run, so they run here too.
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = (
-        env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
-    ).strip()
-    env["JAX_PLATFORMS"] = "cpu"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-         str(ROOT / "tests" / "test_pinned_parallel.py")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "skipped" not in proc.stdout.splitlines()[-1], proc.stdout[-2000:]

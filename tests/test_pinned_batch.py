@@ -354,7 +354,8 @@ def test_julia_layout_rank_and_shape_messages(tmp_path: Path) -> None:
     with pytest.raises(CallArgumentError) as e:
         jl(np.ones((1, 2, 5), np.float32))
     assert str(e.value) == (
-        "x: expects rank 2 ([2, 4] in Julia's order (layout='julia')), got shape [1, 2, 5]"
+        "x: expects a rank-2 array of shape (2, N) in Julia's order (layout='julia'): any "
+        "batch size N on axis 1 (traced with N=4), got shape [1, 2, 5]"
     )
     with pytest.raises(CallArgumentError) as e:
         jl(np.ones((3, 5), np.float32))  # neither order: no hint
@@ -400,4 +401,7 @@ def test_mlir_layout_rank_message_keeps_the_module_order(tmp_path: Path) -> None
     model = juliabridge.import_lux(_bundle(tmp_path))
     with pytest.raises(CallArgumentError) as e:
         model(np.ones((5, 2, 1), np.float32))
-    assert str(e.value) == "x: expects rank 2 ([4, 2]), got shape [5, 2, 1]"
+    assert str(e.value) == (
+        "x: expects a rank-2 array of shape (N, 2): any batch size N on axis 0 (traced with "
+        "N=4), got shape [5, 2, 1]"
+    )

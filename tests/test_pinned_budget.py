@@ -226,8 +226,9 @@ def test_constant_data_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JULIABRIDGE_MEMORY_LIMIT", str(256 * 14 - 1))
     with pytest.raises(
         ResourceLimitError,
-        match=r"^<mlir text>: the module's constants hold 256 B of data, which loading and "
-        r"compiling spend about 14 times over \(3\.5 KiB\), more than 3\.5 KiB, "
+        match=r"^<mlir text>, line 2: the module's constants hold 256 B of data by here \(every "
+        r"attribute counted at every op that carries it: the printed module and XLA's literals "
+        r"hold a copy per use\), which loading and compiling spend about 14 times over \(3\.5 KiB\), more than 3\.5 KiB, "
         r"JULIABRIDGE_MEMORY_LIMIT\. Pass large arrays as arguments",
     ):
         parse_module(text)

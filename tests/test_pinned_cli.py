@@ -173,7 +173,7 @@ def test_debug_shows_the_traceback(
 
 
 class FakeDriver:
-    """Stands in for juliabridge.julia.export_script: records its call, then raises or returns."""
+    """Stands in for juliabridge.driver.export_script: records its call, then raises or returns."""
 
     def __init__(self, outcome: BaseException | None = None) -> None:
         self.outcome = outcome
@@ -194,7 +194,7 @@ def export(
     outcome: BaseException | None = None,
 ) -> tuple[int, str, str, FakeDriver]:
     driver = FakeDriver(outcome)
-    monkeypatch.setattr("juliabridge.julia.export_script", driver)
+    monkeypatch.setattr("juliabridge.driver.export_script", driver)
     script = tmp_path / "model.jl"
     script.write_text("model = 1\n")
     code, out, err = run(
@@ -212,7 +212,6 @@ def test_export_passes_each_option_to_the_driver(
     assert args == (tmp_path / "model.jl", tmp_path / "m.bundle")
     assert kwargs == {
         "overwrite": False,
-        "vjp": False,
         "name": None,
         "mode": "test",
         "reference": True,
@@ -221,12 +220,11 @@ def test_export_passes_each_option_to_the_driver(
         "verbose": False,
         "timeout": None,
     }
-    flags = ("--overwrite", "--vjp", "--name", "net", "--mode", "train", "--no-reference")
+    flags = ("--overwrite", "--name", "net", "--mode", "train", "--no-reference")
     more = ("--offline", "--timeout", "2.5", "-v", "-q")
     driver = export(monkeypatch, tmp_path, capsys, *flags, *more)[3]
     assert driver.calls[0][1] == {
         "overwrite": True,
-        "vjp": True,
         "name": "net",
         "mode": "train",
         "reference": False,
@@ -300,7 +298,24 @@ def test_convert_passes_its_options_and_says_what_it_wrote(
         code, out, err = run(["convert", "exp", "--out", "m.bundle", *flags], capsys)
         assert (code, err) == (0, "")
         assert out == "wrote m.bundle (no reference outputs: Reactant's exporter records none)\n"
-        assert calls.pop() == ("exp", "m.bundle", {"overwrite": overwrite})
+        none = {"outputs": None, "state_results": None, "arg_positions": None, "batch_axis": None}
+        assert calls.pop() == ("exp", "m.bundle", {"overwrite": overwrite, **none})
+    # import_lux's overrides, with the same meaning.
+    flags = ["--outputs", "0,2", "--state-results", "1:3,4:5", "--positions", "1,2,3"]
+    code, out, err = run(
+        ["convert", "exp", "--out", "m.bundle", *flags, "--batch-axis", "0"], capsys
+    )
+    assert (code, err) == (0, "")
+    assert calls.pop()[2] == {
+        "overwrite": False,
+        "outputs": [0, 2],
+        "state_results": {1: 3, 4: 5},
+        "arg_positions": [1, 2, 3],
+        "batch_axis": 0,
+    }
+    for bad in (["--outputs", "0,x"], ["--state-results", "1-3"], ["--positions", ""]):
+        code, _, err = run(["convert", "exp", "--out", "m.bundle", *bad], capsys)
+        assert code == 2 and "expected comma-separated" in err
     assert run(["convert", "exp"], capsys)[0] == 2  # --out is required
 
 
@@ -436,7 +451,7 @@ def test_help_carries_the_exit_code_table_and_argument_help(
         r"\n  --json +print the report as JSON\n", run(["doctor", "--help"], capsys)[1]
     )
     out = run(["export", "--help"], capsys)[1]
-    assert re.search(r"\n  --out( OUT)?, -o OUT +bundle directory to write\n", out), (
+    assert re.search(r"\n  --out( OUT)?, -o OUT +export directory to write\n", out), (
         out
     )  # 3.13: no first OUT
 

@@ -1,7 +1,8 @@
 """Pinned: `model.data_parallel(mesh, axis)` splits the batch axis the manifest records.
 
-In-process, over every device JAX has (one CPU device normally; tools/mutation_smoke.py and the
-mutation command in docs/mutation-testing.md run with several fake CPU devices). The sharding of
+In-process, over every device JAX has (one CPU device normally; tests/test_multidevice.py,
+tools/mutation_smoke.py and the mutation command in docs/mutation-testing.md run this file with
+several fake CPU devices). The sharding of
 the results is observable on any device count: the batch axis carries the mesh axis (the last
 axis under layout="julia", whose arrays are the MLIR ones reversed), everything else is
 replicated.
@@ -21,6 +22,9 @@ import juliabridge
 from juliabridge import CallArgumentError
 
 from .pinned_support import Arg, Res, Spec, lower, write
+
+# Every test here checks more with several devices: tests/test_multidevice.py runs them with 4.
+pytestmark = pytest.mark.multidevice
 
 B = 2
 W = np.array([[0.5, 2.0, -1.0]] * B, np.float32)
@@ -140,10 +144,7 @@ def test_data_parallel_gradients_match_the_single_device_ones(tmp_path: Path) ->
     np.testing.assert_allclose(g, want, rtol=1e-5)
 
 
-_MANY = pytest.mark.skipif(
-    jax.device_count() < 2,
-    reason="needs several devices: test_parallel.py runs this file with 4 fake CPU devices",
-)
+_MANY = pytest.mark.multidevice(devices=2)
 
 
 @_MANY

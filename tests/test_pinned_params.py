@@ -8,6 +8,7 @@ tuples in order; and saving must never delete the temporary of a writer that is 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import h5py
+import jax
 import ml_dtypes
 import numpy as np
 import pytest
@@ -95,6 +97,11 @@ def test_save_params_of_a_model_writes_1_based_tuples_and_the_state(tmp_path: Pa
     model = juliabridge.import_lux(_tuple_bundle(tmp_path))
     out = juliabridge.save_params(model, tmp_path / "p.h5")
     ds = _datasets(out)
+    tree = ds.pop("/juliabridge/tree")  # the trees' shape: positions stay positions
+    assert json.loads(bytes(tree[0]))["params"]["leaves"] == [
+        ["layers", 1, "w"],
+        ["layers", 2, "w"],
+    ]
     assert set(ds) == {"/params/layers/1/w", "/params/layers/2/w", "/state/layers/2/count"}
     np.testing.assert_array_equal(ds["/params/layers/1/w"][0], [1.0, 2.0, 3.0])
     np.testing.assert_array_equal(ds["/state/layers/2/count"][0], [7.0, 8.0, 9.0])
@@ -111,11 +118,13 @@ def test_save_params_of_a_model_writes_1_based_tuples_and_the_state(tmp_path: Pa
 def test_save_then_load_params_round_trips(tmp_path: Path) -> None:
     model = juliabridge.import_lux(_tuple_bundle(tmp_path))
     params, state = juliabridge.load_params(juliabridge.save_params(model, tmp_path / "p.h5"))
-    np.testing.assert_array_equal(params["layers"]["1"]["w"], [1.0, 2.0, 3.0])
-    np.testing.assert_array_equal(state["layers"]["2"]["count"], [7.0, 8.0, 9.0])
-    # A bundle directory reads as its weights file.
+    # Positions come back as tuples, as in model.params (the file records which steps are).
+    np.testing.assert_array_equal(params["layers"][0]["w"], [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(state["layers"][1]["count"], [7.0, 8.0, 9.0])
+    assert jax.tree.structure(params) == jax.tree.structure(model.params)
+    # A bundle directory reads as its weights file, shaped by its manifest.
     params, _ = juliabridge.load_params(tmp_path / "tup.bundle")
-    np.testing.assert_array_equal(params["layers"]["2"]["w"], [10.0, 20.0, 30.0])
+    np.testing.assert_array_equal(params["layers"][1]["w"], [10.0, 20.0, 30.0])
 
 
 def test_julia_layout_saves_in_the_files_mlir_order(tmp_path: Path) -> None:
@@ -256,7 +265,7 @@ def test_integer_keys_lists_and_empty_leaves(tmp_path: Path) -> None:
         "n": None,
     }
     ds = _datasets(juliabridge.save_params(tree, tmp_path / "t.h5"))
-    assert set(ds) == {"/params/a/3", "/params/l/1", "/params/l/2"}
+    assert set(ds) == {"/params/a/3", "/params/l/1", "/params/l/2", "/juliabridge/tree"}
     np.testing.assert_array_equal(ds["/params/l/2"][0], [2.0])
 
 

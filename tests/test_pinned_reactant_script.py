@@ -280,8 +280,8 @@ def test_run_without_docstring_refused(tmp_path: Path) -> None:
     [
         ("and dtype float32. Path: arg.2", "and dtype float32 Path: arg.2"),
         ("Array of shape (2, 3)", "Array of shape [2, 3]"),
-        ("Path: arg.2\n", "Path: arg.x\n"),
         ("Path: arg.2\n", "Path: arg\n"),
+        ("Path: arg.2\n", "Path: arg.\n"),
         ("arg1: Array", "argument1: Array"),
     ],
 )
@@ -503,11 +503,11 @@ def _with_list(base: str, tokens: int) -> str:
 
 
 def test_token_budget_boundary(tmp_path: Path) -> None:
-    # 20,000 tokens plus 400 per argument line: a file of budget + 1 tokens (the counter's
+    # 20,000 tokens plus 120 per argument line: a file of budget + 1 tokens (the counter's
     # last index is the budget) is parsed, and refused as not the template; one more token is
     # refused before parsing.
     py = _plain(tmp_path)
-    budget = 20_000 + 400 * 2
+    budget = 20_000 + 120 * 2
     base = py.read_text()
     for total, match in ((budget + 1, "unexpected statement 'x = "), (budget + 2, "holds more")):
         text = _with_list(base, total - _tokens(base))
@@ -554,9 +554,9 @@ def test_read_text_bounds(tmp_path: Path) -> None:
     p.write_bytes(b"\xff\xfe")
     with pytest.raises(ManifestError, match=r"a\.py: not UTF-8 text \("):
         read_text(p)
-    with pytest.raises(ManifestError, match=r"missing\.py: cannot read it \(No such file"):
+    with pytest.raises(ManifestError, match=r"missing\.py: cannot read it \(.*is missing"):
         read_text(tmp_path / "missing.py")
-    with pytest.raises(UnsafeBundleError, match=r"d: is not a regular file"):
+    with pytest.raises(UnsafeBundleError, match=r"d: is not a regular file \(.*a directory"):
         (tmp_path / "d").mkdir()
         read_text(tmp_path / "d")
 
@@ -581,16 +581,18 @@ def test_docstring_replaced_by_an_assignment(tmp_path: Path) -> None:
 def test_script_opened_without_following_links_or_leaking(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import juliabridge.reactant_export.pyscript as pyscript
+    from juliabridge.bundle.files import safefile
 
     py = _plain(tmp_path)
     flags: list[int] = []
     real = os.open
 
-    def spy(p: object, f: int, *a: object) -> int:
+    def spy(p: object, f: int, *a: object, **kw: object) -> int:
         flags.append(f)
-        return real(p, f, *a)  # type: ignore[arg-type]
+        return real(p, f, *a, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(pyscript.os, "open", spy)
+    monkeypatch.setattr(safefile.os, "open", spy)
     read_script(py)
-    assert flags and all(f & os.O_NOFOLLOW and f & os.O_CLOEXEC for f in flags)
+    assert flags and all(
+        f & os.O_NOFOLLOW and f & os.O_CLOEXEC and f & os.O_NONBLOCK for f in flags
+    )

@@ -2,8 +2,8 @@
 its many-device checks in child processes, where mutated code is not live).
 
 One device makes a mesh whose Explicit axes still type every value, so specs, meshes and
-reshards are observable; the checks that need two devices skip without them (the mutation
-smoke sets XLA_FLAGS=--xla_force_host_platform_device_count=4).
+reshards are observable; the checks that need two devices are marked `multidevice` and skip
+without them (tests/test_multidevice.py and the mutation smoke run them with 4 fake CPU devices).
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def test_device_conflict_on_one_device() -> None:
     f(jnp.ones(2))
 
 
-@pytest.mark.skipif(jax.device_count() < 2, reason="needs 2 devices (XLA_FLAGS host device count)")
+@pytest.mark.multidevice(devices=2)
 def test_device_conflict_names_each_device_set() -> None:
     d0, d1 = jax.devices()[:2]
     a = jax.device_put(np.ones(2), d0)

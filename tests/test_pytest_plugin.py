@@ -32,7 +32,9 @@ from juliabridge.testing import (
     compare_with_julia,
     export_key,
 )
+from tests.julia_export_writer import write_julia_export
 from tests.reference import lux_numpy
+from tests.test_julia_export import dense_bn
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "juliabridge" / "examples" / "lenet.bundle"
@@ -252,15 +254,15 @@ def test_plain():
 """
 
 FAKE_JULIA = f"""#!{sys.executable}
-import json, os, sys
+import json, os, shutil, sys
 if sys.argv[1:] == ["--version"]:
     print("julia version 1.11.5")
     sys.exit(0)
 request = json.load(open(sys.argv[-1]))
 with open(os.environ["FAKE_JULIA_LOG"], "a") as log:
     log.write(json.dumps({{"script": request["script"], "mode": request["mode"]}}) + "\\n")
-os.makedirs(request["out"])
-open(os.path.join(request["out"], "manifest.json"), "w").write("{{}}")
+# What JuliaBridge.export_lux writes: a Julia export directory (written from the spec).
+shutil.copytree(os.environ["FAKE_JULIA_EXPORT"], request["out"], dirs_exist_ok=True)
 json.dump({{"ok": True, "path": request["out"]}}, open(request["result_file"], "w"))
 """
 
@@ -322,6 +324,7 @@ def test_exports_are_cached_within_and_across_sessions(
     julia.write_text(FAKE_JULIA)
     julia.chmod(julia.stat().st_mode | stat.S_IXUSR)
     env["JULIABRIDGE_JULIA_ENV"] = str(tmp_path)  # a prepared environment: no juliapkg
+    env["FAKE_JULIA_EXPORT"] = str(write_julia_export(tmp_path / "made.jlexport", dense_bn()))
     log = Path(env["FAKE_JULIA_LOG"])
 
     def exports() -> list[dict[str, str]]:

@@ -427,10 +427,13 @@ def test_convert_then_bundle_tools(tmp_path: Path, capsys: pytest.CaptureFixture
     capsys.readouterr()
     assert main(["verify", str(out)]) != OK
     assert "records none" in capsys.readouterr().err
-    for target in (out, d):
+    # The bundle names leaves by Julia position; the export directory by Python index, beside
+    # Reactant's own path, and says it has no digests (not "--no-verify").
+    for target, leaf in ((out, "state[2][1]"), (d, "state[1][0]")):
         assert main(["inspect", str(target)]) == OK
         text = capsys.readouterr().out
-        assert "export_to_enzymejax" in text and "state[2][1]" in text
+        assert "export_to_enzymejax" in text and leaf in text
+    assert "arg.4.2.1" in text and "records no digests" in text and "--no-verify" not in text
 
 
 def test_deeply_nested_expression_refused(tmp_path: Path) -> None:

@@ -14,6 +14,8 @@ from juliabridge.cli import commands as cli
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text(encoding="utf-8")
+#: The tests as README.md says to run them (pytest-xdist: two processes, a file each at a time).
+TEST_COMMAND = "-m pytest -q -rs -n 2 --dist loadfile"
 
 
 def _usage_blocks() -> list[str]:
@@ -32,11 +34,12 @@ def test_the_usage_block_runs_as_written(tmp_path: Path, monkeypatch: pytest.Mon
     blocks = _usage_blocks()
     assert blocks, "README.md's Usage section has no python block"
     monkeypatch.chdir(tmp_path)  # the block writes finetuned.h5 where it runs
-    for block in blocks:
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            exec(compile(block, "README.md (Usage)", "exec"), {"__name__": "__readme__"})
-        assert out.getvalue().splitlines() == _expected_prints(block)
+    for _ in range(2):  # a second run in the same folder works too (the file is replaced)
+        for block in blocks:
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                exec(compile(block, "README.md (Usage)", "exec"), {"__name__": "__readme__"})
+            assert out.getvalue().splitlines() == _expected_prints(block)
     assert (tmp_path / "finetuned.h5").is_file()
 
 
@@ -47,8 +50,11 @@ def test_the_readme_commands_exist() -> None:
     for line in re.findall(r"```bash\n(.*?)```", README, re.S):
         for group in re.findall(r"pip install -e '\.\[([a-z,]+)\]'", line):
             assert set(group.split(",")) <= set(extras), group
-    assert "python -m pytest -q -rs" in README
-    assert "-m pytest -q -rs" in (REPO / ".ci" / "run").read_text()  # CI runs what README says
+    assert f"python {TEST_COMMAND}\n" in README
+    ci = (REPO / ".ci" / "run").read_text()
+    # CI runs what README says, in both environments, and no other pytest command
+    assert ci.count(f"{TEST_COMMAND}\n") == 2, TEST_COMMAND
+    assert ci.count("-m pytest") == 2
     commands = set(cli.build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
     for name in re.findall(r"`juliabridge (\w+)", README):
         assert name in commands, f"README names `juliabridge {name}`, which does not exist"

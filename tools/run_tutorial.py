@@ -22,8 +22,8 @@ TAG = "needs-julia"
 
 
 def _julia_found() -> bool:
+    from juliabridge.driver.process import find_julia
     from juliabridge.errors import JuliaUnavailable
-    from juliabridge.julia.driver import find_julia
 
     try:
         find_julia()

@@ -1,21 +1,16 @@
-# Export LeNet-5 from real Julia:
-#   julia --project=julia julia/examples/lenet.jl [--vjp] [OUT_DIR]
-# (default OUT_DIR: ./lenet.bundle, in the current directory). The same LeNet as the Python
-# tests use, with a fixed seed, traced in test mode; `--vjp` adds the pullback.
+# Export LeNet-5 from real Julia as a Julia export directory (docs/julia-export.md):
+#   julia --project=julia -e 'using Pkg; Pkg.instantiate()'     # once: installs Reactant, Lux, ...
+#   julia --project=julia julia/examples/lenet.jl [OUT_DIR]
+# (default OUT_DIR: ./lenet.jlexport). Then in Python: `juliabridge.import_lux("lenet.jlexport")`,
+# or `juliabridge convert lenet.jlexport --out lenet.bundle` for a format-3 bundle.
 #
 # This never writes juliabridge/examples/lenet.bundle: that bundle is made without Julia by
-# tools/make_example_bundles.py (its weights come from a Python generator, and the Python tests
-# compare it with that generator and use its vjp.mlir), so a Julia export there would break them.
+# tools/make_example_bundles.py, and the Python tests compare it with its generator.
 using JuliaBridge
 using Lux
 using Random
 
-const WITH_VJP = "--vjp" in ARGS
-const POSITIONAL = filter(a -> !startswith(a, "--"), ARGS)
-const OUT = abspath(get(POSITIONAL, 1, "lenet.bundle"))
-const SHIPPED = normpath(joinpath(@__DIR__, "..", "..", "juliabridge", "examples", "lenet.bundle"))
-
-rstrip(OUT, '/') == SHIPPED && error("$OUT is the bundle shipped with the Python package; regenerate it with tools/make_example_bundles.py")
+const OUT = abspath(get(filter(a -> !startswith(a, "--"), ARGS), 1, "lenet.jlexport"))
 
 rng = Random.Xoshiro(0)
 model = Chain(
@@ -34,7 +29,6 @@ path = JuliaBridge.export_lux(
     OUT, model, ps, st, x;
     name="lenet",
     overwrite=true,
-    vjp=WITH_VJP,
     metadata=Dict("kind" => "lenet", "seed" => 0),
     progress=(i, n, msg) -> println("[$i/$n] $msg"),
 )

@@ -141,8 +141,7 @@ class XlaBackend:
                 f"{self.module.origin}: gradients on backend='xla' need a VJP module and none "
                 "is available: the bundle carries none, the lax backend cannot lift the module "
                 f"({why_not_lax}), and enzyme-ad (which could derive one) is not importable. "
-                "Export with `JuliaBridge.export_lux(...; vjp=true)`, or run "
-                "`juliabridge vjp BUNDLE` once on a machine with enzyme-ad (CPython 3.11)."
+                "Run `juliabridge vjp BUNDLE` once on a machine with enzyme-ad (CPython 3.11)."
             )
         return parse_module(derived, trust=self.trust)
 

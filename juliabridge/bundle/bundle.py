@@ -294,6 +294,20 @@ def _children(root: Path) -> list[Path]:
 _kind = safefile.kind_of
 
 
+def _check_all_present(root: Path, manifest: Manifest) -> None:
+    """One error naming every file the manifest names that is missing (a half-copied bundle
+    would otherwise be reported a file at a time)."""
+    missing = [
+        (key, ref.file) for key, ref in manifest.files() if not os.path.lexists(root / ref.file)
+    ]
+    if len(missing) > 1:
+        names = ", ".join(f"{file} ({key}.file)" for key, file in missing)
+        raise BundleError(
+            f"{root}: {len(missing)} files named in {MANIFEST_NAME} are missing: {names}; the "
+            "bundle is incomplete: copy or download all of its files"
+        )
+
+
 def _inside(root: Path, ref: FileRef, key: str) -> Path:
     p = root / ref.file
     try:
@@ -414,6 +428,30 @@ def _check_echoes(manifest: Manifest, module: StableHLOModule, origin: str) -> N
         )
 
 
+def check_module(manifest: Manifest, module: StableHLOModule, origin: str) -> None:
+    """@main's argument and result types equal the manifest's, and every `echo_of` is an
+    argument the module returns unchanged (spec §6 step 5).
+
+    Raises:
+        SignatureMismatchError: naming the argument or result and both types.
+    """
+    _check_signature(
+        "argument",
+        [TensorSpec(a.shape, a.dtype) for a in manifest.arguments],
+        list(module.arguments),
+        [a.label for a in manifest.arguments],
+        origin,
+    )
+    _check_signature(
+        "result",
+        [TensorSpec(r.shape, r.dtype) for r in manifest.results],
+        list(module.results),
+        [r.label for r in manifest.results],
+        origin,
+    )
+    _check_echoes(manifest, module, origin)
+
+
 def open_bundle(
     path: str | os.PathLike[str],
     *,
@@ -429,6 +467,7 @@ def open_bundle(
     """
     root = _resolve_root(path)
     manifest = load_manifest(root / MANIFEST_NAME)
+    _check_all_present(root, manifest)
     files = {key: _inside(root, ref, key) for key, ref in manifest.files()}
     _check_weight_sizes(manifest, files["weights"], os.lstat(files["weights"]).st_size)
     with safefile.directory(root) as dfd:
@@ -436,21 +475,7 @@ def open_bundle(
             root, manifest, verify=verify_checksums, isolated=not trust, dir_fd=dfd
         )
     module, src = parse_source(sources["module"], trust=trust)
-    _check_signature(
-        "argument",
-        [TensorSpec(a.shape, a.dtype) for a in manifest.arguments],
-        list(module.arguments),
-        [a.label for a in manifest.arguments],
-        src.origin,
-    )
-    _check_signature(
-        "result",
-        [TensorSpec(r.shape, r.dtype) for r in manifest.results],
-        list(module.results),
-        [r.label for r in manifest.results],
-        src.origin,
-    )
-    _check_echoes(manifest, module, src.origin)
+    check_module(manifest, module, src.origin)
     bundle = Bundle(
         root,
         manifest,

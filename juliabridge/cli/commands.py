@@ -1,4 +1,5 @@
-"""The `juliabridge` command: inspect, verify, vjp, demo, doctor, upgrade, export and convert.
+"""The `juliabridge` command: inspect, verify, vjp, demo, doctor, upgrade, export, export-jax
+and convert.
 
 Everything a bundle says is printed escaped (exitcodes.safe) and never as rich markup; every
 failure ends in one line on stderr and the exit code of its error class (exitcodes.py).
@@ -42,17 +43,36 @@ _DIGESTS = {
 }
 
 
+def python_path(role: str, path: Sequence[int | str]) -> str:
+    """How Python reaches a leaf of an export's LuxModel: ``params[0][1]``, ``params['w']``."""
+    text = {"input": "x", "parameter": "params", "state": "state"}[role]
+    for step in path:
+        text += f"[{step - 1}]" if isinstance(step, int) else f"[{step!r}]"
+    return text
+
+
 def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
-    """Print producer, arguments, results and sizes of a bundle (or a Reactant export)."""
+    """Print producer, arguments, results and sizes of a bundle (or a Julia or Reactant export
+    directory)."""
     from .. import dtypes
     from ..bundle import open_bundle
     from ..bundle.manifest import REACTANT_EXPORTER
+    from ..julia_export import DESCRIPTION_NAME, complete, is_julia_export
     from ..reactant_export.directory import is_export_dir
 
-    if is_export_dir(args.path):
+    export = None
+    if is_julia_export(args.path):
+        bundle = complete(args.path).bundle
+        console.print(
+            _t(
+                f"JuliaBridge.jl export directory ({DESCRIPTION_NAME}), completed to a format-3 "
+                "bundle in memory (`juliabridge convert` writes it)"
+            )
+        )
+    elif is_export_dir(args.path):
         from ..reactant_export.luxmodel import export_bundle
 
-        bundle, export = export_bundle(args.path)
+        bundle, export = export_bundle(args.path, require_inputs=False)
         console.print(_t(f"Reactant export_to_enzymejax directory, read from {export.script.path}"))
     else:
         bundle = open_bundle(args.path, verify_checksums=not args.no_verify)
@@ -70,9 +90,18 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
     )
     console.print(_t(f"producer: {p.tool} {p.tool_version} ({made})"))
     console.print(_t(f"module read from: {bundle.module_source} ({bundle.module_source_note})"))
-    digests = _DIGESTS[m.dataset_digest]
-    verified = "verified" if bundle.checksums_verified else "not verified (--no-verify)"
-    console.print(_t(f"weights: {digests}, {verified}"))
+    if export is not None:
+        npz = export.script.npz_file or "none (exported with export_data_as_npz=false)"
+        console.print(
+            _t(
+                f"weights: {npz}; an export directory records no digests, so there is nothing "
+                "to verify"
+            )
+        )
+    else:
+        digests = _DIGESTS[m.dataset_digest]
+        verified = "verified" if bundle.checksums_verified else "not verified (--no-verify)"
+        console.print(_t(f"weights: {digests}, {verified}"))
     if p.note:
         console.print(_t(f"note: {p.note}"))
     if m.batch:
@@ -80,7 +109,12 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
             _t(f"batch: size {m.batch.size}, samples independent: {m.batch.samples_independent}")
         )
     table = Table(title="arguments (@main order)")
-    for col in ("#", "role", "name", "MLIR shape", "Julia shape", "dtype", "size"):
+    # An export's trees are indexed from Python (model.params[0][1]); Reactant's own path
+    # (1-based, as the .py prints it) is shown beside.
+    cols: tuple[str, ...] = ("#", "role", "name", "MLIR shape", "Julia shape", "dtype", "size")
+    if export is not None:
+        cols = (*cols, "Reactant path")
+    for col in cols:
         table.add_column(col, no_wrap=True)
     total = 0
     for a in m.arguments:
@@ -88,20 +122,18 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
         for d in a.shape:
             nbytes *= d
         total += nbytes if a.role != "input" else 0
-        table.add_row(
-            *(
-                _t(c)
-                for c in (
-                    a.index,
-                    a.role,
-                    a.label,
-                    list(a.shape),
-                    list(a.julia_shape),
-                    a.dtype,
-                    _human_bytes(nbytes),
-                )
-            )
+        row: tuple[object, ...] = (
+            a.index,
+            a.role,
+            a.label if export is None else python_path(a.role, a.path),
+            list(a.shape),
+            list(a.julia_shape),
+            a.dtype,
+            _human_bytes(nbytes),
         )
+        if export is not None:
+            row = (*row, export.script.arguments[a.index].label)
+        table.add_row(*(_t(c) for c in row))
     console.print(table)
     rt = Table(title="results")
     for col in ("#", "output path(s)", "MLIR shape", "dtype"):
@@ -258,11 +290,47 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_convert(args: argparse.Namespace, console: Console) -> int:
-    """Write a bundle from a Reactant export_to_enzymejax directory (reactant_export.convert)."""
+    """Write a bundle from a JuliaBridge.jl export directory (julia_export) or a Reactant
+    export_to_enzymejax directory (reactant_export.convert)."""
+    from ..julia_export import convert_julia_export, is_julia_export
     from ..reactant_export.convert import convert_export
 
-    out = convert_export(args.path, args.out, overwrite=args.overwrite)
+    if is_julia_export(args.path):
+        out = convert_julia_export(args.path, args.out, overwrite=args.overwrite)
+        console.print(_t(f"wrote {out} from the JuliaBridge.jl export directory {args.path}"))
+        return OK
+    out = convert_export(
+        args.path,
+        args.out,
+        overwrite=args.overwrite,
+        outputs=args.outputs,
+        state_results=args.state_results,
+        arg_positions=args.positions,
+        batch_axis=args.batch_axis,
+    )
     console.print(_t(f"wrote {out} (no reference outputs: Reactant's exporter records none)"))
+    return OK
+
+
+def cmd_export_jax(args: argparse.Namespace, console: Console) -> int:
+    """Write a bundle's model as a serialized jax.export artifact and its JSON description."""
+    from ..exporting import save_jax
+    from ..importers import import_lux
+
+    model = import_lux(args.path, backend="lax", verify_checksums=not args.no_verify)
+    batch = None if args.batch.lower() == "none" else args.batch
+    info = save_jax(
+        model,
+        args.out,
+        batch=batch,
+        weights=args.weights,
+        vjp_order=args.vjp_order,
+        platforms=args.platform or None,
+        overwrite=args.overwrite,
+    )
+    shapes = ", ".join(f"{a['name']} {a['shape']}" for a in info["arguments"][:4])
+    more = ", ..." if len(info["arguments"]) > 4 else ""
+    console.print(_t(f"wrote {args.out} and {args.out}.json: ({shapes}{more})"))
     return OK
 
 
@@ -345,6 +413,27 @@ def _tolerance(text: str) -> float:
     return value
 
 
+def _int_list(text: str) -> list[int]:
+    """A comma-separated list of integers (argparse reports others as usage errors)."""
+    try:
+        return [int(t) for t in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers such as 0,1, got {text!r}"
+        ) from None
+
+
+def _int_map(text: str) -> dict[int, int]:
+    """Comma-separated ``key:value`` integer pairs (argparse reports others as usage errors)."""
+    try:
+        pairs = [t.split(":") for t in text.split(",")]
+        return {int(k): int(v) for k, v in pairs}
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated result:argument pairs such as 1:3,2:4, got {text!r}"
+        ) from None
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with a usage error on one line of stderr, as every other error is."""
 
@@ -374,7 +463,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"juliabridge {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("inspect", help="show a bundle's signature, sizes and producer")
-    p.add_argument("path", help="bundle directory, or a Reactant export_to_enzymejax directory")
+    p.add_argument(
+        "path",
+        help="bundle directory, a JuliaBridge.jl export directory, or a Reactant "
+        "export_to_enzymejax directory",
+    )
     p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     p.set_defaults(func=cmd_inspect)
     p = sub.add_parser("verify", help="compare a bundle's outputs with its reference outputs")
@@ -408,12 +501,76 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     p.set_defaults(func=cmd_vjp)
     p = sub.add_parser(
-        "convert", help="write a bundle from a Reactant export_to_enzymejax directory"
+        "convert",
+        help="write a bundle from a JuliaBridge.jl export directory or a Reactant "
+        "export_to_enzymejax directory",
     )
-    p.add_argument("path", help="the export directory (or its .py)")
+    p.add_argument(
+        "path",
+        help="the export directory (holding juliabridge-export.json, or Reactant's .py; or "
+        "that .py)",
+    )
     p.add_argument("--out", required=True, help="the bundle directory to write (NAME.bundle)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
+    p.add_argument(
+        "--outputs",
+        type=_int_list,
+        default=None,
+        help="the @main results that are the outputs, in order, e.g. 0,1 (as import_lux's "
+        "outputs=)",
+    )
+    p.add_argument(
+        "--state-results",
+        type=_int_map,
+        default=None,
+        help="result:argument pairs, each a new state leaf and the st argument it replaces, "
+        "e.g. 1:3,2:4 (as import_lux's state_results=)",
+    )
+    p.add_argument(
+        "--positions",
+        type=_int_list,
+        default=None,
+        help="traced positions of x,ps,st, e.g. 1,2,3 (as import_lux's positions=)",
+    )
+    p.add_argument(
+        "--batch-axis",
+        type=int,
+        default=None,
+        help="the inputs' batch axis when samples are independent along it (as import_lux's "
+        "batch_axis=)",
+    )
     p.set_defaults(func=cmd_convert)
+    p = sub.add_parser(
+        "export-jax",
+        help="write a bundle's model as a serialized jax.export artifact (FILE) and its "
+        "description (FILE.json), runnable with jax alone (docs/exporting.md)",
+    )
+    p.add_argument("path", help="bundle directory, or a Reactant export_to_enzymejax directory")
+    p.add_argument("--out", required=True, help="the file to write (and FILE.json beside it)")
+    p.add_argument(
+        "--batch",
+        default="b",
+        help="name of the symbolic batch dimension (default b), or 'none' for the traced shapes",
+    )
+    p.add_argument(
+        "--weights",
+        default="constants",
+        choices=["constants", "arguments"],
+        help="constants: params and state inside the program (default); arguments: the "
+        "program takes every @main argument and returns (outputs, new_state)",
+    )
+    p.add_argument(
+        "--vjp-order", type=int, default=1, help="derivative orders serialized (default 1)"
+    )
+    p.add_argument(
+        "--platform",
+        action="append",
+        choices=["cpu", "cuda", "rocm", "tpu"],
+        help="a platform to lower for (repeatable; default the current one)",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace existing files")
+    p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
+    p.set_defaults(func=cmd_export_jax)
     p = sub.add_parser("demo", help="run the example LeNet bundle shipped with juliabridge")
     p.add_argument(
         "--backend", default="auto", choices=["auto", "lax", "enzyme", "xla"], help=_BACKEND

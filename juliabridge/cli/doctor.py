@@ -119,7 +119,7 @@ def _backend_checks() -> list[Check]:
 
 
 def _julia_checks() -> list[Check]:
-    from ..julia.driver import find_julia
+    from ..driver.process import find_julia
 
     checks = []
     try:

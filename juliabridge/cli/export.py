@@ -1,6 +1,6 @@
 """`juliabridge export SCRIPT.jl --out DIR`: export a Lux model defined in a Julia script.
 
-The CLI always uses the `julia` subprocess route (juliabridge.julia.driver); Julia objects of a
+The CLI always uses the `julia` subprocess route (juliabridge.driver.process); Julia objects of a
 running juliacall session are exported with juliabridge.export_lux instead.
 
 Errors print one readable line on stderr (no traceback) and give the exit code of their error
@@ -21,7 +21,8 @@ from ..exitcodes import INTERRUPTED, USAGE, exit_code, for_cli, safe
 EXIT_INTERRUPTED = INTERRUPTED
 
 DESCRIPTION = """\
-Export the Lux model defined by a Julia script to a juliabridge bundle. The script must
+Export the Lux model defined by a Julia script to a Julia export directory (import it with
+juliabridge.import_lux, or make a bundle of it with `juliabridge convert`). The script must
 define `model` (a Lux layer), `ps` and `st` (e.g. `ps, st = Lux.setup(rng, model)`) and `x`
 (an example input in Julia's layout, batch last; a tuple for several inputs); it may define
 `metadata` (a Dict) and `name`. Needs Julia >= 1.10 (juliaup, or PYTHON_JULIAPKG_EXE); the
@@ -32,14 +33,13 @@ def add_export_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the `export` sub-command to `subparsers` (from `ArgumentParser.add_subparsers`)."""
     p: argparse.ArgumentParser = subparsers.add_parser(
         "export",
-        help="export a Lux model defined in a Julia script to a bundle (needs Julia)",
+        help="export a Lux model defined in a Julia script (needs Julia)",
         description=DESCRIPTION,
     )
     p.add_argument("script", type=_script, help="Julia script defining model, ps, st and x")
-    p.add_argument("--out", "-o", type=Path, required=True, help="bundle directory to write")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
-    p.add_argument("--vjp", action="store_true", help="also export the pullback module")
-    p.add_argument("--name", help="bundle name (default: the directory name)")
+    p.add_argument("--out", "-o", type=Path, required=True, help="export directory to write")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing export")
+    p.add_argument("--name", help="model name (default: the directory name)")
     p.add_argument("--mode", choices=["test", "train"], default="test", help="Lux mode")
     p.add_argument(
         "--no-reference",
@@ -76,14 +76,13 @@ def _one_line(message: str) -> str:
 
 def run_export(args: argparse.Namespace) -> int:
     """Run the export the parsed `args` describe; return the process exit status."""
-    from ..julia import export_script
+    from ..driver import export_script
 
     try:
         path = export_script(
             args.script,
             args.out,
             overwrite=args.overwrite,
-            vjp=args.vjp,
             name=args.name,
             mode=args.mode,
             reference=args.reference,

@@ -6,6 +6,12 @@ Inputs are edge-padded to a multiple of B (repeating a real sample keeps padded 
 their zero cotangents cannot turn into NaN in parameter gradients), split into B-sized chunks
 run inside the caller's program (batched with vmap on the lax backend, lax.map otherwise),
 and the results cut back to N.
+
+N may be a jax.export symbolic dimension (``jax.export.symbolic_shape("b")``): nothing here
+takes int() of a dimension, the number of chunks is ceil(N/B) as a symbolic expression, and
+the inputs are always padded, by k*B - N rows (between 0 and B-1), so one exported program
+serves every batch size. A model whose samples are not independent is refused while it is
+traced for export, as for any other batch size.
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
+from jax.export import is_symbolic_dim
 
 from ..bundle.manifest import Manifest
 from ..errors import CallArgumentError
@@ -31,8 +39,17 @@ from ..transforms.sharding import (
 )
 
 
-def batch_size_of(manifest: Manifest, flat: Sequence[Any], layout: str) -> int | None:
+def _dims(x: Any) -> tuple[Any, ...]:
+    """The shape of `x`: ints, or jax.export's symbolic dimensions where it is exported with
+    one (never int() of those: a symbolic dimension has no value while tracing)."""
+    return tuple(d if is_symbolic_dim(d) else int(d) for d in np.shape(x))
+
+
+def batch_size_of(manifest: Manifest, flat: Sequence[Any], layout: str) -> Any:
     """The batch size N the inputs carry, or None when the manifest records no batch axis.
+
+    N is an int, or a jax.export symbolic dimension when the caller is exported with one
+    (``jax.export.symbolic_shape("b")``); every other dim must be a known int.
 
     `flat` holds the arrays in the module's (MLIR) order; `layout` is the order the caller
     passed them in ("julia": each input was transposed from Julia's order), so a wrong shape
@@ -47,7 +64,7 @@ def batch_size_of(manifest: Manifest, flat: Sequence[Any], layout: str) -> int |
     for a in manifest.arguments:
         if a.role != "input":
             continue
-        shape = tuple(int(d) for d in jnp.shape(flat[a.index]))
+        shape = _dims(flat[a.index])
         if a.batch_axis is None:
             # Under layout="julia" the module's own check would see (and report) the
             # transposed array; check it here, in the caller's order.
@@ -55,24 +72,19 @@ def batch_size_of(manifest: Manifest, flat: Sequence[Any], layout: str) -> int |
                 raise CallArgumentError(_wrong_shape(manifest.name, a, shape, julia))
             continue
         if len(shape) != len(a.shape):
-            want_dims = list(a.shape[::-1]) if julia else list(a.shape)
-            got_dims = list(shape[::-1]) if julia else list(shape)
-            order = " in Julia's order (layout='julia')" if julia else ""
-            raise CallArgumentError(
-                f"{a.label}: expects rank {len(a.shape)} ({want_dims}{order}), got shape {got_dims}"
-            )
+            raise CallArgumentError(_wrong_rank(a, shape, julia))
         sizes[a.label] = shape[a.batch_axis]
     if not sizes:
         return None
-    if len(set(sizes.values())) > 1:
+    if len({str(v) for v in sizes.values()}) > 1:
         raise CallArgumentError(f"inputs disagree on the batch size: {sizes}")
-    n = int(next(iter(sizes.values())))
+    n = next(iter(sizes.values()))
     # Every dim but the batch axis must already match, so a wrong layout is reported as such
     # instead of being mistaken for a different batch size.
     for a in manifest.arguments:
         if a.role != "input" or a.batch_axis is None:
             continue
-        got = tuple(int(d) for d in jnp.shape(flat[a.index]))
+        got = _dims(flat[a.index])
         rest = [d for i, d in enumerate(got) if i != a.batch_axis]
         want = [d for i, d in enumerate(a.shape) if i != a.batch_axis]
         if rest != want:
@@ -96,7 +108,7 @@ def check_fixed_shapes(manifest: Manifest, flat: Sequence[Any], layout: str) -> 
     for a in manifest.arguments:
         if a.role != "input":
             continue
-        got = [int(d) for d in jnp.shape(flat[a.index])]
+        got = list(_dims(flat[a.index]))
         if got == list(a.shape):
             continue
         if julia and a.batch_axis is None:
@@ -117,6 +129,31 @@ def check_fixed_shapes(manifest: Manifest, flat: Sequence[Any], layout: str) -> 
             f"only at the shapes it was traced with{why}. Export again with the batch size you "
             "need"
         )
+
+
+def _wrong_rank(a: Any, got: tuple[int, ...], julia: bool) -> str:
+    """The message for an input of the wrong rank: the shape it takes, N marking the batch."""
+    dims = ["N" if i == a.batch_axis else str(d) for i, d in enumerate(a.shape)]
+    axis, got_dims = a.batch_axis, list(got)
+    order = ""
+    if julia:
+        dims, got_dims, axis = dims[::-1], got_dims[::-1], len(a.shape) - 1 - a.batch_axis
+        order = " in Julia's order (layout='julia')"
+    return (
+        f"{a.label}: expects a rank-{len(a.shape)} array of shape ({', '.join(dims)}){order}: "
+        f"any batch size N on axis {axis} (traced with N={a.shape[a.batch_axis]}), got shape "
+        f"{got_dims}"
+    )
+
+
+def _channels_last(a: Any, got: tuple[int, ...]) -> bool:
+    """Whether `got` (module order) is the argument's shape with its channel axis (the one
+    after the batch axis) moved last, as NumPy/TensorFlow images are: (N, H, W, C)."""
+    axis = a.batch_axis
+    if axis != 0 or len(got) < 3 or len(got) != len(a.shape):
+        return False
+    moved = (got[0], got[-1], *got[1:-1])
+    return moved[1:] == tuple(a.shape[1:]) and got[1:] != tuple(a.shape[1:])
 
 
 def _wrong_shape(name: str, a: Any, got: tuple[int, ...], julia: bool) -> str:
@@ -163,6 +200,11 @@ def _wrong_shape(name: str, a: Any, got: tuple[int, ...], julia: bool) -> str:
         if looks_reversed
         else ""
     )
+    if not hint and _channels_last(a, got):
+        hint = (
+            " It looks channels-last (N, H, W, C); this model takes channels first, as Lux "
+            "does (Julia's (W, H, C, N) reversed): pass np.moveaxis(x, -1, 1)."
+        )
     want = f"tensor<{'x'.join(dims)}x{a.dtype}>"
     return f"{name}: {a.label} expects {want}{batch}, got shape {list(got)}.{hint}"
 
@@ -175,7 +217,12 @@ def _chunk(x: jax.Array, axis: int, b: int, k: int) -> jax.Array:
     """
     x = jnp.moveaxis(x, axis, 0)
     n = x.shape[0]
-    if n < k * b:
+    if is_symbolic_dim(n):
+        # A size known only when the exported program runs (jax.export's symbolic batch):
+        # always pad, by k*B - N rows (from 0 to B - 1 of them), repeating the last sample.
+        last = jnp.broadcast_to(x[-1:], (k * b - n, *x.shape[1:]))
+        x = jnp.concatenate([x, last])
+    elif n < k * b:
         x = jnp.pad(x, [(0, k * b - n)] + [(0, 0)] * (x.ndim - 1), mode="edge")
     chunks = jnp.moveaxis(x.reshape((k, b, *x.shape[1:])), 1, axis + 1)
     return unshard_leading_axis(chunks)
@@ -211,10 +258,11 @@ def call_with_batch(
         )
     b = manifest.batch.size
     if not manifest.batch.samples_independent:
+        what = f"a symbolic batch size {n} (jax.export)" if is_symbolic_dim(n) else f"{n} samples"
         raise CallArgumentError(
             f"the model was traced with batch size {b} and its samples are not independent "
             f"(e.g. BatchNorm in train mode normalises over the batch), so it cannot serve "
-            f"{n} samples by splitting or padding; call it with exactly {b} samples or "
+            f"{what} by splitting or padding; call it with exactly {b} samples or "
             "re-export it with the batch size you need"
         )
     for r in manifest.results:

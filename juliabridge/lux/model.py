@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from functools import cached_property
 from typing import Any
 
@@ -343,6 +344,34 @@ def import_bundle_lux(
     # Weights are verified while they are read below (hashed as loaded), not in a pass of their
     # own; the modules are verified and parsed here, from the bytes read once.
     bundle = open_bundle(path, verify_checksums=verify_checksums, trust=trust, defer_weights=True)
+    return bundle_model(bundle, bundle.read_weights(), backend=backend, layout=layout, trust=trust)
+
+
+def bundle_model(
+    bundle: Bundle,
+    weights: Iterable[tuple[ArgumentEntry, np.ndarray]],
+    *,
+    backend: str,
+    layout: str,
+    trust: bool,
+) -> LuxModel:
+    """The LuxModel of an opened bundle and its parameter and state arrays.
+
+    Args:
+        bundle: the opened, validated bundle (its module parsed).
+        weights: (argument entry, host array in MLIR shape) for every parameter and state, in
+            any order (as `Bundle.read_weights` yields them, verified while read).
+        backend: a resolved backend name ("lax", "enzyme" or "xla").
+        layout: "mlir" or "julia".
+        trust: admit ops outside the allowlist (passed to the backend and the VJP module).
+
+    Returns:
+        The LuxModel.
+
+    Raises:
+        X64DisabledError: 64-bit weights while jax_enable_x64 is off.
+        BackendUnavailableError / UnsupportedOpError: as for `import_bundle_lux`.
+    """
     m = bundle.manifest
     fn = ImportedFunction(
         bundle.module,
@@ -363,7 +392,7 @@ def import_bundle_lux(
     # host memory stays near one dataset in flight instead of a second copy of the weights.
     adopt = jax.default_backend() == "cpu"
     weights = progress.track_bytes(
-        bundle.read_weights(),
+        iter(weights),
         _weight_bytes(m),
         f"loading {bundle.root.name}",
         size=lambda item: item[1].nbytes,
@@ -392,4 +421,4 @@ def import_bundle_lux(
     return LuxModel(bundle, fn, params, state, layout=layout)
 
 
-__all__ = ["LAYOUTS", "LuxModel", "check_layout", "import_bundle_lux"]
+__all__ = ["LAYOUTS", "LuxModel", "bundle_model", "check_layout", "import_bundle_lux"]

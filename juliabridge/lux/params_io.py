@@ -2,10 +2,14 @@
 
 The file has the bundle's /params and /state layout (docs/bundle-format.md §4) with root
 attributes format = "juliabridge.weights", format_version = 1; JuliaBridge.load_params reads it.
+A Python-written file also records the trees' shape in the dataset /juliabridge/tree (§4.2):
+which path steps are tuple positions and which containers are empty, which HDF5 names alone
+cannot say, so `load_params` gives back the very tree `save_params` was given.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -19,12 +23,24 @@ from ..bundle.files import safefile
 from ..bundle.manifest import MANIFEST_NAME, LuxPath, load_manifest
 from ..bundle.weights import ReadRequest, open_weights, write_weights
 from ..errors import BundleError, CallArgumentError, ChecksumError, SaveError, UnsafeBundleError
+from .trees import build_tree
 
 WEIGHTS_FORMAT = "juliabridge.weights"
 WEIGHTS_FORMAT_VERSION = 1
+#: The dataset holding the trees' shape (JSON as ui8 bytes); JuliaBridge.load_params ignores it.
+TREE_DATASET = "/juliabridge/tree"
+#: A tree record larger than this is refused before it is parsed.
+MAX_TREE_BYTES = 64 * 1024 * 1024
+#: Per group ("params", "state"): the leaves (dataset name -> Lux path, in tree order) and the
+#: empty containers' paths.
+TreeRecord = dict[str, tuple[dict[str, LuxPath], list[LuxPath]]]
 
 
-def _leaves(tree: Any, root: str) -> list[tuple[LuxPath, Any]]:
+def _leaves(
+    tree: Any, root: str, empties: list[LuxPath] | None = None
+) -> list[tuple[LuxPath, Any]]:
+    """The array leaves of `tree` with their Lux paths; empty containers below the root are
+    appended to `empties` when given (Lux's empty NamedTuples, e.g. a MaxPool's params)."""
     out: list[tuple[LuxPath, Any]] = []
 
     def walk(node: Any, path: LuxPath) -> None:
@@ -38,9 +54,13 @@ def _leaves(tree: Any, root: str) -> list[tuple[LuxPath, Any]]:
                         "containing '/'); use Lux field names"
                     )
                 walk(v, (*path, k))
+            if not node and path and empties is not None:
+                empties.append(path)
         elif isinstance(node, (tuple, list)):
             for i, v in enumerate(node):
                 walk(v, (*path, i + 1))
+            if not node and path and empties is not None:
+                empties.append(path)
         elif node is None:
             return
         else:
@@ -104,17 +124,22 @@ def save_params(
     if layout not in ("mlir", "julia"):
         raise CallArgumentError(f"unknown layout {layout!r}; expected 'mlir' or 'julia'")
     arrays: dict[str, tuple[np.ndarray, str]] = {}
+    record: dict[str, dict[str, list[list[str | int]]]] = {}
     for group, tree in (("params", params), ("state", state)):
-        for p, leaf in _leaves(tree, group):
+        empties: list[LuxPath] = []
+        leaves = _leaves(tree, group, empties)
+        record[group] = {
+            "leaves": [list(p) for p, _ in leaves],
+            "empty": [list(p) for p in empties],
+        }
+        for p, leaf in leaves:
             arr = _to_mlir_order(leaf, layout)
             t = dtypes.from_numpy(arr.dtype)
             if t is None:
-                raise CallArgumentError(
-                    f"{group}.{'.'.join(map(str, p))}: a {type(leaf).__name__} of numpy dtype "
-                    f"{arr.dtype} cannot be saved; save_params takes arrays of "
-                    f"{', '.join(dtypes.MLIR_TO_JULIA.values())} element types"
-                )
+                raise CallArgumentError(_not_saveable(group, p, leaf, arr.dtype))
             arrays["/" + "/".join([group, *map(str, p)])] = (arr, t)
+    text = json.dumps(record, separators=(",", ":")).encode()
+    arrays[TREE_DATASET] = (np.frombuffer(text, dtype=np.uint8).copy(), "ui8")
     target = Path(path)
     _check_target(target, overwrite)
     write_weights(
@@ -123,6 +148,44 @@ def save_params(
         root_attrs={"format": WEIGHTS_FORMAT, "format_version": WEIGHTS_FORMAT_VERSION},
     )
     return target
+
+
+def _held_wrapper(obj: Any, depth: int = 2) -> str | None:
+    """The attribute path of a juliabridge wrapper held by `obj` (an outer Equinox or Flax
+    module, a user's class), for the hint; None when there is none within `depth` levels."""
+    try:
+        fields = vars(obj)
+    except TypeError:
+        return None
+    for name, value in fields.items():
+        if callable(getattr(value, "__juliabridge_trees__", None)):
+            return name
+        if depth > 1 and not isinstance(value, (np.ndarray, jax.Array)):
+            inner = _held_wrapper(value, depth - 1)
+            if inner is not None:
+                return f"{name}.{inner}"
+    return None
+
+
+def _not_saveable(group: str, path: LuxPath, leaf: Any, dtype: np.dtype) -> str:
+    where = ".".join([group, *map(str, path)]) if path else "the object given"
+    kinds = ", ".join(dtypes.MLIR_TO_JULIA.values())
+    if dtype != np.dtype(object):
+        return (
+            f"{where}: a {type(leaf).__name__} of numpy dtype {dtype} cannot be saved; "
+            f"save_params takes arrays of {kinds} element types"
+        )
+    held = _held_wrapper(leaf)
+    if held is not None:
+        return (
+            f"{where}: a {type(leaf).__name__} is not a model or a params tree, but it holds a "
+            f"juliabridge wrapper at .{held}; pass that (save_params(obj.{held}, path)) or its "
+            "params tree"
+        )
+    return (
+        f"{where}: a {type(leaf).__name__} is not an array; save_params takes a LuxModel, the "
+        f"Flax or Equinox LuxModule wrapping one, or a tree (dicts, tuples) of {kinds} arrays"
+    )
 
 
 def _check_target(target: Path, overwrite: bool) -> None:
@@ -153,7 +216,10 @@ def load_params(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str,
         path: a weights file, or a bundle directory.
 
     Returns:
-        ``(params, state)``, nested dicts keyed by Lux names.
+        ``(params, state)`` shaped like ``model.params``/``model.state``: dicts keyed by Lux
+        names, tuples where Lux has positions, empty layers as empty dicts. A bundle's trees
+        come from its manifest, a save_params file's from its tree record; a file JuliaBridge
+        wrote has neither, so positions there are the string keys "1", "2", ....
 
     Raises:
         BundleError: the file is missing, not a regular file, corrupt or not a weights file
@@ -198,6 +264,7 @@ class _Checks:
         self.digests: dict[str, str] = {}
         self.algorithm: str | None = None
         self.file_sha256: str | None = None
+        self.shape: TreeRecord | None = None
 
     @staticmethod
     def of_bundle(root: Path) -> _Checks:
@@ -208,6 +275,13 @@ class _Checks:
         c.digests = {a.dataset: a.digest for a in m.arguments if a.dataset and a.digest}
         c.algorithm = m.dataset_digest
         c.file_sha256 = m.weights.sha256
+        c.shape = {
+            g: (
+                {a.dataset: a.path for a in m.arguments if a.role == role and a.dataset},
+                list(m.empty.get(g, ())),
+            )
+            for g, role in (("params", "parameter"), ("state", "state"))
+        }
         return c
 
     def request(self, name: str, shape: tuple[int, ...], tag: str, where: str) -> ReadRequest:
@@ -238,12 +312,19 @@ def _open(file: Path, what: str, dfd: int | None) -> tuple[int, os.stat_result]:
         ) from e
 
 
-def _read_trees(file: Path, fd: int, checks: _Checks) -> tuple[dict[str, Any], dict[str, Any]]:
-    trees: dict[str, dict[str, Any]] = {"params": {}, "state": {}}
+def _read_trees(file: Path, fd: int, checks: _Checks) -> tuple[Any, Any]:
+    groups = ("params", "state")
+    flat: dict[str, Any] = {}
     with open_weights(file, fd=fd, file_sha256=checks.file_sha256) as f:
         requests = []
-        for e in f.list_datasets(list(trees)):
+        record_entry = None
+        for e in f.list_datasets([*groups, TREE_DATASET.split("/")[1]]):
             name = str(e["name"])
+            if name == TREE_DATASET:
+                record_entry = e
+                continue
+            if not name.startswith(("/params/", "/state/")):
+                continue  # other datasets under /juliabridge are not trees
             tag = e.get("tag")
             if not isinstance(tag, str) or not dtypes.is_known(tag):
                 raise BundleError(
@@ -256,15 +337,84 @@ def _read_trees(file: Path, fd: int, checks: _Checks) -> tuple[dict[str, Any], d
                 checks.request(name, tuple(e["shape"]), tag, ".".join([group, *rest.split("/")]))
             )
         for r, arr in f.read(requests):
-            group, _, rest = r.dataset.lstrip("/").partition("/")
-            steps = rest.split("/")
-            node = trees[group]
-            for s in steps[:-1]:
-                node = node.setdefault(s, {})
-            node[steps[-1]] = arr
+            flat[r.dataset] = arr
+        record = _read_record(file, f, record_entry) if checks.root is None else None
     # Reads complete in any order; keep the file's order (Lux's, for files JuliaBridge wrote).
-    order = {r.dataset: n for n, r in enumerate(requests)}
+    names = [r.dataset for r in requests]
+    if checks.shape is not None:  # a bundle: its manifest knows the trees
+        record = checks.shape
+    if record is not None:
+        return tuple(_from_record(file, g, record[g], flat) for g in groups)  # type: ignore[return-value]
+    order = {name: n for n, name in enumerate(names)}
+    trees: dict[str, dict[str, Any]] = {g: {} for g in groups}
+    for name, arr in flat.items():
+        group, _, rest = name.lstrip("/").partition("/")
+        steps = rest.split("/")
+        node = trees[group]
+        for s in steps[:-1]:
+            node = node.setdefault(s, {})
+        node[steps[-1]] = arr
     return _ordered(trees["params"], "/params", order), _ordered(trees["state"], "/state", order)
+
+
+def _read_record(file: Path, f: Any, entry: dict[str, Any] | None) -> TreeRecord | None:
+    """The tree record of a Python-written file, checked; None for a file without one."""
+    if entry is None:
+        return None
+    shape = tuple(entry["shape"])
+    if entry.get("tag") != "ui8" or len(shape) != 1 or shape[0] > MAX_TREE_BYTES:
+        raise BundleError(
+            f"{file}: dataset {TREE_DATASET} is not a tree record (expected a 1-d ui8 dataset "
+            f"of at most {MAX_TREE_BYTES} bytes, found tag {entry.get('tag')!r}, shape "
+            f"{list(shape)[:4]}); write the file again with juliabridge.save_params"
+        )
+    [(_, raw)] = list(f.read([ReadRequest(TREE_DATASET, shape, "ui8", "tree record", None, None)]))
+    try:
+        doc = json.loads(bytes(np.asarray(raw, dtype=np.uint8)).decode("utf-8"))
+        out: TreeRecord = {}
+        for g in ("params", "state"):
+            leaves = [_path(p) for p in doc[g]["leaves"]]
+            names = {"/" + "/".join([g, *map(str, p)]): p for p in leaves}
+            if len(names) != len(leaves):
+                raise ValueError("two leaves at one path")
+            out[g] = (names, [_path(p) for p in doc[g]["empty"]])
+        return out
+    except (ValueError, KeyError, TypeError, RecursionError) as e:
+        raise BundleError(
+            f"{file}: dataset {TREE_DATASET} does not hold a valid tree record ({type(e).__name__}"
+            "); write the file again with juliabridge.save_params"
+        ) from None
+
+
+def _path(p: Any) -> LuxPath:
+    if not isinstance(p, list) or not all(
+        (isinstance(s, str) and s) or (type(s) is int and 1 <= s <= 2**31) for s in p
+    ):
+        raise ValueError("a path is a list of names and positions >= 1")
+    return tuple(p)
+
+
+def _from_record(
+    file: Path, group: str, rec: tuple[dict[str, LuxPath], list[LuxPath]], flat: dict[str, Any]
+) -> Any:
+    """The `group` tree rebuilt from its record: tuples where steps are positions, empties kept."""
+    names, empty = rec
+    stored = {n for n in flat if n.startswith(f"/{group}/")}
+    if set(names) != stored:
+        extra = sorted(stored - set(names))[:3]
+        missing = sorted(set(names) - stored)[:3]
+        raise BundleError(
+            f"{file}: the tree record of {group} does not match its datasets (not recorded: "
+            f"{extra}, recorded but missing: {missing}); write the file again with "
+            "juliabridge.save_params"
+        )
+    try:
+        return build_tree([(p, flat[n]) for n, p in names.items()], empty=empty)
+    except (TypeError, AttributeError) as e:  # a position and a name below one parent
+        raise BundleError(
+            f"{file}: the tree record of {group} mixes positions and names below one parent; "
+            "write the file again with juliabridge.save_params"
+        ) from e
 
 
 def _ordered(tree: dict[str, Any], prefix: str, order: dict[str, int]) -> dict[str, Any]:

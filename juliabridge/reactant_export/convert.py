@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .._version import __version__
 from ..bundle.write.writer import ArgumentSpec, write_bundle
+from ..errors import BundleError
 from .directory import PRODUCER
 from .luxmodel import export_bundle
 
@@ -49,11 +50,15 @@ def convert_export(
         state_results=state_results,
         arg_positions=arg_positions,
         batch_axis=batch_axis,
+        keep_text=True,
     )
     m = bundle.manifest
     entries = m.arguments
     values = export.example_inputs()
-    text = (export.root / export.script.mlir_file).read_text(encoding="utf-8")
+    # The text read and checked by open_export, never the file read again by name.
+    text = export.module_text
+    if text is None:
+        raise BundleError(f"{export.root}: the module text was not kept")  # open_export keeps it
     return write_bundle(
         out,
         name=m.name,

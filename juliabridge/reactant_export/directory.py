@@ -20,7 +20,9 @@ from ..bundle.manifest.schema import safe_file_name
 from ..errors import BundleError, SignatureMismatchError, UnsafeBundleError
 from ..function import ImportedFunction
 from ..stablehlo import StableHLOModule, TensorSpec, parse_module
+from ..stablehlo.module import MAX_MODULE_BYTES
 from . import npz
+from .files import read_bytes
 from .pyscript import ExportScript, read_script
 
 #: Reactant's exporter, as recorded in metadata and in converted bundles' producer.
@@ -34,6 +36,8 @@ class ReactantExport:
     root: Path
     script: ExportScript
     module: StableHLOModule
+    #: The .mlir's text exactly as read and checked (kept only when asked: `convert` copies it).
+    module_text: str | None = None
 
     @property
     def specs(self) -> tuple[TensorSpec, ...]:
@@ -96,6 +100,20 @@ class ReactantExport:
         }
 
 
+def _module_names(script: Path) -> bool:
+    """Whether ``{fn}_{id}.mlir`` sits beside ``{fn}.py`` (EnzymeJAX.jl:128-132, 175)."""
+    stem = script.stem
+    for p in script.parent.iterdir():
+        name = p.name
+        if (
+            name.startswith(stem + "_")
+            and name.endswith(".mlir")
+            and name[len(stem) + 1 : -len(".mlir")].isdigit()
+        ):
+            return True
+    return False
+
+
 def _find_script(path: Path) -> Path:
     if path.suffix == ".py":
         return path
@@ -104,6 +122,11 @@ def _find_script(path: Path) -> Path:
             f"{path}: not a directory written by {PRODUCER} (nor its .py); pass the directory"
         )
     scripts = sorted(p for p in path.iterdir() if p.suffix == ".py" and not p.name.startswith("."))
+    if len(scripts) > 1:
+        # Other Python files beside an export (a train.py): the exporter's .py is the one with
+        # its {fn}_{id}.mlir beside it.
+        paired = [p for p in scripts if _module_names(p)]
+        scripts = paired if len(paired) == 1 else scripts
     if len(scripts) != 1:
         found = ", ".join(p.name for p in scripts[:6]) or "none"
         raise BundleError(
@@ -141,19 +164,26 @@ def _check_arguments(script: ExportScript, module: StableHLOModule) -> None:
             )
 
 
-def open_export(path: str | os.PathLike[str], *, trust: bool = False) -> ReactantExport:
+def open_export(
+    path: str | os.PathLike[str], *, trust: bool = False, keep_text: bool = False
+) -> ReactantExport:
     """Read and check an ``export_to_enzymejax`` directory (or its .py); nothing is executed.
+
+    Each file is opened once, without following symlinks and without blocking on a FIFO,
+    and read through that descriptor (files.py).
 
     Args:
         path: the directory, or the generated .py in it.
         trust: admit ops and custom calls outside the allowlist (only for modules you made).
+        keep_text: keep the .mlir's text as read (``module_text``), for `convert`.
 
     Returns:
         The checked export.
 
     Raises:
         BundleError: no such directory or .py; ManifestError: the .py is not the template
-            (naming the line); UnsafeBundleError: a file outside the directory or a symlink.
+            (naming the line); UnsafeBundleError: a file outside the directory, a symlink, or
+            not a regular file.
         SignatureMismatchError: the .py's arguments disagree with @main.
         MLIRParseError / UnsupportedModuleError: the module does not parse or is refused.
     """
@@ -163,15 +193,17 @@ def open_export(path: str | os.PathLike[str], *, trust: bool = False) -> Reactan
     mlir = _inside(root, script.mlir_file, "the module")
     if script.npz_file is not None:
         _inside(root, script.npz_file, "the inputs npz")
-    if mlir.is_symlink():
-        raise UnsafeBundleError(
-            f"{mlir}: is a symlink; an export's files are read only as regular files"
-        )
-    if not mlir.is_file():
-        raise BundleError(f"{mlir}: missing; the .py {script_path.name} reads it")
-    module = parse_module(mlir, trust=trust)
+    try:
+        data = read_bytes(mlir, "the module", MAX_MODULE_BYTES)
+    except UnsafeBundleError:
+        raise
+    except BundleError as e:
+        raise BundleError(f"{e}; the .py {script_path.name} reads it") from e
+    module = parse_module(data, trust=trust, origin=str(mlir))
+    text = data.decode("utf-8") if keep_text else None
+    del data
     _check_arguments(script, module)
-    return ReactantExport(root, script, module)
+    return ReactantExport(root, script, module, text)
 
 
 class ReactantFunction(ImportedFunction):
@@ -240,21 +272,22 @@ def load_reactant_export(
 
 
 def is_export_dir(path: str | os.PathLike[str]) -> bool:
-    """Whether `path` looks like an export (a .py, or a directory with a .py and no manifest).
+    """Whether `path` is an export: the exporter's files together, ``{fn}.py`` beside
+    ``{fn}_{id}.mlir`` (the directory, without a manifest.json, or that .py).
 
-    False for anything that cannot be examined (not a path, unreadable): the bundle reader
-    then gives its own message for it.
+    False for anything else (a bundle with a stray train.py, a path that cannot be examined):
+    the bundle reader then gives its own message for it.
     """
     if not isinstance(path, (str, os.PathLike)):
         return False
     p = Path(path)
     try:
-        if p.suffix == ".py" and p.is_file():
-            return True
+        if p.suffix == ".py":
+            return p.exists() and _module_names(p)
         return (
             p.is_dir()
             and not (p / "manifest.json").exists()
-            and any(q.suffix == ".py" for q in p.iterdir())
+            and any(q.suffix == ".py" and _module_names(q) for q in p.iterdir())
         )
     except (OSError, ValueError):
         return False

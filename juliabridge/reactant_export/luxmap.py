@@ -3,7 +3,9 @@
 Arguments: Reactant numbers them by position among the traced arguments (EnzymeJAX.jl:143,160).
 A Lux layer has fields, so Reactant traces ``apply(model, x, ps, st)``: x is ``arg.2``, ps
 ``arg.3.*`` and st ``arg.4.*``; a field-less ``f(x, ps, st)`` gives ``arg.1``, ``arg.2``,
-``arg.3``. Paths below the position are 1-based field positions, kept as integer steps.
+``arg.3``; a StatefulLuxLayer ``export_to_enzymejax(smodel, x)`` gives ``arg.1.ps.*``,
+``arg.1.st.*`` (or ``st_any``) and x at ``arg.2`` (`Layout`). Paths below are kept as read:
+positions as integer steps, symbols and Dict keys as names.
 
 Results: nothing in the directory names them. The exporter traces with a fresh argument
 prefix (EnzymeJAX.jl:108), so Reactant keeps every traced leaf of ``(y, st_new)`` as a result
@@ -15,6 +17,8 @@ An output may be an input returned unchanged (testmode Dropout), never a ps or s
 both a reading with such an output and one without fit, the one without is taken.
 Echoes are read from the module's structure (`StableHLOModule.returned_arguments`). The split
 is accepted only when exactly one reading fits; otherwise `outputs=`/`state_results=` say it.
+A StatefulLuxLayer returns y only and its new st through the mutated layer, so its results are
+read differently (`_stateful_results`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from ..bundle.manifest import (
     Manifest,
     Producer,
     ResultEntry,
-    _check_consistency,
+    check_consistency,
 )
 from ..errors import ManifestError, SignatureMismatchError
 from ..stablehlo import TensorSpec
@@ -55,13 +59,60 @@ class ResultMap:
     state: dict[int, int]
 
 
-def positions(export: ReactantExport, given: Sequence[int] | None) -> tuple[int, int, int]:
-    """The 1-based traced positions of x, ps and st.
+#: The fields of Lux's StatefulLuxLayer that Lux's Reactant extension traces, with the role
+#: of what lies below each (Lux ext/ReactantExt/tracing.jl: ``(path..., :ps)`` etc.).
+STATEFUL_FIELDS = {"ps": "parameter", "st": "state", "st_any": "state"}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where x, ps and st are among the traced arguments.
+
+    ``apply``: positions (x, ps, st), as ``apply(model, x, ps, st)`` (2, 3, 4) or
+    ``f(x, ps, st)`` (1, 2, 3). ``stateful``: ``export_to_enzymejax(smodel, x)`` of a
+    StatefulLuxLayer: ps at ``arg.1.ps.*``, st at ``arg.1.st.*`` (or ``st_any``), x at
+    ``arg.2``.
+    """
+
+    kind: str
+    x: int
+    ps: int
+    st: int
+
+    def split(self, path: tuple[int | str, ...]) -> tuple[str, tuple[int | str, ...]]:
+        """(role, path below x/ps/st) of an argument's Reactant path.
+
+        A bare array at the ps or st position (``f(x, w)``) is leaf 1 of its tree: a bundle
+        names every parameter by a non-empty path, so import and convert agree.
+        """
+        if self.kind == "stateful" and path[0] == self.ps:
+            role, below = STATEFUL_FIELDS[str(path[1])], path[2:]
+        else:
+            role = dict(zip((self.x, self.ps, self.st), ROLES_BY_SLOT))[int(path[0])]
+            below = path[1:]
+        if role != "input" and not below:
+            below = (1,)
+        return role, below
+
+
+def _stateful(export: ReactantExport) -> bool:
+    paths = [a.path for a in export.script.arguments]
+    layer = [p for p in paths if p[0] == 1]
+    return (
+        bool(layer)
+        and all(p[0] in (1, 2) for p in paths)
+        and all(len(p) >= 2 and p[1] in STATEFUL_FIELDS for p in layer)
+    )
+
+
+def positions(export: ReactantExport, given: Sequence[int] | None) -> Layout:
+    """Where x, ps and st are (Layout), from the paths or `given` (x, ps, st) positions.
 
     Raises:
-        ManifestError: the arguments do not have the manual's shape; `positions=` overrides.
+        ManifestError: the arguments do not have a layout Lux exports have; `positions=`
+            overrides.
     """
-    used = sorted({a.path[0] for a in export.script.arguments})
+    used = sorted({int(a.path[0]) for a in export.script.arguments})
     if given is not None:
         if len(given) != 3 or len(set(given)) != 3:
             raise ManifestError(
@@ -74,32 +125,34 @@ def positions(export: ReactantExport, given: Sequence[int] | None) -> tuple[int,
                 f"{export.script.path}: arguments at position(s) {stray} are none of x={x}, "
                 f"ps={ps}, st={st}"
             )
-        return x, ps, st
+        return Layout("apply", x, ps, st)
+    if _stateful(export):
+        return Layout("stateful", 2, 1, 1)  # export_to_enzymejax(StatefulLuxLayer, x)
     if used and set(used) <= {2, 3, 4} and 2 in used:
-        return 2, 3, 4  # a Lux layer: apply(model, x, ps, st), the model without arrays
+        return Layout("apply", 2, 3, 4)  # a Lux layer: apply(model, x, ps, st)
     if used and set(used) <= {1, 2, 3} and 1 in used:
-        return 1, 2, 3  # a field-less f(x, ps, st)
+        return Layout("apply", 1, 2, 3)  # a field-less f(x, ps, st)
     raise ManifestError(
         f"{export.script.path}: the arguments are at traced positions {used}, not the Lux "
-        "manual's export_to_enzymejax(model, x, ps, st) (x=2, ps=3, st=4) nor f(x, ps, st) "
-        "(1, 2, 3); pass positions=(x, ps, st) to import_lux, or use "
+        "manual's export_to_enzymejax(model, x, ps, st) (x=2, ps=3, st=4), f(x, ps, st) "
+        "(1, 2, 3) nor a StatefulLuxLayer's export_to_enzymejax(smodel, x) (arg.1.ps..., "
+        "arg.1.st..., x=2); pass positions=(x, ps, st) to import_lux, or use "
         "juliabridge.load_reactant_export for a plain function"
     )
 
 
 def argument_entries(
-    export: ReactantExport, pos: tuple[int, int, int], batch_axis: int | None
+    export: ReactantExport, layout: Layout, batch_axis: int | None
 ) -> tuple[ArgumentEntry, ...]:
     """One ArgumentEntry per @main argument, with its role and the path below x/ps/st."""
-    role_of = dict(zip(pos, ROLES_BY_SLOT))
     out = []
     for i, (a, spec) in enumerate(zip(export.script.arguments, export.specs)):
-        role = role_of[a.path[0]]
+        role, below = layout.split(a.path)
         out.append(
             ArgumentEntry(
                 index=i,
                 role=role,
-                path=tuple(a.path[1:]),
+                path=below,
                 dtype=spec.dtype,
                 shape=spec.shape,
                 julia_shape=tuple(reversed(spec.shape)),
@@ -123,11 +176,50 @@ def _fits_state(
     return results[k] == args[s]
 
 
+def _stateful_results(
+    where: str,
+    results: Sequence[TensorSpec],
+    args: Sequence[TensorSpec],
+    echoes: Mapping[int, int],
+    entries: Sequence[ArgumentEntry],
+) -> ResultMap:
+    """A StatefulLuxLayer's results: the leaves of y, then every argument not among them, in
+    argument order, each the argument itself or (a st leaf set by ``set_state!``) its new
+    value (Reactant.jl src/TracedUtils.jl:677-693: the arguments are traced after the call,
+    so the mutated layer's st holds the new leaves)."""
+    m, n = len(results), len(args)
+    fits = []
+    for p in range(m + 1):
+        out_echoes = {echoes[k] for k in range(p) if k in echoes}
+        if any(entries[j].role != "input" for j in out_echoes):
+            continue
+        rest = [j for j in range(n) if j not in out_echoes]
+        if len(rest) != m - p:
+            continue
+        if all(
+            echoes[k] == j if k in echoes else entries[j].role == "state" and results[k] == args[j]
+            for k, j in zip(range(p, m), rest)
+        ):
+            fits.append((p, rest))
+    plain = [f for f in fits if not any(k in echoes for k in range(f[0]))]
+    if len(plain) == 1:
+        fits = plain
+    if len(fits) == 1:
+        p, rest = fits[0]
+        new = {k: j for k, j in zip(range(p, m), rest) if k not in echoes}
+        return ResultMap(tuple(range(p)), new)
+    raise ManifestError(
+        f"{where}: the {m} results of this StatefulLuxLayer export can be split into outputs "
+        f"and the layer's arguments in {len(fits)} ways, not exactly one; " + _OVERRIDE
+    )
+
+
 def map_results(
     export: ReactantExport,
     entries: Sequence[ArgumentEntry],
     outputs: Sequence[int] | None = None,
     state_results: Mapping[int, int] | None = None,
+    layout: Layout | None = None,
 ) -> ResultMap:
     """Split the @main results into outputs, new state leaves and echoes (module docstring).
 
@@ -142,6 +234,8 @@ def map_results(
         return _given(
             where, results, entries, echoes, list(outputs or ()), dict(state_results or {})
         )
+    if layout is not None and layout.kind == "stateful":
+        return _stateful_results(where, results, args, echoes, entries)
     state = [a.index for a in entries if a.role == "state"]
     n, m = len(state), len(results)
     if sorted(echoes.values()) == list(range(len(args))) and len(set(echoes.values())) == len(args):
@@ -244,7 +338,9 @@ def build_manifest(
         elif k in rmap.state:
             paths = (("state", *entries[rmap.state[k]].path),)
         echo = export.module.returned_arguments.get(k)
-        if echo is not None and entries[echo].batch_axis != axis:
+        if echo is not None and not paths:
+            axis = entries[echo].batch_axis  # an argument returned unchanged keeps its axis
+        elif echo is not None and entries[echo].batch_axis != axis:
             echo = None  # an echoed input as an output: recorded as a result, not an echo
         results.append(ResultEntry(k, paths, spec.dtype, spec.shape, axis, echo))
     s = export.script
@@ -275,8 +371,23 @@ def build_manifest(
         batch=BatchInfo(batch_size, True) if batch_size is not None else None,
         metadata={"reactant_export": export.metadata},
     )
-    _check_consistency(m)
+    try:
+        check_consistency(m)
+    except ManifestError as e:
+        # The in-memory manifest is built from the .py's paths: name the file they came from.
+        detail = str(e).removeprefix("manifest.json: ")
+        raise ManifestError(
+            f"{s.path}: the arguments' paths do not form the trees of a Lux model ({detail})"
+        ) from e
     return m
 
 
-__all__ = ["ResultMap", "argument_entries", "build_manifest", "map_results", "positions"]
+__all__ = [
+    "STATEFUL_FIELDS",
+    "Layout",
+    "ResultMap",
+    "argument_entries",
+    "build_manifest",
+    "map_results",
+    "positions",
+]

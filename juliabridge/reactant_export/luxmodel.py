@@ -26,12 +26,17 @@ def export_bundle(
     state_results: Mapping[int, int] | None = None,
     arg_positions: Sequence[int] | None = None,
     batch_axis: int | None = None,
+    keep_text: bool = False,
+    require_inputs: bool = True,
 ) -> tuple[Bundle, ReactantExport]:
     """The export as an in-memory Bundle (manifest from luxmap) and the export itself.
 
     Args:
         path: the directory or its .py.
         trust, outputs, state_results, arg_positions, batch_axis: as for `import_export_lux`.
+        keep_text: keep the .mlir's text as read (`convert` writes exactly what was checked).
+        require_inputs: refuse an export without the npz (it has no parameter values);
+            `inspect` passes False to describe one anyway.
 
     Returns:
         (bundle, export); the bundle's weights are the npz's, read by the caller.
@@ -39,16 +44,16 @@ def export_bundle(
     Raises:
         BundleError / ManifestError / SignatureMismatchError: as for `import_export_lux`.
     """
-    export = open_export(path, trust=trust)
-    if not export.has_inputs:
+    export = open_export(path, trust=trust, keep_text=keep_text)
+    if require_inputs and not export.has_inputs:
         raise BundleError(
             f"{export.script.path}: exported with export_data_as_npz=false, so there are no "
             "parameter values; re-export with the npz, or use juliabridge.load_reactant_export "
             "and pass ps and st yourself"
         )
-    pos = positions(export, arg_positions)
-    entries = argument_entries(export, pos, batch_axis)
-    rmap = map_results(export, entries, outputs, state_results)
+    layout = positions(export, arg_positions)
+    entries = argument_entries(export, layout, batch_axis)
+    rmap = map_results(export, entries, outputs, state_results, layout)
     manifest = build_manifest(export, entries, rmap, batch_axis)
     bundle = Bundle(
         export.root,
@@ -84,7 +89,8 @@ def import_export_lux(
             batch size is served, as for a bundle with ``samples_independent``).
 
     Returns:
-        The LuxModel; params and state come from the npz, keyed by 1-based positions.
+        The LuxModel; params and state come from the npz: integer path steps become tuples
+        (``params[0]`` is position 1), named steps (Dict keys, symbols) dicts.
 
     Raises:
         BundleError / ManifestError / SignatureMismatchError: as for `load_reactant_export`,

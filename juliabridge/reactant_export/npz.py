@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import lzma
 import os
-import stat
+import struct
 import zipfile
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -25,9 +26,16 @@ from ..bundle.manifest import MAX_TENSOR_BYTES
 from ..bundle.weights import _check_memory
 from ..errors import BundleError, UnsafeBundleError
 from ..stablehlo import TensorSpec
+from .files import opened
 
 #: Largest .npy header accepted (numpy's own default limit).
 MAX_HEADER_BYTES = 10000
+#: Central-directory bytes allowed per expected member (a record is 46 bytes plus a name such
+#: as ``arr_12.npy`` and a small extra field), checked before zipfile parses the directory, so
+#: a directory that lists millions of entries is refused by its size, not read.
+CENTRAL_BYTES_PER_MEMBER = 256
+#: Members beyond the expected ones that zipfile may still list (to name the stray one).
+STRAY_MEMBERS = 16
 
 
 #: What a corrupt member raises from inside zipfile's decompressors (bz2 raises OSError).
@@ -41,6 +49,32 @@ _DECOMPRESSION_ERRORS = (
     OSError,
     ValueError,
 )
+
+
+def _check_directory(fh: BinaryIO, path: Path, expected: int) -> None:
+    """Refuse a central directory larger than `expected` members need, before parsing it.
+
+    The end record is found exactly as zipfile finds it (its own reader), so the sizes checked
+    are the ones zipfile would then read.
+    """
+    try:
+        end = zipfile._EndRecData(fh)  # type: ignore[attr-defined]
+    except (OSError, zipfile.BadZipFile, struct.error):
+        end = None
+    fh.seek(0)
+    if not end:
+        return  # not a zip: zipfile.ZipFile says so
+    size = int(end[zipfile._ECD_SIZE])  # type: ignore[attr-defined]
+    count = int(end[zipfile._ECD_ENTRIES_TOTAL])  # type: ignore[attr-defined]
+    # A few members more are left to zipfile, whose listing names the stray member.
+    slack = expected + STRAY_MEMBERS
+    allowed = CENTRAL_BYTES_PER_MEMBER * slack
+    if count > slack or size > allowed:
+        raise BundleError(
+            f"{path}: its central directory lists {count} entries in {size} bytes, but the "
+            f"export has {expected} arguments (one arr_K.npy each, at most {allowed} bytes of "
+            "directory); the npz is not the exporter's, refused before reading it"
+        )
 
 
 def _member_error(path: Path, key: str, message: str) -> BundleError:
@@ -66,6 +100,12 @@ def _read_member(
                 raise ValueError(f"unknown .npy version {version}")
         except (SyntaxError, *_DECOMPRESSION_ERRORS) as e:
             raise _member_error(path, key, f"not a readable .npy header ({e})") from e
+        except (MemoryError, RecursionError) as e:
+            # numpy evaluates the header's dict literal: a few KB of nested unary minus is a
+            # MemoryError or RecursionError inside its parser.
+            raise _member_error(
+                path, key, f"not a readable .npy header (nested too deeply: {type(e).__name__})"
+            ) from e
         if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
             raise UnsafeBundleError(
                 f"{path} ({key}.npy): dtype {dtype} holds Python objects (a pickle) or records; "
@@ -95,6 +135,18 @@ def _read_member(
             raise _member_error(
                 path, key, f"expected {nbytes} bytes of data after the header, found another size"
             )
+    if dtype.kind == "b":
+        # A Bool is one byte, 0 or 1 (as in bundle weights): another byte reads as True but
+        # computes as False on XLA.
+        raw = np.frombuffer(data, dtype=np.uint8)
+        bad = np.flatnonzero(raw > 1)
+        if bad.size:
+            raise _member_error(
+                path,
+                key,
+                f"Bool element {int(bad[0])} is stored as byte {int(raw[bad[0]])}; a Bool is "
+                "stored as 0 or 1, so the npz is corrupt or forged",
+            )
     flat = np.frombuffer(data, dtype=dtype)
     arr = flat.reshape(shape, order="F" if fortran else "C")
     # Not np.ascontiguousarray: it makes a 0-d array (a scalar argument) 1-d.
@@ -109,27 +161,18 @@ def read_inputs(path: Path, keys: Sequence[str], specs: Sequence[TensorSpec]) ->
             its spec, or larger than the bounds.
         UnsafeBundleError: a symlink, not a regular file, or a member with an object dtype.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as e:
-        if os.path.islink(path):
-            raise UnsafeBundleError(
-                f"{path}: is a symlink; the npz is read only as a regular file"
-            ) from e
-        raise BundleError(f"{path}: cannot read the inputs npz ({e.strerror})") from e
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen: it raises IsADirectoryError
-        os.close(fd)
-        raise UnsafeBundleError(f"{path}: is not a regular file")
-    with os.fdopen(fd, "rb") as fh:
+    with opened(path, "the inputs npz") as (fd, _), os.fdopen(os.dup(fd), "rb") as fh:
+        _check_directory(fh, path, len(keys))
         try:
             zf = zipfile.ZipFile(fh)
-        except (zipfile.BadZipFile, OSError, ValueError) as e:
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
             raise BundleError(f"{path}: not an npz (zip) file ({e})") from e
         with zf:
             members = {}
+            wanted = set(keys)
             for info in zf.infolist():
                 name = info.filename
-                if not name.endswith(".npy") or name[:-4] not in keys or name in members:
+                if not name.endswith(".npy") or name[:-4] not in wanted or name in members:
                     more = ", ..." if len(keys) > 4 else ""
                     raise BundleError(
                         f"{path}: unexpected member {name!r}; Reactant writes exactly "

@@ -12,25 +12,42 @@ from __future__ import annotations
 
 import ast
 import io
-import os
 import re
-import stat
 import tokenize
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ManifestError, UnsafeBundleError
+from ..errors import BundleError, ManifestError, ResourceLimitError, UnsafeBundleError
 from ..shown import shown
+from ..stablehlo.budget import host_memory, human
+from .files import read_bytes
 
 #: Largest .py accepted (bytes): the template is ~400 bytes per argument, so this is far above
 #: any real export.
 MAX_SCRIPT_BYTES = 64 << 20
-#: Tokens allowed per argument line of the docstring (the template writes about 60), plus a
-#: fixed allowance for the rest of the template. `ast.parse` holds ~500 bytes per token (a 2 MB
-#: list literal peaked near 1 GB), so the token count, not the byte size, bounds its memory;
-#: it is counted by the streaming tokenizer before anything is parsed.
-TOKENS_PER_ARGUMENT = 400
+#: Tokens allowed per argument (the template writes 49 per argument on CPython 3.11, 65 on
+#: 3.13, where f-strings are split into tokens), plus a fixed allowance for the rest of the
+#: template. `ast.parse` holds ~450-720 bytes per token (measured with tracemalloc), so the
+#: token count, not the byte size, bounds its memory; it is counted by the streaming tokenizer
+#: before anything is parsed. The arguments counted are the docstring lines ``argK: Array of
+#: shape`` numbered 1, 2, ... in order (a comment or a repeated line adds nothing), at most
+#: MAX_ARGUMENTS, so a .py never gets more tokens than a genuine MAX_ARGUMENTS-argument export.
+TOKENS_PER_ARGUMENT = 120
 TOKENS_BASE = 20_000
+#: Bytes `ast.parse` is taken to hold per token (720 measured on CPython 3.11, 540 on 3.13),
+#: checked against the memory this process can still get before parsing.
+AST_BYTES_PER_TOKEN = 1024
+#: Most arguments a .py may list (a Lux model with this many arrays is far beyond any seen).
+MAX_ARGUMENTS = 16_384
+#: Most steps in one argument's path, and most characters in one named step.
+MAX_PATH_DEPTH = 256
+MAX_STEP_CHARS = 1024
+#: Tuple slots the paths' integer steps may ask for in all (each integer-indexed container is
+#: as long as its largest step): a fixed allowance plus this many per argument, checked before
+#: any tuple is built, so ``arg.3.999999999`` is refused instead of allocated.
+TUPLE_SLOTS_BASE = 1 << 16
+TUPLE_SLOTS_PER_ARGUMENT = 64
 
 #: Reactant's NUMPY_SIMPLE_TYPES (src/serialization/Serialization.jl:13-29) -> MLIR element type.
 #: ``complex32`` (ComplexF16) has no numpy dtype, so it is absent and refused by name.
@@ -53,10 +70,15 @@ NUMPY_TO_MLIR = {
 
 _DOC_ARG = re.compile(
     # Bounded digit runs: int() of a longer one is Python's int-string limit (a raw ValueError).
+    # The path is whatever Reactant's tracer recorded, joined with "." (EnzymeJAX.jl:160):
+    # integers, symbols (:ps, :re, ...) and Dict keys printed with `string`.
     r"^\s*(arg[0-9]{1,9}): Array of shape (\((?:[0-9]{1,18}(?:, [0-9]{1,18})*,?)?\)) "
-    r"and dtype (\w+)\. Path: arg((?:\.[0-9]{1,9})+)\s*$",
+    r"and dtype (\w+)\. Path: arg\.(\S(?:.*\S)?)\s*$",
     re.ASCII,
 )
+#: A docstring argument line, as counted for the token budget before anything is parsed.
+_DOC_COUNT = re.compile(r"^[ \t]*arg([0-9]{1,9}): Array of shape ", re.ASCII | re.MULTILINE)
+_POSITION = re.compile(r"[0-9]+", re.ASCII)
 _ARG_NAME = re.compile(r"arg[0-9]{1,9}", re.ASCII)
 _MESH_NAME = re.compile(r"mesh[0-9]{1,9}", re.ASCII)
 #: Largest mesh axis size, and number of devices a mesh may name.
@@ -73,8 +95,10 @@ class ScriptArgument:
     name: str
     shape: tuple[int, ...]
     numpy_dtype: str
-    #: The 1-based steps after ``arg.``: position among the traced arguments, then fields.
-    path: tuple[int, ...]
+    #: The steps after ``arg.``: the 1-based position among the traced arguments, then what
+    #: the tracer appended below it: 1-based field/tuple/array positions (int) and names
+    #: (str: symbols such as ``ps`` or ``re``, Dict keys as Julia prints them).
+    path: tuple[int | str, ...]
     line: int
 
     @property
@@ -132,61 +156,81 @@ def _fail(path: Path, line: int | None, message: str) -> ManifestError:
 
 
 def read_text(path: Path, limit: int = MAX_SCRIPT_BYTES) -> str:
-    """Read a small regular file (no symlink followed) as UTF-8 text.
+    """Read a small regular file (no symlink followed, never blocking on a FIFO) as UTF-8.
 
     Raises:
         UnsafeBundleError: it is a symlink or not a regular file.
         ManifestError: larger than `limit`, unreadable or not UTF-8.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as e:
-        if os.path.islink(path):
-            raise UnsafeBundleError(
-                f"{path}: is a symlink; an export's files are read only as "
-                "regular files inside its directory"
-            ) from e
-        raise ManifestError(f"{path}: cannot read it ({e.strerror})") from e
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafeBundleError(f"{path}: is not a regular file")
-        if st.st_size > limit:
-            raise ManifestError(f"{path}: {st.st_size} bytes, more than the {limit} allowed")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(limit + 1)
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise ManifestError(f"{path}: more than the {limit} bytes allowed")
+        data = read_bytes(path, "the export's .py", limit, ManifestError)
+    except (ManifestError, UnsafeBundleError):
+        raise
+    except BundleError as e:
+        raise ManifestError(f"{path}: cannot read it ({e})") from e
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ManifestError(f"{path}: not UTF-8 text ({e})") from e
 
 
-def _check_tokens(text: str, path: Path) -> None:
-    """Refuse a .py with more tokens than its docstring's arguments explain, before `ast.parse`."""
-    budget = TOKENS_BASE + TOKENS_PER_ARGUMENT * text.count("Array of shape")
+def declared_arguments(text: str) -> int:
+    """How many argument lines the docstring lists: ``argK: Array of shape`` lines numbered 1,
+    2, ... in order (what the token budget scales with; comments, repeats and lines out of
+    order add nothing), at most MAX_ARGUMENTS + 1."""
+    n = 0
+    for m in _DOC_COUNT.finditer(text):
+        if m.group(1) == str(n + 1):
+            n += 1
+            if n > MAX_ARGUMENTS:
+                break
+    return n
+
+
+def _check_tokens(text: str, path: Path, arguments: int) -> None:
+    """Refuse a .py with more tokens than `arguments` explain, before `ast.parse`."""
+    if arguments > MAX_ARGUMENTS:
+        raise _fail(
+            path,
+            None,
+            f"lists more than {MAX_ARGUMENTS} arguments, more than juliabridge reads from an "
+            "export (each costs memory to parse)",
+        )
+    budget = TOKENS_BASE + TOKENS_PER_ARGUMENT * arguments
+    count = 0
     try:
-        for k, tok in enumerate(tokenize.generate_tokens(io.StringIO(text).readline)):
-            if k > budget:
+        for count, tok in enumerate(tokenize.generate_tokens(io.StringIO(text).readline), 1):
+            if count > budget + 1:
                 raise _fail(
                     path,
                     tok.start[0],
                     f"holds more than {budget} tokens, far more than the template writes for "
-                    "its arguments; it is not the .py export_to_enzymejax writes",
+                    f"its {arguments} arguments; it is not the .py export_to_enzymejax writes",
                 )
     except (tokenize.TokenError, SyntaxError, ValueError):
         # Counted up to the error, within the budget: `ast.parse` then reports the error
         # itself, with its line (tokens past it are never parsed).
-        return
+        pass
+    need = count * AST_BYTES_PER_TOKEN
+    avail, source = host_memory()
+    if need > avail:
+        raise ResourceLimitError(
+            f"{path}: parsing its {count} tokens needs about {human(need)}, more than "
+            f"{human(avail)}, {source}; free memory or read it on a larger machine"
+        )
 
 
-def _parse(text: str, path: Path) -> ast.Module:
-    _check_tokens(text, path)
+def _parse(text: str, path: Path, arguments: int | None) -> ast.Module:
+    """`text` parsed; its tokens counted first unless `arguments` is None (our own render)."""
+    if arguments is not None:
+        _check_tokens(text, path, arguments)
     try:
-        return ast.parse(text, filename=str(path))
+        with warnings.catch_warnings():
+            # An invalid escape such as "\l" in a Dict key Reactant printed is a warning of
+            # the parser (DeprecationWarning, SyntaxWarning on 3.12+), not the reader's concern:
+            # the value is compared with the template's all the same.
+            warnings.simplefilter("ignore")
+            return ast.parse(text, filename=str(path))
     except SyntaxError as e:
         raise _fail(path, e.lineno, f"does not parse as Python ({e.msg})") from e
     except (ValueError, RecursionError, MemoryError) as e:
@@ -240,13 +284,7 @@ def _arguments(run: ast.FunctionDef, path: Path) -> tuple[ScriptArgument, ...]:
                 f"hold (numpy has no complex32); supported: {', '.join(NUMPY_TO_MLIR)}"
             )
         out.append(
-            ScriptArgument(
-                name,
-                _shape(shape),
-                np_dtype,
-                tuple(int(s) for s in steps[1:].split(".")),
-                start + k,
-            )
+            ScriptArgument(name, _shape(shape), np_dtype, _steps(steps, path, start + k), start + k)
         )
     names = [a.arg for a in run.args.args]
     if names != [a.name for a in out] or names != [f"arg{i + 1}" for i in range(len(names))]:
@@ -256,7 +294,72 @@ def _arguments(run: ast.FunctionDef, path: Path) -> tuple[ScriptArgument, ...]:
             f"{run.name} takes ({', '.join(names)}) but its docstring lists "
             f"({', '.join(a.name for a in out)}); the template names them arg1..argN",
         )
+    _check_slots(out, path)
     return tuple(out)
+
+
+def _steps(text: str, path: Path, line: int) -> tuple[int | str, ...]:
+    """The steps of ``arg.<text>``: digits are 1-based positions, anything else a name.
+
+    Reactant joins ``string.(path)`` with "." (EnzymeJAX.jl:160), so a Dict key that
+    contains "." reads as several names, and a key printed as digits (``1``, or the String
+    ``"1"``) as a position.
+    """
+    parts = text.split(".")
+    if len(parts) > MAX_PATH_DEPTH:
+        raise _fail(path, line, f"the path has {len(parts)} steps, more than {MAX_PATH_DEPTH}")
+    out: list[int | str] = []
+    for n, part in enumerate(parts):
+        if _POSITION.fullmatch(part):
+            if part.startswith("0") or len(part) > 9:
+                raise _fail(
+                    path,
+                    line,
+                    f"path step {part[:20]!r} of arg.{text[:200]} is no position Reactant "
+                    "records: tuple, field and array positions are 1-based and below 10**9 "
+                    "(a Dict key 0 or a zero-padded key cannot be told from a position)",
+                )
+            out.append(int(part))
+        elif n == 0:
+            raise _fail(
+                path,
+                line,
+                f"the path arg.{text[:200]} does not start with the argument's position "
+                "(Reactant's first step is the 1-based position among the traced arguments)",
+            )
+        elif not part or len(part) > MAX_STEP_CHARS or "/" in part or "\x00" in part:
+            raise _fail(
+                path,
+                line,
+                f"path step {part[:40]!r} of arg.{text[:200]} is empty, longer than "
+                f"{MAX_STEP_CHARS} characters or holds '/'; juliabridge names a leaf by its "
+                "steps (an HDF5 name in a converted bundle), which cannot be",
+            )
+        else:
+            out.append(part)
+    return tuple(out)
+
+
+def _check_slots(arguments: list[ScriptArgument], path: Path) -> None:
+    """Refuse integer steps that would build longer tuples than the arguments justify."""
+    longest: dict[tuple[int | str, ...], tuple[int, int]] = {}
+    for a in arguments:
+        for n, step in enumerate(a.path):
+            if isinstance(step, int):
+                prefix = a.path[:n]
+                if step > longest.get(prefix, (0, 0))[0]:
+                    longest[prefix] = (step, a.line)
+    total = sum(step for step, _ in longest.values())
+    allowed = TUPLE_SLOTS_BASE + TUPLE_SLOTS_PER_ARGUMENT * len(arguments)
+    if total > allowed:
+        step, line = max(longest.values())
+        raise _fail(
+            path,
+            line,
+            f"the paths' positions ask for {total} tuple slots (the largest step is {step}) for "
+            f"{len(arguments)} arguments, more than the {allowed} juliabridge allows "
+            f"({TUPLE_SLOTS_BASE} plus {TUPLE_SLOTS_PER_ARGUMENT} per argument)",
+        )
 
 
 def _consts(node: ast.expr, kind: type, path: Path) -> tuple[object, ...]:
@@ -517,7 +620,8 @@ def read_script(path: Path) -> ExportScript:
         ManifestError: it does not parse, or is not the template (the message names the line).
         UnsafeBundleError: it is a symlink or not a regular file.
     """
-    tree = _parse(read_text(path), path)
+    text = read_text(path)
+    tree = _parse(text, path, declared_arguments(text))
     try:
         return _read_tree(tree, path)
     except RecursionError as e:
@@ -548,7 +652,7 @@ def _read_tree(tree: ast.Module, path: Path) -> ExportScript:
     sharded = bool(meshes) or any(p.kind != "NoSharding" for p in placements.values())
     if not sharded and len(placements) != len(arguments):
         sharded = True  # only placed arguments are converted: the sharded form's shape
-    want = _parse(render(script, sharded), Path("<template>")).body
+    want = _parse(render(script, sharded), Path("<template>"), None).body
     _compare(_strip_doc(body), _strip_doc(want), path, 1)
     for p in placements.values():
         if p.mesh is not None and p.mesh not in meshes:

@@ -39,6 +39,36 @@ from .contracts import check_op, where
 #: backend and 18 KB on xla, so 100,000 ops keep the costlier backend's peak near 2 GB (2 M ops
 #: passed 3 GB and took minutes). Real Reactant models stay far below.
 MAX_OPS = 100_000
+#: What one op expands to, in the ops MAX_OPS counts: the CHLO special functions are one op
+#: in the module but XLA legalizes each into a whole computation (3,000 chained chlo.digamma
+#: peaked at 7.6 GB; 1,000 polygamma cost ~1.3 MB each against the 6-18 KB per op above).
+#: Each weight is the number of HLO instructions JAX's lowering of the op holds once XLA has
+#: legalized it, the most over f16, bf16, f32, f64 and complex64
+#: (`python tools/calibrate_budgets.py --expansions`; the larger of jax 0.10.2 and 0.12.0.1,
+#: whose lgamma is JAX's own 549-instruction decomposition); measured, an expanded
+#: instruction costs 3.5-4.4 KB at the first call (digamma, polygamma: 0.42-0.57 MB per op),
+#: within the per-op cost MAX_OPS was set for. Ops not listed count 1.
+EXPANSION: dict[str, int] = {
+    "chlo.acos": 140,
+    "chlo.acosh": 140,
+    "chlo.asin": 140,
+    "chlo.asinh": 139,
+    "chlo.atan": 71,
+    "chlo.atanh": 69,
+    "chlo.bessel_i1e": 292,
+    "chlo.cosh": 121,
+    "chlo.digamma": 126,
+    "chlo.erf_inv": 234,
+    "chlo.erfc": 179,
+    "chlo.lgamma": 549,
+    "chlo.next_after": 36,
+    "chlo.broadcast_next_after": 36,
+    "chlo.polygamma": 390,
+    "chlo.broadcast_polygamma": 390,
+    "chlo.sinh": 121,
+    "chlo.zeta": 213,
+    "chlo.broadcast_zeta": 213,
+}
 #: Longest chain of dependent ops in one computation (JULIABRIDGE_MAX_CHAIN); 30,000 crashed
 #: XLA's compiler with an 8 MiB stack, 20,000 compiled.
 MAX_CHAIN = 10_000
@@ -46,10 +76,11 @@ MAX_CHAIN = 10_000
 #: CPU compiler spends more than linear time and memory per branch: 1,000 one-op branches peaked
 #: at 1.9 GB on the lax backend and 1,500 at 2.2 GB on xla (150 s); see tools/calibrate_budgets.py.
 MAX_CASE_BRANCHES = 1_000
-#: Bytes the backends spend per byte of non-splat constant data while loading and compiling
-#: (the text, the parsed attribute, the host array, XLA's literal): measured 10.7 (lax) and
-#: 13.7 (xla) for f32 (tools/calibrate_budgets.py); the constants' total times this must fit
-#: in the memory budget.
+#: Bytes the backends spend per byte of attribute data while loading and compiling (the text,
+#: the parsed attribute, the host array, XLA's literal): measured 10.7 (lax) and 13.7 (xla)
+#: for f32 constants, 4.3-4.5 for complex constants and other attributes (tools/
+#: calibrate_budgets.py); the data of every attribute, counted at every op that carries it,
+#: times this must fit in the memory budget.
 CONSTANT_COST = 14
 #: Largest single value whatever the machine: the manifest's per-array limit (256 GiB).
 MAX_VALUE_BYTES = 1 << 38
@@ -300,7 +331,8 @@ class _Analysis:
         self.last: dict[ir.Value, int] = {}  # last use, as a position in the defining frame
         self.max_chain = 0
         self.max_chain_op: ir.Operation | None = None
-        self.constant_bytes = 0  # non-splat constant data of every function (each once)
+        self.constant_bytes = 0  # attribute data of every op (each function once)
+        self.attribute_data = AttributeData()
 
     def run(self, fn: Function) -> Cost:
         body = fn.op.regions[0].blocks[0]
@@ -329,13 +361,12 @@ class _Analysis:
                 else:
                     peak = done
                 continue
-            ops += 1
+            ops += EXPANSION.get(op.name, 1)
             ops_inlined, chain = self._op(op, frames)
             ops += ops_inlined
             if op.name == "stablehlo.case":
                 branches += len(op.regions)
-            elif op.name == "stablehlo.constant" and _dense_data(op):
-                self.constant_bytes += self.types.bytes(op.results[0].type, op)
+            self._count_attributes(op)
             branches += sum(self.costs[c].branches for c in _callees(op))
             if op.name == "func.return" and len(frames) == 1:
                 ret_chain = chain
@@ -352,6 +383,23 @@ class _Analysis:
             self.chain[a] = 0
             frame.defs.append((a, 0, self.types.bytes(a.type, owner or block.owner.operation)))
         return frame
+
+    def _count_attributes(self, op: ir.Operation) -> None:
+        """Add the data of `op`'s attributes, refusing as soon as the total is past the budget
+        (so the work of counting is bounded by the budget too)."""
+        self.constant_bytes += self.attribute_data.of(op)
+        spent = self.constant_bytes * CONSTANT_COST
+        if spent > self.types.limits.live_bytes:
+            limits = self.types.limits
+            raise ResourceLimitError(
+                f"{where(op, self.origin)}: the module's constants hold "
+                f"{human(self.constant_bytes)} of data by here (every attribute counted at every "
+                "op that carries it: the printed module and XLA's literals hold a copy per use), "
+                f"which loading and compiling spend about {CONSTANT_COST} times over "
+                f"({human(spent)}), more than {human(limits.live_bytes)}, "
+                f"{limits.memory_source}. Pass large arrays as arguments (the bundle's weights "
+                "file), run it on a larger machine, or set JULIABRIDGE_MEMORY_LIMIT"
+            )
 
     def _op(self, op: ir.Operation, frames: list[_Frame]) -> tuple[int, int]:
         """Record one op; return (ops it adds by inlining, chain depth of its results)."""
@@ -404,19 +452,112 @@ class _Analysis:
         return peak
 
 
-def _dense_data(op: ir.Operation) -> bool:
-    """Whether a constant is a non-splat dense literal, whose every element the module's text
-    holds and the backends decode (a splat is built as a broadcast of one element).
+class AttributeData:
+    """Bytes of data an op's attributes hold, counted at every use.
 
-    Complex literals and dense_resource blobs are not counted: the bindings cannot view the
-    first, and a blob's bytes are bounded by the module's text size like any literal's.
+    MLIR stores an attribute once however many ops carry it (an alias ``#a = dense<...>``
+    written once in the text, used by 400 ops), but the module is printed with the attribute in
+    full at every use, parsed again, and XLA makes one literal per constant op: so each use
+    costs its data again, and is counted again. Sizes come from the attribute's type (a splat:
+    one element), computed once per distinct attribute. A ``dense_resource`` blob is printed
+    once (in the resource section) and decoded once by the lax backend, so it is counted once.
+    A dense attribute the bindings cannot wrap (complex elements) fails with its printed form
+    in the message; that text is what it costs, counted per use (about 2 characters a byte).
     """
-    if "value" not in op.attributes:
-        return False
+
+    def __init__(self) -> None:
+        self._sizes: dict[ir.Attribute, int] = {}
+        self._blobs: set[ir.Attribute] = set()
+
+    def of(self, op: ir.Operation) -> int:
+        """Bytes of data of every attribute `op` carries."""
+        found = op.attributes
+        total = 0
+        for i in range(len(found)):
+            try:
+                attr = found[found[i].name]
+            except TypeError as e:  # dense complex: the message holds the printed attribute
+                total += len(str(e)) // 2
+                continue
+            total += self.size(attr)
+        return total
+
+    def size(self, attr: ir.Attribute) -> int:
+        """Bytes of data of one attribute at one use (nested attributes included)."""
+        known = self._sizes.get(attr)
+        if known is not None:
+            return known
+        blob = _blob_bytes(attr)
+        if blob is not None:  # a dense_resource (or other elements without a Python class)
+            self._sizes[attr] = 0  # every later use: the blob is held once
+            return blob
+        n = self._measure(attr)
+        self._sizes[attr] = n
+        return n
+
+    def _measure(self, attr: ir.Attribute) -> int:
+        # The bindings hand out attributes as their most specific class.
+        if isinstance(attr, ir.DenseElementsAttr):
+            if attr.is_splat:
+                return _element_bytes(ir.ShapedType(attr.type).element_type)
+            return _shaped_bytes(attr.type)
+        if isinstance(attr, ir.StringAttr):
+            return len(attr.value_bytes)
+        if isinstance(attr, (ir.ArrayAttr, ir.DictAttr)):
+            return sum(self._nested(attr, i) for i in range(len(attr)))
+        for cls, width in _DENSE_ARRAYS:
+            if isinstance(attr, cls):
+                return width * len(attr)  # type: ignore[arg-type]
+        if type(attr) is ir.Attribute:
+            # No Python class (an opaque attribute of a dialect JAX lacks...): its printed
+            # form, printed once here, is what every use prints again.
+            return len(str(attr))
+        return 0  # a scalar (integer, float, enum, type, symbol): no data to speak of
+
+    def _nested(self, container: ir.ArrayAttr | ir.DictAttr, i: int) -> int:
+        try:
+            item = container[i]
+        except TypeError as e:  # dense complex, as in `of`
+            return len(str(e)) // 2
+        if isinstance(item, ir.NamedAttribute):  # by name: NamedAttribute.attr aborts on
+            try:  # dense complex data
+                item = container[item.name]  # type: ignore[index]
+            except TypeError as e:
+                return len(str(e)) // 2
+        return self.size(item)
+
+
+_DENSE_ARRAYS: tuple[tuple[type, int], ...] = (
+    (ir.DenseI64ArrayAttr, 8),
+    (ir.DenseI32ArrayAttr, 4),
+    (ir.DenseI16ArrayAttr, 2),
+    (ir.DenseI8ArrayAttr, 1),
+    (ir.DenseBoolArrayAttr, 1),
+    (ir.DenseF64ArrayAttr, 8),
+    (ir.DenseF32ArrayAttr, 4),
+)
+
+
+def _blob_bytes(attr: ir.Attribute) -> int | None:
+    """Bytes of an elements attribute the bindings hand out without a class of its own
+    (`dense_resource<...>`), else None."""
+    if type(attr) is not ir.Attribute:
+        return None
     try:
-        return not ir.DenseElementsAttr(op.attributes["value"]).is_splat
-    except (ValueError, TypeError):
-        return False
+        t = attr.type
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return _shaped_bytes(t) if isinstance(t, ir.RankedTensorType) else None
+
+
+def _shaped_bytes(t: ir.Type) -> int:
+    shaped = ir.ShapedType(t)
+    if not shaped.has_static_shape:
+        return 8
+    n = 1
+    for d in shaped.shape:
+        n *= int(d)
+    return n * _element_bytes(shaped.element_type)
 
 
 def _callees(op: ir.Operation) -> list[str]:
@@ -467,15 +608,6 @@ def check_budget(
                 f"{limits.max_chain:,} juliabridge compiles (JULIABRIDGE_MAX_CHAIN raises the "
                 "limit); XLA's compiler recurses along such chains and overflows its stack"
             )
-    spent = analysis.constant_bytes * CONSTANT_COST
-    if spent > limits.live_bytes:
-        raise ResourceLimitError(
-            f"{origin}: the module's constants hold {human(analysis.constant_bytes)} of data, "
-            f"which loading and compiling spend about {CONSTANT_COST} times over "
-            f"({human(spent)}), more than {human(limits.live_bytes)}, {limits.memory_source}. "
-            "Pass large arrays as arguments (the bundle's weights file), run it on a larger "
-            "machine, or set JULIABRIDGE_MEMORY_LIMIT"
-        )
     main = costs.get("main")
     if main is not None and main.peak > limits.live_bytes:
         raise ResourceLimitError(

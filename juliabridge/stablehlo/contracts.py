@@ -107,7 +107,9 @@ def ints(a: ir.Attribute) -> list[int]:
 
 def _dict(a: ir.Attribute) -> dict[str, tuple[str, Any]]:
     d = ir.DictAttr(a)
-    return {d[i].name: _attr(d[i].attr) for i in range(len(d))}
+    # By name (TypeError for dense complex data, which parse_module reports), never through
+    # NamedAttribute.attr, which aborts the process on it.
+    return {d[i].name: _attr(d[d[i].name]) for i in range(len(d))}
 
 
 # --- custom-call contracts ----------------------------------------------------------------------
@@ -680,10 +682,16 @@ def check_extents(op: ir.Operation, origin: str) -> None:
         return
     values: list[tuple[str, int]] = []
     for i in range(len(op.attributes)):
-        named = op.attributes[i]
-        found = _attr_ints(named.attr)
+        key = op.attributes[i].name
+        try:
+            # By name: NamedAttribute.attr aborts the process (SIGABRT) on an attribute the
+            # bindings cannot wrap (dense complex), where this raises TypeError.
+            attr = op.attributes[key]
+        except TypeError:
+            continue  # dense complex data: no extents
+        found = _attr_ints(attr)
         if found:
-            values += [(named.name, v) for v in found]
+            values += [(key, v) for v in found]
     for k in EXTENT_OPERANDS.get(name, ()):
         if k >= len(op.operands):
             continue

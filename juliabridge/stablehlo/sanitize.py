@@ -66,15 +66,18 @@ def _filter_arg_attrs(
         d = ir.DictAttr(d)
         kept = {}
         for j in range(len(d)):
-            na = d[j]
-            if _keep_arg_attr(na.name):
-                kept[na.name] = na.attr
+            name = d[j].name
+            # By name: NamedAttribute.attr aborts the process on dense complex data, where
+            # this raises TypeError (parse_module reports it as an unexpected structure).
+            value = d[name]
+            if _keep_arg_attr(name):
+                kept[name] = value
                 continue
-            report.dropped.add(na.name)
-            if is_main_args and na.name == "tf.aliasing_output":
-                report.aliasing[i] = ir.IntegerAttr(na.attr).value
-            if is_main_args and na.name == "mhlo.sharding":
-                report.arg_shardings[i] = str(na.attr)
+            report.dropped.add(name)
+            if is_main_args and name == "tf.aliasing_output":
+                report.aliasing[i] = ir.IntegerAttr(value).value
+            if is_main_args and name == "mhlo.sharding":
+                report.arg_shardings[i] = str(value)
         new.append(ir.DictAttr.get(kept))
     return ir.ArrayAttr.get(new)
 

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
+from ..driver.process import export_script, find_julia, julia_project_dir
 from ..errors import JuliaBridgeError
-from ..julia.driver import export_script, find_julia, julia_project_dir
+from ..julia_export import convert_julia_export
 
 #: Bumped when the cache layout or key changes.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 def _julia_sources() -> list[Path]:
@@ -64,9 +65,11 @@ class ExportCache:
         timeout: float | None = 3600.0,
         **options: Any,
     ) -> Path:
-        """The bundle of `script` exported with `options` (``export_script``'s keywords).
+        """The bundle of `script` exported with `options` (``export_script``'s keywords): the
+        Julia export directory Julia writes, converted to a bundle (``convert_julia_export``).
 
-        Raises ``JuliaUnavailable`` without Julia and ``JuliaExportError`` when the export fails.
+        Raises ``JuliaUnavailable`` without Julia, ``JuliaExportError`` when the export fails,
+        and the reader's errors when the directory does not convert.
         """
         path = Path(script).expanduser().resolve()
         if not path.is_file():
@@ -85,9 +88,15 @@ class ExportCache:
             return target
         self.directory.mkdir(parents=True, exist_ok=True)
         try:
-            return export_script(
-                path, target, overwrite=True, progress=False, timeout=timeout, **options
+            exported = export_script(
+                path,
+                target.with_suffix(".jlexport"),
+                overwrite=True,
+                progress=False,
+                timeout=timeout,
+                **options,
             )
+            return convert_julia_export(exported, target, overwrite=True)
         except Exception as exc:
             self._failed[key] = exc
             raise

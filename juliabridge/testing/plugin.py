@@ -45,7 +45,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def julia_skip_reason(config: pytest.Config) -> str:
     """Why Julia tests cannot run here ("" when they can), found once per session, fast."""
     if _REASON not in config.stash:
-        from ..julia.driver import find_julia
+        from ..driver.process import find_julia
 
         try:
             find_julia()

@@ -93,6 +93,8 @@ class Program:
     def __init__(self, module: ir.Module, *, origin: str, resources: Mapping[str, bytes]) -> None:
         self.origin = origin
         self.resources = resources
+        #: Decoded dense attributes, shared by every op that carries the same one.
+        self.constants: dict[tuple[Any, str, tuple[int, ...]], Any] = {}
         self._decls: dict[str, ir.Operation] = {}
         for child in module.body.operations:
             op = child.operation

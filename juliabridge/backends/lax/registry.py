@@ -207,10 +207,19 @@ class OpView:
                 raise self.error(f"attribute {name}: the bindings cannot read its type") from e
         if ttype is None:
             ttype = self.tensor(self._type(attr.type, f"attribute {name}"), name)
+        # One array per distinct attribute and type: MLIR stores an attribute once however many
+        # ops carry it (an alias, a dense_resource blob), and so does this (400 constants of
+        # one blob were 400 copies). Printed forms (dense complex) are keyed by their text.
+        key = (attr, ttype.dtype.str, ttype.shape)
+        shared = self.program.constants.get(key)
+        if shared is not None:
+            return shared
         try:
-            return attrs.dense(attr, ttype, self.program.resources)
+            value = attrs.dense(attr, ttype, self.program.resources)
         except (ValueError, TypeError, attrs.AttributeError_) as e:
             raise self.error(f"attribute {name}: {e}") from e
+        self.program.constants[key] = value
+        return value
 
     def _printed(self, name: str) -> str:
         """The printed form of attribute `name`, read without wrapping it in a Python class."""

@@ -121,3 +121,26 @@ def exchange(a: Path, b: Path) -> bool:
     if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
         return False
     raise OSError(err, os.strerror(err), str(b))
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Replace `path` by `data` in one rename, flushed to disk; permissions from the umask
+    (not mkstemp's 0600). Temporaries of dead writers are removed first; this one is removed
+    on failure.
+
+    Raises:
+        OSError: the temporary could not be written or renamed.
+    """
+    clean_stale(path)
+    tmp = temp_path(path)
+    try:
+        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -27,7 +27,7 @@ from ...errors import (
 from ...stablehlo import StableHLOModule, parse_module
 from ...transforms.derive import vjp_module_text
 from .. import open_bundle
-from ..files.atomic import clean_stale, fsync_dir, temp_path
+from ..files.atomic import replace_file
 from ..files.checksum import sha256_file
 from ..manifest import MANIFEST_NAME
 
@@ -36,18 +36,9 @@ VJP_FILE = "vjp.mlir"
 
 def _atomic_write(path: Path, data: bytes) -> None:
     """Replace `path` by `data` in one rename; permissions from the umask (not mkstemp's 0600)."""
-    clean_stale(path)
-    tmp = temp_path(path)
     try:
-        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
+        replace_file(path, data)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise SaveError(
             f"{path}: cannot write it ({e.strerror or e}); check that the bundle directory is "
             "writable and has space, and that nothing else (e.g. a directory) has that name"
@@ -74,7 +65,7 @@ def derive_vjp_text(module: StableHLOModule, where: str) -> tuple[str, str]:
             f"{where}: the VJP module cannot be derived here: the lax backend cannot lift the "
             f"module ({why_not_lax}) and enzyme-ad is not importable (its wheels are for "
             "CPython 3.11: pip install 'juliabridge[enzyme]' there and run juliabridge vjp "
-            "there), or export with JuliaBridge.export_lux(...; vjp=true)"
+            "there)"
         )
     with progress.spinner(f"deriving the VJP module with Enzyme: {where}"):
         return EnzymeBackend(module).vjp_module_text(), "Enzyme"

@@ -56,12 +56,14 @@ DEFAULT_NOTE = (
 
 @dataclass(frozen=True)
 class ArgumentSpec:
-    """One @main argument to write: role, Lux path and value (MLIR shape; example for inputs)."""
+    """One @main argument to write: role, Lux path and value (MLIR shape; example for inputs),
+    and the other paths of the same array in its tree (spec §3.3 `tied_paths`)."""
 
     role: str
     path: Sequence[str | int]
     value: np.ndarray
     batch_axis: int | None = None
+    tied_paths: Sequence[Sequence[str | int]] = ()
 
 
 def reference_tolerances(result_dtypes: Sequence[str]) -> tuple[float, float]:
@@ -167,7 +169,7 @@ def write_bundle(
     aliases: Sequence[tuple[Sequence[str | int], int]] = (),
     mode: str = "test",
     batch: dict[str, Any] | None = None,
-    example_outputs: Sequence[np.ndarray] | None = None,
+    example_outputs: Sequence[np.ndarray] | Mapping[int, np.ndarray] | None = None,
     result_batch_axes: Sequence[int | None] | None = None,
     metadata: dict[str, Any] | None = None,
     note: str = DEFAULT_NOTE,
@@ -192,7 +194,8 @@ def write_bundle(
         aliases: (output path, argument index) of outputs that are arguments unchanged.
         mode: "test" or "train".
         batch: the manifest's batch object.
-        example_outputs: reference outputs for the input values in `arguments`; with them
+        example_outputs: reference outputs for the input values in `arguments`, in result
+            order, or by result index (a mapping may leave results out, spec §3.7); with them
             the bundle gets an examples section.
         result_batch_axes: batch axis of each result (None: none).
         metadata: free-form JSON.
@@ -248,6 +251,8 @@ def write_bundle(
             arrays[entry["dataset"]] = (value, want.dtype)
         if spec.batch_axis is not None:
             entry["batch_axis"] = spec.batch_axis
+        if spec.tied_paths:
+            entry["tied_paths"] = [list(p) for p in spec.tied_paths]
         arg_entries.append(entry)
     results = []
     for k, (paths, res_spec) in enumerate(zip(result_paths, module.results)):
@@ -314,7 +319,17 @@ def write_bundle(
                 digest = dataset_digest(value, e["dtype"], DIGEST)
                 ex_in.append({"argument": e["index"], "dataset": ds, DIGEST: digest})
         ex_out = []
-        for k, (out, out_spec) in enumerate(zip(example_outputs, module.results)):
+        given = (
+            sorted(example_outputs.items())
+            if isinstance(example_outputs, Mapping)
+            else list(enumerate(example_outputs))
+        )
+        for k, out in given:
+            if not 0 <= k < len(module.results):
+                raise SignatureMismatchError(
+                    f"example output for result {k}, but @main has {len(module.results)} results"
+                )
+            out_spec = module.results[k]
             ds = f"/examples/outputs/{k}"
             value = np.asarray(out, dtype=dtypes.to_numpy(out_spec.dtype))
             arrays[ds] = (value, out_spec.dtype)

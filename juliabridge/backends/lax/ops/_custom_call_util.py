@@ -89,8 +89,11 @@ class Call:
             if self.view.has(name) and isinstance(self.view.raw(name), ir.DictAttr):
                 config = ir.DictAttr(self.view.raw(name))
                 for i in range(len(config)):
-                    named = config[i]
-                    out[named.name] = _config_value(named.attr)
+                    key = config[i].name
+                    try:  # by name: NamedAttribute.attr aborts on dense complex data
+                        out[key] = _config_value(config[key])
+                    except TypeError as e:
+                        raise self.error(f"backend_config.{key} cannot be read") from e
         return out
 
     def option(self, name: str, allowed: dict[Any, Any], default: Any = None) -> Any:

@@ -10,7 +10,9 @@ Everything else is computed as XLA's CPU compiler expands the op: a reduce_windo
 (which decides ties, where the spec leaves the choice open); then the source values are
 combined into the picked positions, starting from the init value, with the scatter body's
 monoid. JAX differentiates that with respect to the source and the init (the picks are
-integers).
+integers). Nothing is enumerated per window offset: the reduce_window yields the picked
+position itself, and the combination is one scatter (or, for multiply, a sort and a segmented
+scan first), so the lift costs what XLA's own expansion costs whatever the window's size.
 
 JAX's primitive is not used with padding: it pads with -inf, so a window whose real elements
 are -inf or NaN next to padding would send its source value to a padding position, which XLA
@@ -19,7 +21,6 @@ never does.
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import jax
@@ -89,7 +90,12 @@ def _native(is_max: bool, window: tuple[int, ...], strides: tuple[int, ...], zer
 
 
 class _Geometry:
-    """Static facts about the windows: which operand position each window offset reaches."""
+    """Static facts about the windows: where each window starts in the operand.
+
+    Nothing here is sized by the window: the cost of the lift is that of XLA's own expansion
+    (one reduce_window over the operand, then one scatter over the source), whatever the window
+    dimensions, so a 12000 x 12000 window costs what XLA spends on it (issue 39).
+    """
 
     def __init__(
         self,
@@ -102,14 +108,10 @@ class _Geometry:
         self.strides = strides
         self.padding = padding
         self.n = source_shape
-        self.offsets = list(itertools.product(*(range(w) for w in window)))
 
-    def _starts(self, d: int) -> np.ndarray:
-        """Operand index of window offset 0 in dimension d, per window."""
-        return np.arange(self.n[d]) * self.strides[d] - self.padding[d][0]
-
-    def select(self, operand: Any, keep_current: Any) -> tuple[Any, Any]:
-        """(offset index picked per window, whether the window has any real element).
+    def select(self, operand: Any, keep_current: Any) -> tuple[tuple[Any, ...], Any]:
+        """(operand position picked per window, one array per dimension; whether the window
+        has any real element).
 
         The selection is XLA's own expansion of select_and_scatter (its CPU compiler rewrites
         every select_and_scatter so): a reduce_window over (value, position) pairs starting
@@ -140,54 +142,66 @@ class _Geometry:
             self.strides,
             self.padding,
         )
-        have = lax.ne(found[1], none)
-        picked = jnp.zeros(self.n, np.int32)
-        for d in range(rank):
-            start = self._starts(d).reshape([-1 if e == d else 1 for e in range(rank)])
-            offset = found[1 + d] - start.astype(np.int32)
-            picked = picked * self.window[d] + offset
-        return lax.select(have, picked, jnp.zeros(self.n, np.int32)), have
+        return tuple(found[1:]), lax.ne(found[1], none)
 
     def scatter(
         self,
         shape: tuple[int, ...],
-        picks: tuple[Any, Any],
+        picks: tuple[tuple[Any, ...], Any],
         source: Any,
         init: Any,
         kind: str,
     ) -> Any:
         """init everywhere, combined (by `kind`) with the source of each window at its pick.
 
-        add is one scatter-add (JAX differentiates it with repeated indices). The other
-        monoids scatter once per window offset: windows that picked the same offset reach
-        distinct positions, and JAX differentiates scatter-multiply only with unique indices.
+        add, max and min (and or/and on i1, as max/min on uint8) are one scatter; JAX
+        differentiates those with repeated indices. JAX differentiates scatter-multiply only
+        with unique indices, so multiply first takes the product of the sources per picked
+        position (a sort by position and a segmented scan), then scatters each product once.
         """
-        picked, have = picks
+        found, have = picks
         rank = len(shape)
-        table = np.asarray(self.offsets, np.int64).reshape(len(self.offsets), rank)
-        starts = [
-            self._starts(d).reshape([-1 if e == d else 1 for e in range(rank)]) for d in range(rank)
-        ]
-        # Windows with no real element, or not taking part, scatter nowhere: each to its own
-        # position past the end (so indices stay unique) and mode="drop" discards it.
-        past = [shape[d] + np.arange(self.n[d]).reshape(starts[d].shape) for d in range(rank)]
+        # Windows with no real element scatter nowhere: to the position past the end of the
+        # first dimension, which mode="drop" discards.
+        at = tuple(jnp.where(have, found[d], shape[d] if d == 0 else 0) for d in range(rank))
         base = broadcast_scalar(init, shape)
         if kind == "add":
-            picks_at = tuple(
-                jnp.where(have, jnp.take(table[:, d], picked) + starts[d], past[d])
-                for d in range(rank)
-            )
-            return base.at[picks_at].add(source, mode="drop")
+            return base.at[at].add(source, mode="drop")
+        if kind == "mul":
+            return _scatter_products(base, at, source)
         wide = base.dtype == np.bool_  # or = max, and = min on uint8, which JAX scatters
         out, src = (base.astype(np.uint8), source.astype(np.uint8)) if wide else (base, source)
-        for k in range(len(self.offsets)):
-            mine = jnp.logical_and(have, picked == k)
-            index = tuple(jnp.where(mine, table[k, d] + starts[d], past[d]) for d in range(rank))
-            at = out.at[index]
-            if kind == "mul":
-                out = at.multiply(src, mode="drop", unique_indices=True)
-            elif kind in ("max", "or"):
-                out = at.max(src, mode="drop", unique_indices=True)
-            else:
-                out = at.min(src, mode="drop", unique_indices=True)
+        if kind in ("max", "or"):
+            out = out.at[at].max(src, mode="drop")
+        else:
+            out = out.at[at].min(src, mode="drop")
         return out.astype(np.bool_) if wide else out
+
+
+def _scatter_products(base: Any, at: tuple[Any, ...], source: Any) -> Any:
+    """`base` multiplied, at each position, by the product of the sources picked there.
+
+    The flat positions are sorted (the sources carried along), a segmented scan multiplies
+    each run of equal positions, and the last element of each run is scattered with unique
+    indices (every other element to its own place past the end, dropped): JAX differentiates
+    every step. Cost: a sort and a scan over the source, whatever the window.
+    """
+    size = int(np.prod(base.shape, dtype=np.int64))
+    n = int(np.prod(source.shape, dtype=np.int64))
+    itype = np.int32 if size + n < 1 << 31 else np.int64
+    flat = jnp.zeros(source.shape, itype)
+    for d, dim in enumerate(base.shape):
+        flat = flat * np.array(dim, itype) + at[d].astype(itype)
+    # A dropped window (first index past the end) lands past the end here too.
+    keys, values = lax.sort((flat.ravel(), source.ravel()), num_keys=1, is_stable=True)
+    first = jnp.concatenate([jnp.ones((1,), bool), keys[1:] != keys[:-1]])
+    last = jnp.concatenate([keys[1:] != keys[:-1], jnp.ones((1,), bool)])
+
+    def combine(a: tuple[Any, Any], b: tuple[Any, Any]) -> tuple[Any, Any]:
+        return jnp.logical_or(a[0], b[0]), jnp.where(b[0], b[1], a[1] * b[1])
+
+    products = lax.associative_scan(combine, (first, values))[1]
+    spare = np.arange(n, dtype=itype) + np.array(size, itype)
+    index = jnp.where(jnp.logical_and(last, keys < size), keys, spare)
+    out = base.ravel().at[index].multiply(products, mode="drop", unique_indices=True)
+    return out.reshape(base.shape)
