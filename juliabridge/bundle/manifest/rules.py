@@ -180,10 +180,24 @@ def _check_returned_state(m: Manifest) -> None:
 
 
 def _check_step_kinds(paths: list[LuxPath], what: str) -> None:
-    """Below one parent, steps are all integers (Tuple/Array) or all names (NamedTuple/Dict)."""
+    """Below one parent, steps are all integers (Tuple/Array) or all names (NamedTuple/Dict);
+    and no integer step is larger than the number of paths of the tree.
+
+    The tree is built with one slot per Tuple position up to the largest (lux/trees.py), so
+    a position is an allocation: every position holding an array or an empty container is a
+    path listed here, so a larger one could only be reached through unlisted positions (the
+    schema admits 2^31, which built a 2^31-slot tuple: MemoryError after a minute).
+    """
     kinds: dict[LuxPath, type] = {}
     for p in paths:
         for n, step in enumerate(p):
+            if isinstance(step, int) and step > len(paths):
+                raise _fail(
+                    what,
+                    f"path {list(p)} has the position {step} below {list(p[:n])}, but the "
+                    f"{what} tree lists only {len(paths)} paths; a Tuple's positions are "
+                    "1 to its length, each holding a listed array or empty container",
+                )
             kind = int if isinstance(step, int) else str
             if kinds.setdefault(p[:n], kind) is not kind:
                 raise _fail(
