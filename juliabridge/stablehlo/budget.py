@@ -36,8 +36,9 @@ from .contracts import check_op, where
 
 #: Ops after inlining every call (JULIABRIDGE_MAX_OPS). Measured (tools/calibrate_budgets.py,
 #: a module fanning out through func.call, first call): about 6 KB per inlined op on the lax
-#: backend and 18 KB on xla, so 100,000 ops keep the costlier backend's peak near 2 GB (2 M ops
-#: passed 3 GB and took minutes). Real Reactant models stay far below.
+#: backend and 16 KB on xla (15,797 B in docs/reliability.md's table), so 100,000 ops keep the
+#: costlier backend's peak near 2 GB (2 M ops passed 3 GB and took minutes). Real Reactant
+#: models stay far below. Ops are weighted by EXPANSION.
 MAX_OPS = 100_000
 #: What one op expands to, in the ops MAX_OPS counts: the CHLO special functions are one op
 #: in the module but XLA legalizes each into a whole computation (3,000 chained chlo.digamma
