@@ -35,13 +35,13 @@ from .callgraph import Function
 from .contracts import check_op, where
 
 #: Ops after inlining every call (JULIABRIDGE_MAX_OPS). Measured (tools/calibrate_budgets.py,
-#: a module fanning out through func.call, first call): about 6 KB per inlined op on the lax
-#: backend and 18 KB on xla, so 100,000 ops keep the costlier backend's peak near 2 GB (2 M ops
+#: a module fanning out through func.call, first call): about 5.7 KB per inlined op on the lax
+#: backend and 15.8 KB on xla, so 100,000 ops keep the costlier backend's peak under 2 GB (2 M ops
 #: passed 3 GB and took minutes). Real Reactant models stay far below.
 MAX_OPS = 100_000
 #: What one op expands to, in the ops MAX_OPS counts: the CHLO special functions are one op
 #: in the module but XLA legalizes each into a whole computation (3,000 chained chlo.digamma
-#: peaked at 7.6 GB; 1,000 polygamma cost ~1.3 MB each against the 6-18 KB per op above).
+#: peaked at 7.6 GB; 1,000 polygamma cost ~1.3 MB each against the 5.7-15.8 KB per op above).
 #: Each weight is the number of HLO instructions JAX's lowering of the op holds once XLA has
 #: legalized it, the most over f16, bf16, f32, f64 and complex64
 #: (`python tools/calibrate_budgets.py --expansions`; the larger of jax 0.10.2 and 0.12.0.1,
