@@ -281,6 +281,18 @@ def test_case_runs_branch_index_and_the_last_for_any_index_outside(n: int, data)
     assert int(fn[0]) == (index if 0 <= index < n else n - 1), (n, index)
 
 
+@pytest.mark.parametrize("n", [9, 17])
+def test_case_split_into_a_tree_runs_every_branch(n: int) -> None:
+    # More branches than one lax.switch takes (8): every index, both halves of every split.
+    import jax
+
+    import juliabridge
+
+    fn = jax.jit(juliabridge.load_mlir(_case_text(n, "i32"), backend="lax"))
+    got = [int(fn(np.int32(i))[0]) for i in range(-2, n + 2)]
+    assert got == [i if 0 <= i < n else n - 1 for i in range(-2, n + 2)]
+
+
 # --- sort ---------------------------------------------------------------------------------------
 
 INT_TYPES = ["i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64"]
@@ -334,6 +346,9 @@ def sorts(draw: st.DrawFn) -> tuple:
 def _sort_body(types: list[str], key_at: int, form: str) -> str:
     k, o = key_at, 1 - key_at
     t, u = types[k], types[o]
+    if form == "cross-direct":  # one compare of operand 0's lhs with operand 1's rhs
+        return ("      %c = stablehlo.compare LT, %l0, %r1 : (tensor<i32>, tensor<i32>) -> tensor<i1>\n"
+                "      stablehlo.return %c : tensor<i1>")  # fmt: skip
     if form == "cross":  # compares the two operands' elements: no key of one operand
         return ('      %c = stablehlo.compare LT, %l0, %r0 : (tensor<' + types[0] + '>, tensor<'
                 + types[0] + '>) -> tensor<i1>\n'
@@ -374,6 +389,7 @@ def test_sort_at_any_dimension_key_position_and_comparator_is_xla_s_sort(case, s
 
 
 @pytest.mark.parametrize(("key_t", "form"), [("i32", "LT"), ("ui8", "LT"), ("i32", "cross"),
+                                           ("i32", "cross-direct"),
                                            ("complex<f32>", "LT"), ("f32", "LT")])  # fmt: skip
 def test_sort_by_the_second_operand_and_other_comparators_is_xla_s_sort(key_t, form) -> None:
     rng = np.random.default_rng(5)
