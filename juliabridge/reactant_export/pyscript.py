@@ -18,6 +18,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..bundle.manifest.rules import TUPLE_SLOTS_BASE, TUPLE_SLOTS_PER_ARGUMENT
 from ..errors import BundleError, ManifestError, ResourceLimitError, UnsafeBundleError
 from ..stablehlo.budget import host_memory, human
 from .files import read_bytes
@@ -42,11 +43,6 @@ MAX_ARGUMENTS = 16_384
 #: Most steps in one argument's path, and most characters in one named step.
 MAX_PATH_DEPTH = 256
 MAX_STEP_CHARS = 1024
-#: Tuple slots the paths' integer steps may ask for in all (each integer-indexed container is
-#: as long as its largest step): a fixed allowance plus this many per argument, checked before
-#: any tuple is built, so ``arg.3.999999999`` is refused instead of allocated.
-TUPLE_SLOTS_BASE = 1 << 16
-TUPLE_SLOTS_PER_ARGUMENT = 64
 
 #: Reactant's NUMPY_SIMPLE_TYPES (src/serialization/Serialization.jl:13-29) -> MLIR element type.
 #: ``complex32`` (ComplexF16) has no numpy dtype, so it is absent and refused by name.

@@ -14,6 +14,13 @@ from .schema import fail as _fail
 #: reactant_export/.
 REACTANT_EXPORTER = "Reactant.Serialization.export_to_enzymejax"
 
+#: Tuple slots the paths' integer steps may ask for in all (each integer-indexed container is
+#: as long as its largest step): a fixed allowance plus this many per path, checked before any
+#: tuple is built, so a step of 2^31 is refused instead of allocated. The Reactant-export reader
+#: (reactant_export/pyscript.py) applies the same numbers, so both routes judge a step alike.
+TUPLE_SLOTS_BASE = 1 << 16
+TUPLE_SLOTS_PER_ARGUMENT = 64
+
 PRODUCER_KEYS = (
     "tool",
     "tool_version",
@@ -96,7 +103,10 @@ def check_consistency(m: Manifest) -> None:
                 )
         _check_prefixes(list(leaves), role)
         _check_step_kinds([*leaves, *empties], role)
+        _check_slots([*leaves, *empties], group)
+    _check_slots(list(outputs), "results")
     _check_step_kinds([p for (r, p) in seen if r == "input"], "input")
+    _check_slots([p for (r, p) in seen if r == "input"], "inputs")
     _check_returned_state(m)
 
 
@@ -177,6 +187,29 @@ def _check_returned_state(m: Manifest) -> None:
                 f"returns {dtype} {list(shape)} for {target.label}, which is "
                 f"{target.dtype} {list(target.shape)}; a state leaf keeps its shape and dtype",
             )
+
+
+def tuple_slots(paths: list[LuxPath]) -> tuple[int, int]:
+    """(slots, largest step): the tuple slots `paths` ask for in all, and their largest step."""
+    longest: dict[LuxPath, int] = {}
+    for p in paths:
+        for n, step in enumerate(p):
+            if isinstance(step, int) and step > longest.get(p[:n], 0):
+                longest[p[:n]] = step
+    return sum(longest.values()), max(longest.values(), default=0)
+
+
+def _check_slots(paths: list[LuxPath], what: str) -> None:
+    """Refuse integer steps that would build longer tuples than the paths justify."""
+    total, step = tuple_slots(paths)
+    allowed = TUPLE_SLOTS_BASE + TUPLE_SLOTS_PER_ARGUMENT * len(paths)
+    if total > allowed:
+        raise _fail(
+            what,
+            f"the paths' positions ask for {total} tuple slots (the largest step is {step}) for "
+            f"{len(paths)} paths, more than the {allowed} juliabridge allows "
+            f"({TUPLE_SLOTS_BASE} plus {TUPLE_SLOTS_PER_ARGUMENT} per path)",
+        )
 
 
 def _check_step_kinds(paths: list[LuxPath], what: str) -> None:
