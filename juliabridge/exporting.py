@@ -1,11 +1,12 @@
 """export_jax and save_jax: an imported model as a `jax.export.Exported`, serializable.
 
-The exported program is the model's lax lifting (plain JAX primitives), so it runs wherever
-the serialized form is read: any jax that reads its calling convention, with neither Julia nor
-juliabridge installed. A symbolic batch dimension serves every batch size from one artifact:
-the batch is padded to whole traced-size chunks and the chunks run batched
-(lux/batchsize.py), which is exact only when samples are independent, so other models are
-refused. docs/exporting.md shows how the artifact is loaded.
+The exported program is plain StableHLO whatever the backend (lax's primitives, or the module
+that xla's and enzyme's calls inline), so it runs wherever the serialized form is read: any
+jax that reads its calling convention, with neither Julia nor juliabridge installed. A
+symbolic batch dimension serves every batch size from one artifact: the batch is padded to
+whole traced-size chunks and the chunks run batched (lux/batchsize.py), which is exact only
+when samples are independent, so other models are refused. docs/exporting.md shows how the
+artifact is loaded.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import jax
 from . import dtypes
 from .bundle.files.atomic import replace_file
 from .bundle.manifest import MANIFEST_NAME
-from .errors import BackendUnavailableError, CallArgumentError, SaveError, TransformError
+from .errors import CallArgumentError, SaveError, TransformError
 from .function import ImportedFunction
 from .lux.model import LuxModel
 from .lux.trees import build_tree
@@ -40,20 +41,6 @@ def _check_options(batch: str | None, weights: str, vjp_order: int) -> None:
         raise CallArgumentError(f"weights={weights!r}: expected 'constants' or 'arguments'")
     if not isinstance(vjp_order, int) or isinstance(vjp_order, bool) or vjp_order < 0:
         raise CallArgumentError(f"vjp_order={vjp_order!r}: expected an int >= 0")
-
-
-def _check_backend(fn: ImportedFunction, what: str) -> None:
-    """Refuse a backend whose call is not plain JAX primitives (enzyme's custom call, xla's
-    nested module): only the lax lifting exports for every platform and batch size."""
-    if fn.traceable:
-        return
-    why = f" (backend 'auto' chose it: {fn.fallback_reason})" if fn.fallback_reason else ""
-    raise BackendUnavailableError(
-        f"{what}: export_jax needs the lax backend, whose program is plain JAX primitives; this "
-        f"one runs on backend {fn.backend_name!r}{why}. Import it with backend='lax' "
-        "(import_lux(path, backend='lax') or load_mlir(source, backend='lax')); a module "
-        "with an op that does not lift cannot be exported"
-    )
 
 
 class _Signature:
@@ -180,7 +167,6 @@ def _program(
     batch_args: Sequence[int] | None = None,
 ) -> tuple[Callable[..., Any], _Signature, Any, str]:
     if isinstance(model, LuxModel):
-        _check_backend(model.fn, model.manifest.name)
         if batch_args is not None:
             raise CallArgumentError(
                 "batch_args applies to a load_mlir function; a LuxModel's inputs carry the "
@@ -188,7 +174,6 @@ def _program(
             )
         return (*_model_program(model, batch, weights), model.manifest.name)
     if isinstance(model, ImportedFunction):
-        _check_backend(model, model.module.origin)
         if weights != "constants":
             raise CallArgumentError(
                 "weights='arguments' applies to a LuxModel; a load_mlir function takes every "
@@ -216,9 +201,12 @@ def export_jax(
     layout); ``exported.call(*arrays)`` runs it, and ``exported.serialize(vjp_order=...)``
     gives bytes that ``jax.export.deserialize`` reads where juliabridge is not installed.
 
+    Every backend exports: lax as plain JAX primitives, xla and enzyme through the calls they
+    lower to (the module inlined, plain StableHLO too), with their own first-order VJP.
+
     Args:
-        model: a LuxModel on the lax backend (``import_lux(..., backend="lax")``, or "auto"
-            when every op lifts), or a ``load_mlir`` function on the lax backend.
+        model: a LuxModel (``import_lux``) or a ``load_mlir`` function. On the enzyme and xla
+            backends only ``vjp_order`` <= 1 exports (no second-order derivatives there).
         batch: the name of the symbolic batch dimension put on every input's batch axis (the
             bundle's); None exports the traced shapes. For a load_mlir function, which
             declares no batch axis, it is a new leading axis on the `batch_args` (independent
@@ -238,10 +226,10 @@ def export_jax(
         The `jax.export.Exported`.
 
     Raises:
-        BackendUnavailableError: the model runs on the enzyme or xla backend.
         CallArgumentError: a bad option, or a symbolic batch for a model whose samples are
             not independent (train-mode BatchNorm) or that records no batch size.
-        TransformError: jax.export failed to export the program or its VJP.
+        TransformError: jax.export failed to export the program or its VJPs (vjp_order >= 2
+            on the enzyme or xla backend: the message names the lax backend).
     """
     _check_options(batch, weights, vjp_order)
     program, sig, _, what = _program(model, batch, weights, batch_args)
@@ -316,7 +304,7 @@ def save_jax(
 
     Raises:
         SaveError: a file exists (without overwrite) or cannot be written.
-        BackendUnavailableError / CallArgumentError / TransformError: as for `export_jax`.
+        CallArgumentError / TransformError: as for `export_jax`.
     """
     _check_options(batch, weights, vjp_order)
     program, sig, out_names, what = _program(model, batch, weights, batch_args)

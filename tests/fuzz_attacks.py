@@ -686,6 +686,95 @@ def host_eval_attack(draw: st.DrawFn, base: str) -> Attack:
     return Attack(_checked(base, body, "%hr", padded, t_out), what, None)
 
 
+@st.composite
+def reuse_attack(draw: st.DrawFn, base: str) -> Attack:
+    """Issue 39: one attribute (an alias ``#a``) carried by many ops, as constants (f32 or
+    complex) or as a discardable attribute: every use is counted (the printed module and XLA's
+    literals hold a copy per use), so past the budget the module is refused at load."""
+    kind = draw(st.sampled_from(["constant", "complex", "attribute"]))
+    n = draw(st.sampled_from([64, 1 << 18]))  # elements of the alias
+    uses = draw(st.sampled_from([3, 100]))
+    et = "complex<f32>" if kind == "complex" else "f32"
+    values = np.random.default_rng(n).standard_normal(n * (2 if kind == "complex" else 1))
+    t = f"tensor<{n}x{et}>"
+    alias = f'#a = dense<"0x{values.astype(np.float32).tobytes().hex()}"> : {t}\n'
+    body: list[str] = []
+    acc = "%arg2"
+    for k in range(uses):
+        if kind == "attribute":
+            body.append(
+                f'%ra{k} = "stablehlo.add"({acc}, %arg2) {{foo.bar = #a}} : '
+                "(tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>"
+            )
+        else:
+            part = "real" if kind == "complex" else "abs"
+            body += [
+                f"%rc{k} = stablehlo.constant #a",
+                f"%rs{k} = stablehlo.slice %rc{k} [0:3] : ({t}) -> tensor<3x{et}>",
+                f"%rr{k} = stablehlo.{part} %rs{k} : (tensor<3x{et}>) -> tensor<3xf32>",
+                f"%ra{k} = stablehlo.add {acc}, %rr{k} : tensor<3xf32>",
+            ]
+        acc = f"%ra{k}"
+    body += _sum_f32(acc, "tensor<3xf32>")
+    counted = n * (8 if kind == "complex" else 4) * uses * 14
+    return Attack(
+        alias + _edit(base, body, sink="%zs"),
+        f"an alias of {n} {et} carried by {uses} ops ({kind})",
+        BUDGET if counted > MEMORY_LIMIT else None,
+    )
+
+
+#: CHLO special functions and budget.EXPANSION's weight of each (at least 126).
+_SPECIAL = {"digamma": 126, "lgamma": 549, "erf_inv": 234, "bessel_i1e": 292}
+
+
+@st.composite
+def expansion_attack(draw: st.DrawFn, base: str) -> Attack:
+    """Issue 39: ops whose cost is what they expand to, not one op: chains of CHLO special
+    functions (weighted by their expansion; 900 of any are past the op budget) and
+    select_and_scatter over windows up to the whole operand (lax enumerated every offset)."""
+    if draw(st.booleans()):
+        op = draw(st.sampled_from(sorted(_SPECIAL)))
+        n = draw(st.sampled_from([2, 12, 900]))
+        f3 = "tensor<3xf32>"
+        body = [f"%e0 = chlo.{op} %arg2 : {f3} -> {f3}"]
+        body += [f"%e{i} = chlo.{op} %e{i - 1} : {f3} -> {f3}" for i in range(1, n)]
+        body += _sum_f32(f"%e{n - 1}", f3)
+        return Attack(
+            _edit(base, body, sink="%zs"),
+            f"a chain of {n} chlo.{op}",
+            BUDGET if n * _SPECIAL[op] > 100_000 else None,
+        )
+    side = draw(st.sampled_from([8, 512]))
+    w = draw(st.sampled_from([2, side]))
+    scatter = draw(st.sampled_from(["add", "maximum", "multiply"]))
+    select = draw(st.sampled_from(["GE", "GT", "LE"]))
+    src = (side - w) // w + 1
+    t, ts, s = f"tensor<{side}x{side}xf32>", f"tensor<{src}x{src}xf32>", "tensor<f32>"
+    flat = f"tensor<{side * side}xf32>"
+    body = [
+        f"%wi = stablehlo.iota dim = 0 : {flat}",
+        f"%wx = stablehlo.reshape %wi : ({flat}) -> {t}",
+        f"%wone = stablehlo.constant dense<1.5> : {s}",
+        f"%ws = stablehlo.broadcast_in_dim %wone, dims = [] : ({s}) -> {ts}",
+        f'%wr = "stablehlo.select_and_scatter"(%wx, %ws, %wone) <{{padding = dense<0> : '
+        f"tensor<2x2xi64>, window_dimensions = array<i64: {w}, {w}>, window_strides = "
+        f"array<i64: {w}, {w}>}}> ({{",
+        f"^bb0(%wa: {s}, %wb: {s}):",
+        f"  %wc = stablehlo.compare {select}, %wa, %wb : ({s}, {s}) -> tensor<i1>",
+        "  stablehlo.return %wc : tensor<i1>",
+        "}, {",
+        f"^bb0(%wa: {s}, %wb: {s}):",
+        f"  %wc = stablehlo.{scatter} %wa, %wb : {s}",
+        f"  stablehlo.return %wc : {s}",
+        f"}}) : ({t}, {ts}, {s}) -> {t}",
+        *_sum_f32("%wr", t),
+    ]
+    return Attack(
+        _edit(base, body, sink="%zs"), f"select_and_scatter {select}/{scatter} window {w}^2", None
+    )
+
+
 def module_attacks(base: str, long_run: bool = False) -> st.SearchStrategy[Attack]:
     """One attack of any class."""
     return st.one_of(
@@ -697,6 +786,8 @@ def module_attacks(base: str, long_run: bool = False) -> st.SearchStrategy[Attac
         budget_attack(base, long_run),
         text_attack(base, long_run),
         host_eval_attack(base),
+        reuse_attack(base),
+        expansion_attack(base),
     )
 
 

@@ -232,6 +232,13 @@ INVALID: list[tuple[str, Callable[[dict[str, Any]], Any], str]] = [
         r"arguments\[1\]\.path\[1\]: integer path steps .* in \[1, 2147483648\], found 0",
     ),
     (
+        # Issue 39: the schema admits 2^31, and the tree built a tuple that long (MemoryError).
+        "step beyond the tree",
+        lambda m: _set(m["arguments"][1], path=["layer_1", 2**31]),
+        r"parameter: path \['layer_1', 2147483648\] has the position 2147483648 below "
+        r"\['layer_1'\], but the parameter tree lists only \d+ paths",
+    ),
+    (
         "step above 2^31",
         lambda m: _set(m["arguments"][1], path=["layer_1", 2**31 + 1]),
         r"arguments\[1\]\.path\[1\]: .*found 2147483649",
@@ -473,12 +480,14 @@ def test_default_tolerances_follow_the_least_precise_output(
 
 
 def test_bounded_steps_accept_the_bound() -> None:
-    m = parse_manifest(_mutated(lambda m: _set(m["arguments"][0], path=[2**16])))
-    assert m.arguments[0].path == (2**16,)
-    # 2^31 is within the schema's bound, but no tree may ask for that many tuple slots: it is
-    # refused before any tuple is built (issue 39), as the Reactant-export reader refuses it.
-    with pytest.raises(juliabridge.ManifestError, match=r"ask for 2147483648 tuple slots"):
+    # The schema's bound is 2^31; a position is also at most the number of paths of its tree
+    # (issue 39: the tree is built with a slot per position), so one input may be at 1 only.
+    with pytest.raises(juliabridge.ManifestError, match=r"position 2147483648 .* lists only 1 "):
         parse_manifest(_mutated(lambda m: _set(m["arguments"][0], path=[2**31])))
+    with pytest.raises(juliabridge.ManifestError, match=r"position 2 .* lists only 1 paths"):
+        parse_manifest(_mutated(lambda m: _set(m["arguments"][0], path=[2])))
+    m = parse_manifest(_mutated(lambda m: _set(m["arguments"][0], path=[1])))
+    assert m.arguments[0].path == (1,)
 
 
 def test_echo_may_have_no_path() -> None:

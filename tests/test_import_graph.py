@@ -25,6 +25,7 @@ DOC = PACKAGE.parent / "docs" / "architecture.md"
 LAYERS: dict[str, int] = {
     "juliabridge._version": 0,
     "juliabridge.errors": 0,
+    "juliabridge.shown": 0,
     "juliabridge.dtypes": 1,
     "juliabridge.exitcodes": 1,
     "juliabridge.jaxinternals": 1,

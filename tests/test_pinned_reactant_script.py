@@ -354,6 +354,18 @@ def _mesh_line(py: Path) -> str:
             "mesh0 = jax.make_mesh((65536, 65536), ('b', 'a'))",
             "mesh0 names 4294967296 devices, more than any machine has",
         ),
+        (  # a 5,000-digit hex size: the message itself once raised (str of a huge int)
+            "mesh0 = jax.make_mesh((0x" + "f" * 5000 + ", 1), ('b', 'a'))",
+            r"mesh0 has axis size 0x" + "f" * 16 + r"\.\.\. \(an integer of 20000 bits\)",
+        ),
+        (  # more axes than a numpy array has dims: jax.sharding.Mesh's reshape once raised
+            "mesh0 = jax.make_mesh(("
+            + "1, " * 64
+            + "2), ("
+            + ", ".join(f"'x{i}'" for i in range(63))
+            + ", 'a', 'b'))",
+            "mesh0 has 65 axes; a mesh's device grid is a numpy array, whose rank is at most 32",
+        ),
         (
             "mesh0 = jax.make_mesh((1, 2), ('b',))",
             r"mesh0 has sizes \[1, 2\] for axes \['b'\]; a mesh needs one size per axis",

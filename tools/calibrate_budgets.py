@@ -14,7 +14,12 @@ wall-clock from loading to the first result. The last column is how many units f
 ``--memory`` bytes at the measured per-unit cost: the budgets in juliabridge/stablehlo/budget.py
 are set at or below it (docs/reliability.md, "Module checks").
 
+`--expansions` prints instead what each CHLO op with a decomposition expands to: the HLO
+instructions of JAX's lowering of it once XLA has legalized it (`compiler_ir("hlo")`), the most
+over f16, bf16, f32, f64 and complex64, less the parameter: budget.EXPANSION's weights.
+
 Usage: python tools/calibrate_budgets.py [--backends lax,xla] [--quick] [--memory 2G]
+       python tools/calibrate_budgets.py --expansions
 """
 
 from __future__ import annotations
@@ -129,6 +134,35 @@ UNITS: dict[str, tuple[str, Callable[[bool], tuple[int, int]]]] = {
 }
 
 
+def expansions() -> dict[str, int]:
+    """CHLO op -> HLO instructions its lowering expands to (the most over the float types)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax import lax
+
+    jax.config.update("jax_enable_x64", True)
+    fns: dict[str, Callable[..., object]] = {
+        "acos": lax.acos, "acosh": lax.acosh, "asin": lax.asin, "asinh": lax.asinh,
+        "atan": lax.atan, "atanh": lax.atanh, "bessel_i1e": lax.bessel_i1e, "cosh": lax.cosh,
+        "digamma": lax.digamma, "erf_inv": lax.erf_inv, "erfc": lax.erfc, "lgamma": lax.lgamma,
+        "next_after": lambda x: lax.nextafter(x, x), "polygamma": lambda x: lax.polygamma(x, x),
+        "sinh": lax.sinh, "zeta": lambda x: lax.zeta(x, x),
+    }  # fmt: skip
+    out: dict[str, int] = {}
+    for name, fn in fns.items():
+        most = 0
+        for dtype in (np.float16, jnp.bfloat16, np.float32, np.float64, np.complex64):
+            try:
+                hlo = jax.jit(fn).lower(jnp.ones((8,), dtype)).compiler_ir("hlo").as_hlo_text()
+            except (TypeError, ValueError):  # not defined on this type (complex)
+                continue
+            n = sum(1 for line in hlo.splitlines() if " = " in line and "parameter(" not in line)
+            most = max(most, n)
+        out[f"chlo.{name}"] = most
+    return out
+
+
 def _bytes(text: str) -> int:
     mult = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     text = text.strip().upper()
@@ -143,7 +177,12 @@ def main() -> None:
     parser.add_argument("--backends", default="lax,xla")
     parser.add_argument("--quick", action="store_true", help="smaller second sizes")
     parser.add_argument("--memory", default="2G", help="the peak memory the budgets keep under")
+    parser.add_argument("--expansions", action="store_true", help="CHLO expansion weights")
     opts = parser.parse_args()
+    if opts.expansions:
+        for name, n in expansions().items():
+            print(f"{name:20} {n:6}")
+        return
     memory = _bytes(opts.memory)
     # Budgets off in the children: they measure past the limits being calibrated.
     env = dict(

@@ -18,8 +18,8 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..bundle.manifest.rules import TUPLE_SLOTS_BASE, TUPLE_SLOTS_PER_ARGUMENT
 from ..errors import BundleError, ManifestError, ResourceLimitError, UnsafeBundleError
+from ..shown import shown
 from ..stablehlo.budget import host_memory, human
 from .files import read_bytes
 
@@ -43,6 +43,11 @@ MAX_ARGUMENTS = 16_384
 #: Most steps in one argument's path, and most characters in one named step.
 MAX_PATH_DEPTH = 256
 MAX_STEP_CHARS = 1024
+#: Tuple slots the paths' integer steps may ask for in all (each integer-indexed container is
+#: as long as its largest step): a fixed allowance plus this many per argument, checked before
+#: any tuple is built, so ``arg.3.999999999`` is refused instead of allocated.
+TUPLE_SLOTS_BASE = 1 << 16
+TUPLE_SLOTS_PER_ARGUMENT = 64
 
 #: Reactant's NUMPY_SIMPLE_TYPES (src/serialization/Serialization.jl:13-29) -> MLIR element type.
 #: ``complex32`` (ComplexF16) has no numpy dtype, so it is absent and refused by name.
@@ -78,6 +83,8 @@ _ARG_NAME = re.compile(r"arg[0-9]{1,9}", re.ASCII)
 _MESH_NAME = re.compile(r"mesh[0-9]{1,9}", re.ASCII)
 #: Largest mesh axis size, and number of devices a mesh may name.
 MAX_MESH_DEVICES = 1 << 31
+#: Most axes a mesh may have: numpy 1.26's array rank limit (numpy 2 allows 64).
+MAX_MESH_AXES = 32
 _RUN = re.compile(r"^run_[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -369,20 +376,30 @@ def _consts(node: ast.expr, kind: type, path: Path) -> tuple[object, ...]:
 def _check_mesh(
     name: str, sizes: tuple[object, ...], names: tuple[object, ...], path: Path, line: int
 ) -> None:
-    """A mesh JAX can build: one positive size per unique axis name, within a device count."""
+    """A mesh JAX can build: one positive size per unique axis name, within a device count,
+    of at most MAX_MESH_AXES axes (its device grid is a numpy array of that rank)."""
+    if len(sizes) > MAX_MESH_AXES:
+        raise _fail(
+            path,
+            line,
+            f"{name} has {len(sizes)} axes; a mesh's device grid is a numpy array, whose rank "
+            f"is at most {MAX_MESH_AXES}",
+        )
     total = 1
     for d in sizes:
         if not isinstance(d, int) or not 1 <= d <= MAX_MESH_DEVICES:
-            raise _fail(path, line, f"{name} has axis size {d!r}; sizes are positive device counts")
+            raise _fail(
+                path, line, f"{name} has axis size {shown(d)}; sizes are positive device counts"
+            )
         total *= d
     if total > MAX_MESH_DEVICES:
-        raise _fail(path, line, f"{name} names {total} devices, more than any machine has")
+        raise _fail(path, line, f"{name} names {shown(total)} devices, more than any machine has")
     if len(sizes) != len(names) or len(set(names)) != len(names):
         raise _fail(
             path,
             line,
-            f"{name} has sizes {list(sizes)} for axes {list(names)}; a mesh needs one size per "
-            "axis and unique axis names",
+            f"{name} has sizes {shown(list(sizes))} for axes {shown(list(names))}; a mesh needs "
+            "one size per axis and unique axis names",
         )
 
 

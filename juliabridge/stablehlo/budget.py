@@ -35,10 +35,41 @@ from .callgraph import Function
 from .contracts import check_op, where
 
 #: Ops after inlining every call (JULIABRIDGE_MAX_OPS). Measured (tools/calibrate_budgets.py,
-#: a module fanning out through func.call, first call): about 6 KB per inlined op on the lax
-#: backend and 18 KB on xla, so 100,000 ops keep the costlier backend's peak near 2 GB (2 M ops
+#: a module fanning out through func.call, first call): about 5.7 KB per inlined op on the lax
+#: backend and 15.8 KB on xla, so 100,000 ops keep the costlier backend's peak under 2 GB (2 M ops
 #: passed 3 GB and took minutes). Real Reactant models stay far below.
+#: Ops are weighted by EXPANSION.
 MAX_OPS = 100_000
+#: What one op expands to, in the ops MAX_OPS counts: the CHLO special functions are one op
+#: in the module but XLA legalizes each into a whole computation (3,000 chained chlo.digamma
+#: peaked at 7.6 GB; 1,000 polygamma cost ~1.3 MB each against the 5.7-15.8 KB per op above).
+#: Each weight is the number of HLO instructions JAX's lowering of the op holds once XLA has
+#: legalized it, the most over f16, bf16, f32, f64 and complex64
+#: (`python tools/calibrate_budgets.py --expansions`; the larger of jax 0.10.2 and 0.12.0.1,
+#: whose lgamma is JAX's own 549-instruction decomposition); measured, an expanded
+#: instruction costs 3.5-4.4 KB at the first call (digamma, polygamma: 0.42-0.57 MB per op),
+#: within the per-op cost MAX_OPS was set for. Ops not listed count 1.
+EXPANSION: dict[str, int] = {
+    "chlo.acos": 140,
+    "chlo.acosh": 140,
+    "chlo.asin": 140,
+    "chlo.asinh": 139,
+    "chlo.atan": 71,
+    "chlo.atanh": 69,
+    "chlo.bessel_i1e": 292,
+    "chlo.cosh": 121,
+    "chlo.digamma": 126,
+    "chlo.erf_inv": 234,
+    "chlo.erfc": 179,
+    "chlo.lgamma": 549,
+    "chlo.next_after": 36,
+    "chlo.broadcast_next_after": 36,
+    "chlo.polygamma": 390,
+    "chlo.broadcast_polygamma": 390,
+    "chlo.sinh": 121,
+    "chlo.zeta": 213,
+    "chlo.broadcast_zeta": 213,
+}
 #: Longest chain of dependent ops in one computation (JULIABRIDGE_MAX_CHAIN); 30,000 crashed
 #: XLA's compiler with an 8 MiB stack, 20,000 compiled.
 MAX_CHAIN = 10_000
@@ -331,7 +362,7 @@ class _Analysis:
                 else:
                     peak = done
                 continue
-            ops += 1
+            ops += EXPANSION.get(op.name, 1)
             ops_inlined, chain = self._op(op, frames)
             ops += ops_inlined
             if op.name == "stablehlo.case":

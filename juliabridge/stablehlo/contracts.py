@@ -42,6 +42,7 @@ from typing import Any
 
 from ..errors import ModuleContractError, UnsupportedModuleError
 from ..jaxinternals import ir
+from ..shown import shown
 from .lifted import lifted_targets
 
 Type = tuple[tuple[int, ...], str]  # (static shape, MLIR element type) of one tensor
@@ -490,8 +491,8 @@ def _check_attrs(contract: Contract, got: dict[str, tuple[str, Any]]) -> None:
             if kind != "i32":
                 raise Broken(f"attribute {name} must be an i32, found {kind}")
         elif (kind, value) not in allowed:  # type: ignore[operator]
-            shown = sorted(chr(v) if k == "ui8" and v > 32 else v for k, v in allowed)  # type: ignore[union-attr]
-            raise Broken(f"attribute {name} = {value!r} ({kind}); allowed: {shown}")
+            listed = sorted(chr(v) if k == "ui8" and v > 32 else v for k, v in allowed)  # type: ignore[union-attr]
+            raise Broken(f"attribute {name} = {shown(value)} ({kind}); allowed: {listed}")
 
 
 def _check_layouts(op: ir.Operation, key: str, types: Sequence[ir.Type]) -> None:
@@ -705,11 +706,35 @@ def check_extents(op: ir.Operation, origin: str) -> None:
     for label, v in values:
         if abs(v) * scale > EXTENT_PRODUCT_LIMIT:
             raise ModuleContractError(
-                f"{where(op, origin)}: {name} has {label} = {v}, too large for XLA's int64 "
+                f"{where(op, origin)}: {name} has {label} = {shown(v)}, too large for XLA's int64 "
                 f"extent arithmetic with dimensions up to {scale - 1} (|value| x (largest "
                 f"dimension + 1) must stay within 2^58); compiling it would abort the process. "
                 "The module is corrupt or crafted: export it again."
             )
+
+
+def _is_bool(t: ir.Type) -> bool:
+    return (
+        isinstance(t, ir.RankedTensorType)
+        and isinstance(t.element_type, ir.IntegerType)
+        and ir.IntegerType(t.element_type).width == 1
+    )
+
+
+def check_bitcast(op: ir.Operation, origin: str) -> None:
+    """Refuse a `bitcast_convert` between i1 and another element type: the spec leaves the
+    bits of a boolean to the implementation, and XLA keeps one per byte, so for f64 ->
+    tensor<64xi1> it returned an array of 8 elements under the declared shape (64,)."""
+    src, dst = op.operands[0].type, op.results[0].type
+    if _is_bool(src) == _is_bool(dst):
+        return
+    raise ModuleContractError(
+        f"{where(op, origin)}: stablehlo.bitcast_convert from {src} to "
+        f"{dst} reinterprets the bits of booleans, which the spec leaves to the "
+        "implementation; XLA stores a boolean per byte and returns an array of another shape "
+        "than the declared one, so no backend computes it. Extract the bits with "
+        "shift_right_logical and and, then compare with zero"
+    )
 
 
 def check_op(op: ir.Operation, origin: str) -> None:
@@ -724,6 +749,8 @@ def check_op(op: ir.Operation, origin: str) -> None:
         check_fft(op, origin)
     elif name in COLLECTIVE_OPS:
         check_collective(op, origin)
+    elif name == "stablehlo.bitcast_convert":
+        check_bitcast(op, origin)
     elif name in HOST_IO_OPS:
         raise ModuleContractError(
             f"{where(op, origin)}: {name} waits for data from the host or another program, "

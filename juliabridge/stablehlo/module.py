@@ -14,6 +14,8 @@ from ..errors import JuliaBridgeError, MLIRParseError, ResourceLimitError, Unsup
 from ..jaxinternals import ir, make_context
 from .budget import Limits, check_budget, host_memory, human
 from .callgraph import callees_first, functions
+from .elementtypes import check_element_types
+from .hlosharding import read_sharding
 from .nesting import MLIR_SKIP, max_depth
 from .policy import check_custom_calls, check_ops
 from .sanitize import (
@@ -314,6 +316,8 @@ def _analyze(module: ir.Module, report: SanitizeReport, trust: bool, origin: str
                     line = _LOC.search(str(op.location))
                     sites[target] = f"line {line.group(1)}" if line else ""
         custom_calls = list(sites)
+        for i, recorded in sorted(report.arg_shardings.items()):
+            read_sharding(recorded, f"{origin}: @main argument {i}")
         check_ops(ops, trust=trust, where=origin)
         check_custom_calls(custom_calls, trust=trust, where=origin, sites=sites)
         # Structure first (no recursion, no missing bodies), then every op's contract and the
@@ -363,6 +367,7 @@ def parse_module(
     origin = origin or found
     _check_nesting(raw, origin)
     text, name = fix_module_header(raw)
+    check_element_types(text, origin)  # before the parser: it has no quant dialect
     report = SanitizeReport(module_name=name)
     ctx = make_context(allow_unregistered=True)
     module = _parse(text, ctx, origin)

@@ -79,6 +79,24 @@ def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0][:400]
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _raised_in_juliabridge(e: BaseException) -> str | None:
+    """'file:line' within juliabridge where `e` was raised, when it is not JAX's or jaxlib's
+    own exception and its innermost Python frame is juliabridge's code (other than this
+    module, which only calls what fails below it); else None."""
+    tb = e.__traceback__
+    if tb is None or type(e).__module__.split(".")[0] in ("jax", "jaxlib", "enzyme_ad"):
+        return None
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    path = os.path.abspath(tb.tb_frame.f_code.co_filename)
+    if not path.startswith(_PACKAGE) or path == os.path.abspath(__file__):
+        return None
+    return f"juliabridge/{path[len(_PACKAGE) :]}:{tb.tb_lineno}"
+
+
 def as_typed(name: str, what: str | None, e: Exception) -> JuliaBridgeError:
     """The typed error for a backend's failure `e`: TransformError for a derivative (`what`
     names it), else ExecutionError."""
@@ -89,6 +107,13 @@ def as_typed(name: str, what: str | None, e: Exception) -> JuliaBridgeError:
             "every StableHLO op in every mode (e.g. forward mode through "
             "reduce_window/max-pooling); use backend='lax' (JAX's own rules, every mode), "
             "reverse mode (jax.grad/jax.vjp), or backend='xla' with a VJP module."
+        )
+    own = _raised_in_juliabridge(e)
+    if own is not None:
+        return ExecutionError(
+            f"{name}: juliabridge itself failed while preparing or running the call "
+            f"({type(e).__name__}: {_first_line(e)}, at {own}); neither the module nor XLA is "
+            "at fault. This is a bug in juliabridge: please report it with this message."
         )
     return ExecutionError(
         f"{name}: XLA could not compile or run the module ({type(e).__name__}: "

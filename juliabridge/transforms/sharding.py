@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+
+from ..shown import clipped
+from ..stablehlo.hlosharding import read_sharding
 
 
 def unshard_leading_axis(x: Any) -> Any:
@@ -107,18 +109,15 @@ def recorded_tiling(text: str, rank: int) -> tuple[int, ...] | None:
 
     ``{replicated}`` is one piece per dim and ``{devices=[a,b,...]...}`` a tiling (its last
     entry dropped when it counts replicas, ``last_tile_dim_replicate``); None for what has no
-    per-dim tiling to compare (``{maximal device=0}``, ``{manual}``, tuples).
+    per-dim tiling to compare (``{maximal device=0}``, ``{manual}``, tuples) and for a tiling
+    of another rank. The module's load already refused a malformed tiling (stablehlo.hlosharding).
     """
-    t = text.strip().strip('"').strip()
-    if t == "{replicated}":
+    if text.strip().strip('"').strip() == "{replicated}":
         return (1,) * rank
-    m = re.match(r"\{devices=\[([0-9,]+)\]", t)
-    if m is None:
+    tiling = read_sharding(text, "mhlo.sharding")
+    if tiling is None:
         return None
-    dims = tuple(int(v) for v in m.group(1).split(","))
-    if "last_tile_dim_replicate" in t:
-        dims = dims[:-1]
-    return dims if len(dims) == rank else None
+    return tiling.pieces if len(tiling.pieces) == rank else None
 
 
 def caller_tiling(x: Any, mesh: Any) -> tuple[int, ...]:
@@ -155,7 +154,8 @@ def sharding_disagreements(
         got = caller_tiling(args[i], mesh)
         if got != want:
             lines.append(
-                f"{labels[i]}: the module records mhlo.sharding {text.strip()} (pieces per dim "
-                f"{list(want)}), the call splits it {list(got)} (spec {tuple(spec_of(args[i]))})"
+                f"{labels[i]}: the module records mhlo.sharding {clipped(text.strip(), 120)} "
+                f"(pieces per dim {list(want)}), the call splits it {list(got)} "
+                f"(spec {tuple(spec_of(args[i]))})"
             )
     return lines

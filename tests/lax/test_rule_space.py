@@ -39,7 +39,7 @@ from .indexing_reference import (
     np_gather,
     np_scatter,
 )
-from .oracles import assert_same, run_lax
+from .oracles import assert_same, random_array, run_lax, run_xla
 from .test_conv import Conv, conv_reference, conv_text
 from .test_reduction import window_text
 from .test_sort import sort_module
@@ -240,6 +240,19 @@ def test_a_not_equal_loop_walking_away_from_its_bound_wraps_its_8_bit_counter(
     assert (int(iv), float(acc)) == (want[0], float(want[1]))
 
 
+@pytest.mark.parametrize(("start", "direction", "bound", "step"), [
+    (0, "GT", 5, "iv + 1"), (0, "GE", 5, "iv + 1"), (5, "LT", 0, "iv - 1"), (5, "LE", 0, "iv - 1"),
+    (0, "NE", 3, "1 + iv"),
+])  # fmt: skip
+def test_a_compare_with_the_bound_first_is_read_mirrored(start, direction, bound, step) -> None:
+    # `compare GT, 5, iv` is `iv < 5`: the loop runs while the bound is on the left's side.
+    want = _simulate(np.dtype(np.int32), start, direction, bound, step, 1, False)
+    assert want is not None and want[1] >= 3
+    iv, acc = run_lax(_loop_text("i32", start, direction, bound, step, 1, False),
+                      [np.float64(0.0)])  # fmt: skip
+    assert (int(iv), float(acc)) == (want[0], float(want[1]))
+
+
 # --- case ---------------------------------------------------------------------------------------
 
 
@@ -266,6 +279,18 @@ def test_case_runs_branch_index_and_the_last_for_any_index_outside(n: int, data)
     index = data.draw(st.one_of(st.integers(-3, n + 3), st.sampled_from([-(2**31), 2**31 - 1])))
     fn = run_lax(_case_text(n, "i32"), [np.int32(index)])
     assert int(fn[0]) == (index if 0 <= index < n else n - 1), (n, index)
+
+
+@pytest.mark.parametrize("n", [9, 17])
+def test_case_split_into_a_tree_runs_every_branch(n: int) -> None:
+    # More branches than one lax.switch takes (8): every index, both halves of every split.
+    import jax
+
+    import juliabridge
+
+    fn = jax.jit(juliabridge.load_mlir(_case_text(n, "i32"), backend="lax"))
+    got = [int(fn(np.int32(i))[0]) for i in range(-2, n + 2)]
+    assert got == [i if 0 <= i < n else n - 1 for i in range(-2, n + 2)]
 
 
 # --- sort ---------------------------------------------------------------------------------------
@@ -305,6 +330,74 @@ def test_integer_keys_with_zero_and_the_extremes_sort_in_order(
     order = sorted(range(x.size), key=lambda k: -int(x[k]) if descending else int(x[k]))
     got = run_lax(text, [x, payload])
     assert_same(got, [x[order], payload[order]], rtol=0, atol=0, what=f"{t} {direction} {swap}")
+
+
+@st.composite
+def sorts(draw: st.DrawFn) -> tuple:
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=2)))
+    dim = draw(st.integers(-len(shape), len(shape) - 1))
+    key_t = draw(st.sampled_from(["i32", "ui8", "f32", "complex<f32>"]))
+    key_at = draw(st.integers(0, 1))  # the key operand: first or second
+    types = [key_t, "i32"] if key_at == 0 else ["i32", key_t]
+    form = draw(st.sampled_from(["LT", "GT", "swapped", "cross", "lexicographic"]))
+    return shape, dim, types, key_at, form
+
+
+def _sort_body(types: list[str], key_at: int, form: str) -> str:
+    k, o = key_at, 1 - key_at
+    t, u = types[k], types[o]
+    if form == "cross-direct":  # one compare of operand 0's lhs with operand 1's rhs
+        return ("      %c = stablehlo.compare LT, %l0, %r1 : (tensor<i32>, tensor<i32>) -> tensor<i1>\n"
+                "      stablehlo.return %c : tensor<i1>")  # fmt: skip
+    if form == "cross":  # compares the two operands' elements: no key of one operand
+        return ('      %c = stablehlo.compare LT, %l0, %r0 : (tensor<' + types[0] + '>, tensor<'
+                + types[0] + '>) -> tensor<i1>\n'
+                '      %d = stablehlo.compare LT, %l1, %r1 : (tensor<' + types[1] + '>, tensor<'
+                + types[1] + '>) -> tensor<i1>\n'
+                '      %e = stablehlo.and %c, %d : tensor<i1>\n'
+                '      stablehlo.return %e : tensor<i1>')  # fmt: skip
+    if form == "lexicographic":  # by the key, ties by the other operand
+        return (f"      %c = stablehlo.compare LT, %l{k}, %r{k} : (tensor<{t}>, tensor<{t}>) -> tensor<i1>\n"
+                f"      %q = stablehlo.compare EQ, %l{k}, %r{k} : (tensor<{t}>, tensor<{t}>) -> tensor<i1>\n"
+                f"      %d = stablehlo.compare LT, %l{o}, %r{o} : (tensor<{u}>, tensor<{u}>) -> tensor<i1>\n"
+                "      %a = stablehlo.and %q, %d : tensor<i1>\n"
+                "      %e = stablehlo.or %c, %a : tensor<i1>\n"
+                "      stablehlo.return %e : tensor<i1>")  # fmt: skip
+    direction = "LT" if form == "swapped" else form
+    lhs, rhs = (f"%r{k}", f"%l{k}") if form == "swapped" else (f"%l{k}", f"%r{k}")
+    return (f"      %c = stablehlo.compare {direction}, {lhs}, {rhs} : (tensor<{t}>, tensor<{t}>) "
+            "-> tensor<i1>\n      stablehlo.return %c : tensor<i1>")  # fmt: skip
+
+
+@SPACE
+@given(case=sorts(), seed=st.integers(0, 2**16))
+def test_sort_at_any_dimension_key_position_and_comparator_is_xla_s_sort(case, seed) -> None:
+    # XLA runs the module's own comparator (the xla backend, used here only as the reference):
+    # for a comparator that is no strict weak order (a plain float or complex compare on NaN,
+    # a compare across operands) its result depends on XLA's algorithm, which the lax
+    # backend must reproduce rather than replace by lax.sort.
+    shape, dim, types, key_at, form = case
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for t in types:
+        a = random_array(rng, shape, t, special=True)
+        if t in ("f32", "complex<f32>") and a.size > 2:
+            a.reshape(-1)[:2] = a.reshape(-1)[-2:]  # ties
+        arrays.append(a)
+    text = sort_module(types, "x".join(map(str, shape)), _sort_body(types, key_at, form), dim=dim)
+    assert_same(run_lax(text, arrays), run_xla(text, arrays), rtol=0, atol=0, what=str(case))
+
+
+@pytest.mark.parametrize(("key_t", "form"), [("i32", "LT"), ("ui8", "LT"), ("i32", "cross"),
+                                           ("i32", "cross-direct"),
+                                           ("complex<f32>", "LT"), ("f32", "LT")])  # fmt: skip
+def test_sort_by_the_second_operand_and_other_comparators_is_xla_s_sort(key_t, form) -> None:
+    rng = np.random.default_rng(5)
+    types = ["i32", key_t]
+    arrays = [random_array(rng, (3, 5), t, special=True) for t in types]
+    arrays[1].reshape(-1)[:3] = arrays[1].reshape(-1)[-3:]  # ties
+    text = sort_module(types, "3x5", _sort_body(types, 1, form), dim=1)
+    assert_same(run_lax(text, arrays), run_xla(text, arrays), rtol=0, atol=0, what=key_t)
 
 
 # --- gather and scatter -------------------------------------------------------------------------
@@ -369,7 +462,7 @@ def scatters(draw: st.DrawFn) -> tuple:
     sizes, batches = iter(window), iter(batch)
     upd_shape = [next(sizes) if d in window_dims else next(batches) for d in range(upd_rank)]
     dn = ScatterDims(window_dims, inserted, to_operand, ivd)
-    return shape, idx_shape, upd_shape, dn, draw(st.sampled_from(["add", "replace"]))
+    return shape, idx_shape, upd_shape, dn, draw(st.sampled_from(["add", "replace", "subtract"]))
 
 
 @SPACE
@@ -380,10 +473,10 @@ def test_scatter_with_the_index_vector_at_any_position(case: tuple, seed: int) -
     x = rng.integers(-50, 50, shape).astype(np.int64)
     u = rng.integers(-50, 50, upd_shape).astype(np.int64)
     idx = rng.integers(-2, max(shape) + 1, idx_shape).astype(np.int32)
-    if how == "add":
-        body = ("      %s = stablehlo.add %x0, %y0 : tensor<i64>\n"
+    if how in ("add", "subtract"):  # subtract has no JAX scatter: the element-by-element path
+        body = (f"      %s = stablehlo.{how} %x0, %y0 : tensor<i64>\n"
                 "      stablehlo.return %s : tensor<i64>")  # fmt: skip
-        combine = lambda a, b: [a + b]  # noqa: E731
+        combine = (lambda a, b: [a + b]) if how == "add" else (lambda a, b: [a - b])
     else:
         body = "      stablehlo.return %y0 : tensor<i64>"
         combine = lambda a, b: [b]  # noqa: E731
@@ -408,6 +501,22 @@ def _window_sizes(shape: Sequence[int], dn: ScatterDims, upd_shape: Sequence[int
             sizes.append(int(upd_shape[dn.update_window_dims[pos]]))
             pos += 1
     return sizes
+
+
+@pytest.mark.parametrize("how", ["add", "or", "multiply", "and"])
+def test_boolean_scatter_adds_as_or_and_multiplies_as_and(how: str) -> None:
+    # spec.md: on i1, add is logical or and multiply logical and.
+    rng = np.random.default_rng(7)
+    x = rng.random((5, 3)) < 0.5
+    u = rng.random((4, 3)) < 0.5
+    idx = np.array([[0], [2], [2], [4]], np.int32)  # a duplicate index: updates combine
+    dn = ScatterDims([1], [0], [0], 1)
+    body = ("      %s = stablehlo." + how + " %x0, %y0 : tensor<i1>\n"
+            "      stablehlo.return %s : tensor<i1>")  # fmt: skip
+    m = ScatterModule([_t((5, 3), "i1")], _t((4, 1), "i32"), [_t((4, 3), "i1")], dn, body)
+    combine = (lambda a, b: [a or b]) if how in ("add", "or") else (lambda a, b: [a and b])
+    want = np_scatter([x], idx, [u], dn, combine)
+    assert_same(run_lax(m.text(), [x, idx, u]), want, rtol=0, atol=0, what=how)
 
 
 # --- reduce_window ------------------------------------------------------------------------------
@@ -467,3 +576,80 @@ def test_reduce_window_with_any_geometry_and_init(case: tuple, seed: int) -> Non
                              as_xla=True)  # fmt: skip
     assert r == len(want.shape)
     assert_same(run_lax(text, args), [want], rtol=1e-12, atol=1e-12, what=str(case))
+
+
+@pytest.mark.parametrize(("op", "t"), [("add", "f64"), ("maximum", "f64"), ("maximum", "i32")])
+@pytest.mark.parametrize(
+    ("shape", "g", "padding"),
+    [
+        ((3, 4), {"window_dimensions": [2, 2], "window_strides": [1, 1], "base_dilations": [2, 1],
+                  "window_dilations": [1, 1]}, [(0, 0), (0, 0)]),
+        ((5, 4), {"window_dimensions": [2, 2], "window_strides": [1, 2], "base_dilations": [1, 1],
+                  "window_dilations": [1, 1]}, [(-1, 0), (1, -1)]),
+        ((4,), {"window_dimensions": [3], "window_strides": [1], "base_dilations": [3],
+                "window_dilations": [2]}, [(1, -2)]),
+    ],
+)  # fmt: skip
+def test_reduce_window_with_an_identity_init_and_holes_or_crops(op, t, shape, g, padding) -> None:
+    # An init that is the identity takes JAX's monoid window directly, which has no base
+    # dilation and no negative padding: those must still be honoured. Integer max: every value
+    # negative, so a hole taken as 0 would show.
+    x = np.random.default_rng(4).standard_normal(shape) * 10
+    if t == "i32":
+        x = -1 - np.abs(x).astype(np.int32)
+    text = window_text(op, shape, t, g, padding, _IDENTITY[op, t])
+    init = 0.0 if op == "add" else (-np.inf if t == "f64" else np.iinfo(np.int32).min)
+    want = ref.reduce_window(op, x, init, g["window_dimensions"], g["window_strides"], padding,
+                             g["base_dilations"], g["window_dilations"], as_xla=True)  # fmt: skip
+    assert_same(run_lax(text, [x]), [want], rtol=1e-12, atol=1e-12, what=op)
+
+
+@pytest.mark.parametrize("op", ["add", "maximum"])
+def test_reduce_window_gradient_with_crops_and_holes(op: str) -> None:
+    # Reverse mode through negative padding and base dilation, against central differences of
+    # the numpy reference (distinct values: max has one winner per window).
+    import jax
+
+    import juliabridge
+
+    shape, padding = (5, 4), [(-1, 1), (1, -1)]
+    g = {"window_dimensions": [2, 2], "window_strides": [1, 2], "base_dilations": [1, 2],
+         "window_dilations": [1, 1]}  # fmt: skip
+    text = window_text(op, shape, "f64", g, padding, _IDENTITY[op, "f64"])
+    fn = juliabridge.load_mlir(text, backend="lax")
+    x = np.random.default_rng(6).permutation(20).reshape(shape).astype(np.float64)
+    init = 0.0 if op == "add" else -np.inf
+
+    def ref_sum(v: np.ndarray) -> float:
+        out = ref.reduce_window(op, v, init, g["window_dimensions"], g["window_strides"], padding,
+                                g["base_dilations"], g["window_dilations"], as_xla=True)  # fmt: skip
+        return float(np.sum(out * np.arange(1, out.size + 1).reshape(out.shape)))
+
+    weights = np.arange(1, ref.reduce_window(op, x, init, g["window_dimensions"],
+                        g["window_strides"], padding, g["base_dilations"],
+                        g["window_dilations"], as_xla=True).size + 1)  # fmt: skip
+    got = jax.grad(lambda v: (fn(v)[0].reshape(-1) * weights).sum())(x)
+    want = np.zeros(shape)
+    for i in np.ndindex(*shape):
+        e = np.zeros(shape)
+        e[i] = 1e-3
+        want[i] = (ref_sum(x + e) - ref_sum(x - e)) / 2e-3
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
+
+
+def test_reverse_mode_through_a_dilated_max_window_is_refused_by_name() -> None:
+    # JAX has no reverse rule for max windows with window dilation: a typed error naming it,
+    # while forward mode and the values are fine.
+    import jax
+
+    import juliabridge
+
+    g = {"window_dimensions": [2], "window_strides": [1], "base_dilations": [1],
+         "window_dilations": [2]}  # fmt: skip
+    text = window_text("maximum", (6,), "f64", g, [(0, 0)], _IDENTITY["maximum", "f64"])
+    fn = juliabridge.load_mlir(text, backend="lax")
+    x = np.arange(6.0)
+    np.testing.assert_array_equal(np.asarray(fn(x)[0]), [2.0, 3.0, 4.0, 5.0])
+    jax.jvp(lambda v: fn(v)[0], (x,), (np.ones(6),))
+    with pytest.raises(juliabridge.TransformError, match="window dilation"):
+        jax.grad(lambda v: fn(v)[0].sum())(x)

@@ -15,6 +15,12 @@ So is a `rng_bit_generator` with signed or float bits: XLA returned those as an 
 unsigned type of their width (a float result came back with dtype uint32); the lax lift draws
 the unsigned bits and bitcasts them, which are the same bits in the declared type.
 
+XLA has no complex cube root (its compiler refuses one), so a complex `cbrt` reaches it as the
+lax lift's formula, exp(log(z) / 3) (spec.md#cbrt: the principal root). And XLA's constant folder
+adds and multiplies booleans as integers (true + true folded to false, where spec.md#add says
+logical or): an i1 `add` / `multiply` reaches XLA spelled as the `or` / `and` it means, in place
+(also inside region bodies).
+
 XLA's constant folder divides integers on the host with the machine's instruction: an integer
 `divide` or `remainder` of constants by zero, or of INT_MIN by -1, killed the process with
 SIGFPE (jax 0.10.2, xla and enzyme backends; `auto` whenever it fell back). The lax lift never
@@ -70,10 +76,11 @@ def misread_by_xla(op: ir.Operation) -> bool:
         return not _unsigned(op.results[1].type) and not _inside_map(op)
     if op.name in DIVISION_OPS:
         return may_trap(op) and not _inside_map(op)
+    if op.name == "stablehlo.cbrt":  # XLA has no complex cube root: it refuses to compile one
+        return _complex(op.operands[0].type) and not _inside_map(op)
     if op.name not in XLA_MISREAD_OPS or not op.operands:
         return False
-    t = op.operands[0].type
-    if not isinstance(t, ir.RankedTensorType) or not isinstance(t.element_type, ir.ComplexType):
+    if not _complex(op.operands[0].type):
         return False
     if (
         op.name == "stablehlo.compare"
@@ -81,6 +88,10 @@ def misread_by_xla(op: ir.Operation) -> bool:
     ):
         return False
     return not _inside_map(op)
+
+
+def _complex(t: ir.Type) -> bool:
+    return isinstance(t, ir.RankedTensorType) and isinstance(t.element_type, ir.ComplexType)
 
 
 def _unsigned(t: ir.Type) -> bool:
@@ -126,6 +137,36 @@ def _inside_map(op: ir.Operation) -> bool:
             return True
         parent = parent.parent
     return False
+
+
+#: What `add` and `multiply` of booleans mean (spec.md#add: logical or; #multiply: logical and).
+BOOLEAN_SPELLING = {"stablehlo.add": "stablehlo.or", "stablehlo.multiply": "stablehlo.and"}
+
+
+def boolean_arithmetic(op: ir.Operation) -> bool:
+    """An `add` or `multiply` of i1 values, which XLA's constant folder computes as integer
+    arithmetic (true + true folded to false); it reaches XLA spelled as `or` / `and`."""
+    if op.name not in BOOLEAN_SPELLING or len(op.results) != 1:
+        return False
+    t = op.results[0].type
+    return (
+        isinstance(t, ir.RankedTensorType)
+        and isinstance(t.element_type, ir.IntegerType)
+        and ir.IntegerType(t.element_type).width == 1
+    )
+
+
+def _spell_boolean(op: ir.Operation) -> None:
+    """Replace the i1 `add` / `multiply` `op` by the `or` / `and` it means, in place."""
+    new = ir.Operation.create(
+        BOOLEAN_SPELLING[op.name],
+        results=[op.results[0].type],
+        operands=list(op.operands),
+        loc=op.location,
+        ip=ir.InsertionPoint(op),
+    )
+    op.results[0].replace_all_uses_with(new.results[0])
+    op.erase()
 
 
 def trapping_in_map(op: ir.Operation) -> bool:
@@ -249,7 +290,7 @@ def rewrite_through_lax(
     """
 
     def picked(op: ir.Operation) -> bool:
-        return select(op) or trapping_in_map(op)
+        return select(op) or trapping_in_map(op) or boolean_arithmetic(op)
 
     if module.parsed is not None:
         with module.parsed.context:
@@ -265,7 +306,9 @@ def rewrite_through_lax(
         ops = list(walk(parsed.operation))
         targets = [op for op in ops if select(op) and not _guarded_inline(op)]
         for op in ops:
-            if picked(op) and _guarded_inline(op):
+            if boolean_arithmetic(op):
+                _spell_boolean(op)
+            elif picked(op) and _guarded_inline(op):
                 with op.location:
                     _guard_inline(op, module.origin)
         functions: dict[str, str] = {}
@@ -322,10 +365,12 @@ def _append_functions(target: ir.Module, lowered: str, name: str, ctx: ir.Contex
 
 
 __all__ = [
+    "BOOLEAN_SPELLING",
     "DIVISION_OPS",
     "ENZYME_UNSAFE_OPS",
     "XLA_MISREAD_OPS",
     "before_enzyme",
+    "boolean_arithmetic",
     "may_trap",
     "misread_by_xla",
     "rewrite_through_lax",

@@ -14,13 +14,6 @@ from .schema import fail as _fail
 #: reactant_export/.
 REACTANT_EXPORTER = "Reactant.Serialization.export_to_enzymejax"
 
-#: Tuple slots the paths' integer steps may ask for in all (each integer-indexed container is
-#: as long as its largest step): a fixed allowance plus this many per path, checked before any
-#: tuple is built, so a step of 2^31 is refused instead of allocated. The Reactant-export reader
-#: (reactant_export/pyscript.py) applies the same numbers, so both routes judge a step alike.
-TUPLE_SLOTS_BASE = 1 << 16
-TUPLE_SLOTS_PER_ARGUMENT = 64
-
 PRODUCER_KEYS = (
     "tool",
     "tool_version",
@@ -103,10 +96,7 @@ def check_consistency(m: Manifest) -> None:
                 )
         _check_prefixes(list(leaves), role)
         _check_step_kinds([*leaves, *empties], role)
-        _check_slots([*leaves, *empties], group)
-    _check_slots(list(outputs), "results")
     _check_step_kinds([p for (r, p) in seen if r == "input"], "input")
-    _check_slots([p for (r, p) in seen if r == "input"], "inputs")
     _check_returned_state(m)
 
 
@@ -189,34 +179,25 @@ def _check_returned_state(m: Manifest) -> None:
             )
 
 
-def tuple_slots(paths: list[LuxPath]) -> tuple[int, int]:
-    """(slots, largest step): the tuple slots `paths` ask for in all, and their largest step."""
-    longest: dict[LuxPath, int] = {}
-    for p in paths:
-        for n, step in enumerate(p):
-            if isinstance(step, int) and step > longest.get(p[:n], 0):
-                longest[p[:n]] = step
-    return sum(longest.values()), max(longest.values(), default=0)
-
-
-def _check_slots(paths: list[LuxPath], what: str) -> None:
-    """Refuse integer steps that would build longer tuples than the paths justify."""
-    total, step = tuple_slots(paths)
-    allowed = TUPLE_SLOTS_BASE + TUPLE_SLOTS_PER_ARGUMENT * len(paths)
-    if total > allowed:
-        raise _fail(
-            what,
-            f"the paths' positions ask for {total} tuple slots (the largest step is {step}) for "
-            f"{len(paths)} paths, more than the {allowed} juliabridge allows "
-            f"({TUPLE_SLOTS_BASE} plus {TUPLE_SLOTS_PER_ARGUMENT} per path)",
-        )
-
-
 def _check_step_kinds(paths: list[LuxPath], what: str) -> None:
-    """Below one parent, steps are all integers (Tuple/Array) or all names (NamedTuple/Dict)."""
+    """Below one parent, steps are all integers (Tuple/Array) or all names (NamedTuple/Dict);
+    and no integer step is larger than the number of paths of the tree.
+
+    The tree is built with one slot per Tuple position up to the largest (lux/trees.py), so
+    a position is an allocation: every position holding an array or an empty container is a
+    path listed here, so a larger one could only be reached through unlisted positions (the
+    schema admits 2^31, which built a 2^31-slot tuple: MemoryError after a minute).
+    """
     kinds: dict[LuxPath, type] = {}
     for p in paths:
         for n, step in enumerate(p):
+            if isinstance(step, int) and step > len(paths):
+                raise _fail(
+                    what,
+                    f"path {list(p)} has the position {step} below {list(p[:n])}, but the "
+                    f"{what} tree lists only {len(paths)} paths; a Tuple's positions are "
+                    "1 to its length, each holding a listed array or empty container",
+                )
             kind = int if isinstance(step, int) else str
             if kinds.setdefault(p[:n], kind) is not kind:
                 raise _fail(

@@ -10,6 +10,7 @@ lexicographic order of complex numbers, convert of complex to i1.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ import ml_dtypes
 import numpy as np
 from jax import lax
 
+from ....jaxinternals import x64_scope
 from ..registry import Impl, OpView, lifts
 
 Fn = Callable[..., Any]
@@ -76,9 +78,17 @@ def _cos(x: Any) -> Any:
     return _complex_trig(x, True) if is_complex(x.dtype) else lax.cos(x)
 
 
+def _cbrt(x: Any) -> Any:
+    """spec.md#cbrt; of a complex number the principal cube root, exp(log(z) / 3), which
+    lax.cbrt does not compute (it accepts floats only)."""
+    if not is_complex(x.dtype):
+        return lax.cbrt(x)
+    return lax.exp(lax.div(lax.log(x), np.array(3, x.dtype)))
+
+
 _UNARY: dict[str, Fn] = {
     "stablehlo.abs": lax.abs,
-    "stablehlo.cbrt": lax.cbrt,
+    "stablehlo.cbrt": _cbrt,
     "stablehlo.ceil": lax.ceil,
     "stablehlo.cosine": _cos,
     "stablehlo.count_leading_zeros": lax.clz,
@@ -138,7 +148,25 @@ _BOOLEAN: dict[str, Fn] = {
 def unary(view: OpView) -> Impl:
     """One-operand elementwise ops (spec.md#abs ... #tanh: each the lax op of the same name)."""
     fn = _UNARY[view.name]
+    refused = _refuses(view.name, view.operand.dtype)
+    if refused is not None:
+        raise view.error(
+            f"JAX's {view.name[10:]} does not take {view.operand.dtype.name} ({refused})",
+            hint="No backend computes it: XLA refuses the same element type",
+        )
     return lambda x: [fn(x)]
+
+
+@functools.cache
+def _refuses(name: str, dtype: np.dtype) -> str | None:
+    """Why the lax function of unary op `name` refuses `dtype` (once per pair, at load), or
+    None when it takes it: JAX checks dtypes when it traces, which would be at the first call."""
+    try:
+        with x64_scope():  # as the call evaluates it (evaluate.py)
+            jax.eval_shape(_UNARY[name], jax.ShapeDtypeStruct((), dtype))
+    except TypeError as e:
+        return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    return None
 
 
 @lifts("stablehlo.real", "stablehlo.imag")
@@ -392,9 +420,13 @@ def bitcast_convert(view: OpView) -> Impl:
     if src == dst:
         return lambda x: [x]
     if np.bool_ in (src, dst) or is_complex(src) or is_complex(dst):
-        # XLA refuses these too: i1 has no defined bit layout, and complex <-> complex of
-        # another width would split (re, im) pairs.
-        raise view.error(f"bitcast_convert from {src.name} to {dst.name} has no defined layout")
+        # i1 has no defined bit layout (XLA computes an array of another shape: the module
+        # checks refuse it, stablehlo/contracts.py), and complex <-> complex of another width
+        # would split (re, im) pairs.
+        raise view.error(
+            f"bitcast_convert from {src.name} to {dst.name} has no defined layout",
+            hint="No backend computes it: reinterpret the bits as an integer type instead",
+        )
     return lambda x: [lax.bitcast_convert_type(x, dst)]
 
 
