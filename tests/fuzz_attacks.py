@@ -407,6 +407,48 @@ def budget_attack(draw: st.DrawFn, base: str, long_run: bool) -> Attack:
     return Attack(_edit(base, body), "three large values alive at once", BUDGET)
 
 
+#: Element types for element_type_attack (issue 39): those XLA aborts on must be refused at load
+#: (stablehlo/elementtypes.py), the others must compute; i1 arithmetic is folded by XLA.
+_ELEMENT_TYPES = {
+    "f6E2M3FN": "1.5",
+    "f6E3M2FN": "1.5",
+    "f8E4M3FN": "1.5",
+    "f8E5M2": "1.5",
+    "f8E8M0FNU": "2.0",
+    "f4E2M1FN": "1.5",
+    "i4": "3",
+    "ui2": "1",
+    "bf16": "1.5",
+    "i1": "true",
+}
+
+
+@st.composite
+def element_type_attack(draw: st.DrawFn, base: str) -> Attack:
+    """A constant of a narrow element type, added or multiplied with itself (the f6 types
+    aborted the process on every backend; XLA folded an i1 add as integers), or a bitcast
+    between booleans and floats (XLA returned another shape than declared)."""
+    if draw(st.booleans()) and draw(st.booleans()):
+        n = draw(st.sampled_from([8, 16, 32]))
+        src = {8: "ui8", 16: "f16", 32: "f32"}[n]
+        value = "1" if src == "ui8" else "1.5"
+        body = [
+            f"%ba = stablehlo.constant dense<{value}> : tensor<{src}>",
+            f"%bb = stablehlo.bitcast_convert %ba : (tensor<{src}>) -> tensor<{n}xi1>",
+        ]
+        summed = _edit(base, [*body, *_sum_f32("%bb", f"tensor<{n}xi1>")], sink="%zs")
+        return Attack(summed, f"bitcast_convert {src} -> tensor<{n}xi1>", CONTRACT)
+    et = draw(st.sampled_from(sorted(_ELEMENT_TYPES)))
+    op = draw(st.sampled_from(["add", "multiply"]))
+    t = f"tensor<3x{et}>"
+    body = [
+        f"%ea = stablehlo.constant dense<{_ELEMENT_TYPES[et]}> : {t}",
+        f"%eb = stablehlo.{op} %ea, %ea : {t}",
+    ]
+    summed = _edit(base, [*body, *_sum_f32("%eb", t)], sink="%zs")
+    return Attack(summed, f"{op} of {et} constants", CONTRACT if et.startswith("f6") else None)
+
+
 @st.composite
 def text_attack(draw: st.DrawFn, base: str, long_run: bool) -> Attack:
     """Long strings and comments (cheap to scan now), brackets hidden in them, real nesting."""
@@ -786,6 +828,7 @@ def module_attacks(base: str, long_run: bool = False) -> st.SearchStrategy[Attac
         budget_attack(base, long_run),
         text_attack(base, long_run),
         host_eval_attack(base),
+        element_type_attack(base),
         reuse_attack(base),
         expansion_attack(base),
     )
