@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import dtypes
 from ..bundle.manifest import MAX_TENSOR_BYTES
-from ..bundle.weights import _check_memory
+from ..bundle.weights import check_memory
 from ..errors import BundleError, UnsafeBundleError
 from ..stablehlo import TensorSpec
 from .files import opened
@@ -129,7 +129,7 @@ def _read_member(
                 f"its header declares {nbytes} bytes of data but the member holds only "
                 f"{info.file_size} bytes; the npz is truncated or forged",
             )
-        _check_memory(nbytes, path, f"{key}.npy")
+        check_memory(nbytes, path, f"{key}.npy")
         data = f.read(nbytes)
         if len(data) != nbytes or f.read(1):
             raise _member_error(
@@ -183,7 +183,7 @@ def read_inputs(path: Path, keys: Sequence[str], specs: Sequence[TensorSpec]) ->
                 int(np.prod(s.shape, dtype=np.int64)) * dtypes.to_numpy(s.dtype).itemsize
                 for s in specs
             )
-            _check_memory(total, path, "the example inputs")
+            check_memory(total, path, "the example inputs")
             out = []
             for key, spec in zip(keys, specs):
                 found = members.get(key + ".npy")
