@@ -407,6 +407,48 @@ def budget_attack(draw: st.DrawFn, base: str, long_run: bool) -> Attack:
     return Attack(_edit(base, body), "three large values alive at once", BUDGET)
 
 
+#: Element types for element_type_attack (issue 39): those XLA aborts on must be refused at load
+#: (stablehlo/elementtypes.py), the others must compute; i1 arithmetic is folded by XLA.
+_ELEMENT_TYPES = {
+    "f6E2M3FN": "1.5",
+    "f6E3M2FN": "1.5",
+    "f8E4M3FN": "1.5",
+    "f8E5M2": "1.5",
+    "f8E8M0FNU": "2.0",
+    "f4E2M1FN": "1.5",
+    "i4": "3",
+    "ui2": "1",
+    "bf16": "1.5",
+    "i1": "true",
+}
+
+
+@st.composite
+def element_type_attack(draw: st.DrawFn, base: str) -> Attack:
+    """A constant of a narrow element type, added or multiplied with itself (the f6 types
+    aborted the process on every backend; XLA folded an i1 add as integers), or a bitcast
+    between booleans and floats (XLA returned another shape than declared)."""
+    if draw(st.booleans()) and draw(st.booleans()):
+        n = draw(st.sampled_from([8, 16, 32]))
+        src = {8: "ui8", 16: "f16", 32: "f32"}[n]
+        value = "1" if src == "ui8" else "1.5"
+        body = [
+            f"%ba = stablehlo.constant dense<{value}> : tensor<{src}>",
+            f"%bb = stablehlo.bitcast_convert %ba : (tensor<{src}>) -> tensor<{n}xi1>",
+        ]
+        summed = _edit(base, [*body, *_sum_f32("%bb", f"tensor<{n}xi1>")], sink="%zs")
+        return Attack(summed, f"bitcast_convert {src} -> tensor<{n}xi1>", CONTRACT)
+    et = draw(st.sampled_from(sorted(_ELEMENT_TYPES)))
+    op = draw(st.sampled_from(["add", "multiply"]))
+    t = f"tensor<3x{et}>"
+    body = [
+        f"%ea = stablehlo.constant dense<{_ELEMENT_TYPES[et]}> : {t}",
+        f"%eb = stablehlo.{op} %ea, %ea : {t}",
+    ]
+    summed = _edit(base, [*body, *_sum_f32("%eb", t)], sink="%zs")
+    return Attack(summed, f"{op} of {et} constants", CONTRACT if et.startswith("f6") else None)
+
+
 @st.composite
 def text_attack(draw: st.DrawFn, base: str, long_run: bool) -> Attack:
     """Long strings and comments (cheap to scan now), brackets hidden in them, real nesting."""
@@ -686,6 +728,95 @@ def host_eval_attack(draw: st.DrawFn, base: str) -> Attack:
     return Attack(_checked(base, body, "%hr", padded, t_out), what, None)
 
 
+@st.composite
+def reuse_attack(draw: st.DrawFn, base: str) -> Attack:
+    """Issue 39: one attribute (an alias ``#a``) carried by many ops, as constants (f32 or
+    complex) or as a discardable attribute: every use is counted (the printed module and XLA's
+    literals hold a copy per use), so past the budget the module is refused at load."""
+    kind = draw(st.sampled_from(["constant", "complex", "attribute"]))
+    n = draw(st.sampled_from([64, 1 << 18]))  # elements of the alias
+    uses = draw(st.sampled_from([3, 100]))
+    et = "complex<f32>" if kind == "complex" else "f32"
+    values = np.random.default_rng(n).standard_normal(n * (2 if kind == "complex" else 1))
+    t = f"tensor<{n}x{et}>"
+    alias = f'#a = dense<"0x{values.astype(np.float32).tobytes().hex()}"> : {t}\n'
+    body: list[str] = []
+    acc = "%arg2"
+    for k in range(uses):
+        if kind == "attribute":
+            body.append(
+                f'%ra{k} = "stablehlo.add"({acc}, %arg2) {{foo.bar = #a}} : '
+                "(tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>"
+            )
+        else:
+            part = "real" if kind == "complex" else "abs"
+            body += [
+                f"%rc{k} = stablehlo.constant #a",
+                f"%rs{k} = stablehlo.slice %rc{k} [0:3] : ({t}) -> tensor<3x{et}>",
+                f"%rr{k} = stablehlo.{part} %rs{k} : (tensor<3x{et}>) -> tensor<3xf32>",
+                f"%ra{k} = stablehlo.add {acc}, %rr{k} : tensor<3xf32>",
+            ]
+        acc = f"%ra{k}"
+    body += _sum_f32(acc, "tensor<3xf32>")
+    counted = n * (8 if kind == "complex" else 4) * uses * 14
+    return Attack(
+        alias + _edit(base, body, sink="%zs"),
+        f"an alias of {n} {et} carried by {uses} ops ({kind})",
+        BUDGET if counted > MEMORY_LIMIT else None,
+    )
+
+
+#: CHLO special functions and budget.EXPANSION's weight of each (at least 126).
+_SPECIAL = {"digamma": 126, "lgamma": 549, "erf_inv": 234, "bessel_i1e": 292}
+
+
+@st.composite
+def expansion_attack(draw: st.DrawFn, base: str) -> Attack:
+    """Issue 39: ops whose cost is what they expand to, not one op: chains of CHLO special
+    functions (weighted by their expansion; 900 of any are past the op budget) and
+    select_and_scatter over windows up to the whole operand (lax enumerated every offset)."""
+    if draw(st.booleans()):
+        op = draw(st.sampled_from(sorted(_SPECIAL)))
+        n = draw(st.sampled_from([2, 12, 900]))
+        f3 = "tensor<3xf32>"
+        body = [f"%e0 = chlo.{op} %arg2 : {f3} -> {f3}"]
+        body += [f"%e{i} = chlo.{op} %e{i - 1} : {f3} -> {f3}" for i in range(1, n)]
+        body += _sum_f32(f"%e{n - 1}", f3)
+        return Attack(
+            _edit(base, body, sink="%zs"),
+            f"a chain of {n} chlo.{op}",
+            BUDGET if n * _SPECIAL[op] > 100_000 else None,
+        )
+    side = draw(st.sampled_from([8, 512]))
+    w = draw(st.sampled_from([2, side]))
+    scatter = draw(st.sampled_from(["add", "maximum", "multiply"]))
+    select = draw(st.sampled_from(["GE", "GT", "LE"]))
+    src = (side - w) // w + 1
+    t, ts, s = f"tensor<{side}x{side}xf32>", f"tensor<{src}x{src}xf32>", "tensor<f32>"
+    flat = f"tensor<{side * side}xf32>"
+    body = [
+        f"%wi = stablehlo.iota dim = 0 : {flat}",
+        f"%wx = stablehlo.reshape %wi : ({flat}) -> {t}",
+        f"%wone = stablehlo.constant dense<1.5> : {s}",
+        f"%ws = stablehlo.broadcast_in_dim %wone, dims = [] : ({s}) -> {ts}",
+        f'%wr = "stablehlo.select_and_scatter"(%wx, %ws, %wone) <{{padding = dense<0> : '
+        f"tensor<2x2xi64>, window_dimensions = array<i64: {w}, {w}>, window_strides = "
+        f"array<i64: {w}, {w}>}}> ({{",
+        f"^bb0(%wa: {s}, %wb: {s}):",
+        f"  %wc = stablehlo.compare {select}, %wa, %wb : ({s}, {s}) -> tensor<i1>",
+        "  stablehlo.return %wc : tensor<i1>",
+        "}, {",
+        f"^bb0(%wa: {s}, %wb: {s}):",
+        f"  %wc = stablehlo.{scatter} %wa, %wb : {s}",
+        f"  stablehlo.return %wc : {s}",
+        f"}}) : ({t}, {ts}, {s}) -> {t}",
+        *_sum_f32("%wr", t),
+    ]
+    return Attack(
+        _edit(base, body, sink="%zs"), f"select_and_scatter {select}/{scatter} window {w}^2", None
+    )
+
+
 def module_attacks(base: str, long_run: bool = False) -> st.SearchStrategy[Attack]:
     """One attack of any class."""
     return st.one_of(
@@ -697,6 +828,9 @@ def module_attacks(base: str, long_run: bool = False) -> st.SearchStrategy[Attac
         budget_attack(base, long_run),
         text_attack(base, long_run),
         host_eval_attack(base),
+        element_type_attack(base),
+        reuse_attack(base),
+        expansion_attack(base),
     )
 
 
@@ -730,3 +864,96 @@ def assert_no_terminal_codes(text: str) -> None:
 
 
 __all__ = ["Attack", "assert_no_terminal_codes", "hostile_text", "module_attacks", "np"]
+
+
+# --- zip metadata (issue 39): the Reactant export's inputs npz -----------------------------------
+
+#: Values a forged zip field takes: zero, small, the 16/32-bit maxima, 2^31 and around.
+ZIP_VALUES = [0, 1, 2, 3, 7, 0xFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF]
+#: (record signature, field offset, width) of the fields forged: end record (entries on this
+#: disk, total entries, directory size and offset, comment length); central header (method,
+#: crc, compressed and uncompressed size, name and extra lengths, local header offset); local
+#: header (method, sizes, name and extra lengths).
+ZIP_FIELDS = {
+    "end.entries_disk": (b"PK\x05\x06", 8, 2),
+    "end.entries": (b"PK\x05\x06", 10, 2),
+    "end.cd_size": (b"PK\x05\x06", 12, 4),
+    "end.cd_offset": (b"PK\x05\x06", 16, 4),
+    "end.comment_len": (b"PK\x05\x06", 20, 2),
+    "central.method": (b"PK\x01\x02", 10, 2),
+    "central.crc": (b"PK\x01\x02", 16, 4),
+    "central.csize": (b"PK\x01\x02", 20, 4),
+    "central.usize": (b"PK\x01\x02", 24, 4),
+    "central.name_len": (b"PK\x01\x02", 28, 2),
+    "central.extra_len": (b"PK\x01\x02", 30, 2),
+    "central.offset": (b"PK\x01\x02", 42, 4),
+    "local.method": (b"PK\x03\x04", 8, 2),
+    "local.csize": (b"PK\x03\x04", 18, 4),
+    "local.usize": (b"PK\x03\x04", 22, 4),
+    "local.name_len": (b"PK\x03\x04", 26, 2),
+    "local.extra_len": (b"PK\x03\x04", 28, 2),
+}
+
+
+def forge_zip_field(data: bytes, field: str, which: int, value: int) -> bytes:
+    """`data` with `field` (ZIP_FIELDS) of the `which`-th record of its kind set to `value`
+    (masked to the field's width); unchanged when there is no such record."""
+    sig, offset, width = ZIP_FIELDS[field]
+    starts = [i for i in range(len(data) - 3) if data[i : i + 4] == sig]
+    if not starts:
+        return data
+    at = starts[which % len(starts)] + offset
+    out = bytearray(data)
+    out[at : at + width] = (value & ((1 << (8 * width)) - 1)).to_bytes(width, "little")
+    return bytes(out)
+
+
+@st.composite
+def zip_metadata_attack(draw: st.DrawFn, members: dict[str, bytes]) -> tuple[bytes, str, bool]:
+    """A zip of `members` (name -> bytes) with its metadata attacked: (bytes, what, whether
+    the member values may differ from the originals: a duplicate with other content)."""
+    import io
+    import warnings
+    import zipfile
+
+    how = draw(
+        st.sampled_from(["field", "field", "field", "duplicate", "huge_name", "deflated", "junk"])
+    )
+    names = list(members)
+    buf = io.BytesIO()
+    other = False
+    what = how
+    with zipfile.ZipFile(buf, "w") as z:
+        deflate = how == "deflated"
+        for n in names:
+            z.writestr(n, members[n], zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED)
+        if how == "duplicate":
+            n = draw(st.sampled_from(names))
+            other = draw(st.booleans())
+            data = members[n][:-4] + b"\x00\x00\x80\x40" if other else members[n]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # zipfile warns of the duplicate name
+                z.writestr(n, data)
+            what += f" {n} ({'other' if other else 'same'} bytes)"
+        elif how == "huge_name":
+            size = draw(st.sampled_from([256, 4096, 65535]))
+            z.writestr("a" * (size - 4) + ".npy", b"")
+            what += f" of {size} chars"
+    data = buf.getvalue()
+    if how in ("field", "deflated") and draw(st.booleans() if how == "deflated" else st.just(1)):
+        field = draw(st.sampled_from(sorted(ZIP_FIELDS)))
+        which = draw(st.integers(0, 3))
+        value = draw(st.sampled_from(ZIP_VALUES) | st.integers(0, 1 << 32))
+        data = forge_zip_field(data, field, which, value)
+        what += f" {field}[{which}] = {value}"
+    elif how == "junk":
+        pos = draw(st.sampled_from(["prepend", "append", "truncate"]))
+        if pos == "truncate":
+            data = data[: draw(st.integers(0, len(data) - 1))]
+        else:
+            junk = draw(st.binary(min_size=1, max_size=64)) + b"PK\x05\x06" * draw(
+                st.integers(0, 2)
+            )
+            data = junk + data if pos == "prepend" else data + junk
+        what += f" {pos}"
+    return data, what, other

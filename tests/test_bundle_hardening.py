@@ -210,7 +210,7 @@ def test_the_reader_process_runs_nothing_planted_in_cwd_bundle_or_pythonpath(
         import json
         import juliabridge
         from juliabridge.bundle import weights
-        with weights.open_weights(weights.Path("weights.h5")) as f:
+        with weights.open_weights("weights.h5") as f:
             mode = f.mode
         params, _ = juliabridge.load_params(".")
         print(json.dumps({{"mode": mode, "leaves": sorted(params)}}))

@@ -45,7 +45,7 @@ ALLOWED = {
     "childproc.py": "the helper starter itself",
     # Runs `julia` on the user's own script or model, with the user's environment on purpose
     # (JULIA_DEPOT_PATH, JULIA_PROJECT, proxies, ...): nothing from an untrusted bundle is read.
-    "julia/driver.py": "the user's own julia, deliberately with the user's environment",
+    "driver/process.py": "the user's own julia, deliberately with the user's environment",
 }
 
 

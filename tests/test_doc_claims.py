@@ -179,3 +179,212 @@ def test_reliability_states_the_fuzz_splits_of_the_fuzz_test() -> None:
     assert listed.replace(", `enzyme`", " and `enzyme`") in doc  # "`lax`, `xla` and `enzyme`"
     for family in shares:
         assert f"| `{family}` |" in (REPO / "docs" / "reliability.md").read_text()
+
+
+# --- contract numbers read from the code (issue 40: the 16 false or stale claims) -------------
+
+DOCS = REPO / "docs"
+
+
+def _doc(name: str) -> str:
+    return (DOCS / name).read_text(encoding="utf-8")
+
+
+def _prose_files() -> list[Path]:
+    return [REPO / "README.md", REPO / "benchmarks" / "README.md", *sorted(DOCS.glob("**/*.md"))]
+
+
+def _find(pattern: str, text: str) -> str:
+    """The first group of `pattern`'s first match in `text` (the test fails without one)."""
+    m = re.search(pattern, text, re.M)
+    if m is None:
+        pytest.fail(f"{pattern!r} is not found")
+    return m[1]
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", "").replace("_", ""))
+
+
+_NUMBER_WORDS = [
+    *("zero", "one", "two", "three", "four", "five", "six"),
+    *("seven", "eight", "nine", "ten", "eleven", "twelve"),
+]
+
+
+def test_reliability_names_every_fuzz_family_and_their_number() -> None:
+    shares = _constants(REPO / "tests" / "test_fuzz.py")["SHARES"]
+    doc = _doc("reliability.md")
+    flat = _flat(doc)
+    assert f"one of {_NUMBER_WORDS[len(shares)]} families of mutations" in flat
+    for word in _NUMBER_WORDS:  # no other count of the families anywhere
+        if word != _NUMBER_WORDS[len(shares)]:
+            assert not re.search(rf"\b(?:of|the) {word} families", flat), word
+    head = doc.index("| family | what it mutates |")
+    table = doc[head : doc.index("\n\n", head)].splitlines()[2:]
+    assert [row.split("`")[1] for row in table] == list(shares)
+    # Every kind of budget attack in tests/fuzz_attacks.py is in the module_attacks row.
+    row = next(r for r in table if r.startswith("| `module_attacks` |"))
+    source = (REPO / "tests" / "fuzz_attacks.py").read_text(encoding="utf-8")
+    kinds = ast.literal_eval(_find(r"kind = draw\(st\.sampled_from\((\[\"chain\"[^]]*\])", source))
+    said = {"chain": "chains of", "doubling": "calls doubling", "value": "values from",
+            "live": "alive at once", "case": "`stablehlo.case`"}  # fmt: skip
+    assert set(kinds) == set(said), "a new budget attack: name it in the module_attacks row"
+    for kind in kinds:
+        assert said[kind] in row, kind
+
+
+def test_the_budgets_quoted_are_the_code_s() -> None:
+    from juliabridge.stablehlo import budget
+
+    source = (REPO / "juliabridge" / "stablehlo" / "budget.py").read_text(encoding="utf-8")
+    defaults = {
+        env: getattr(budget, name)
+        for env, name in re.findall(r'_env_int\("(JULIABRIDGE_\w+)", (MAX_\w+)\)', source)
+    }
+    assert {"JULIABRIDGE_MAX_OPS", "JULIABRIDGE_MAX_CHAIN"} <= set(defaults)
+    seen = 0
+    for path in _prose_files():
+        text = path.read_text(encoding="utf-8")
+        for number, env in re.findall(r"([\d,]+) \(`(JULIABRIDGE_\w+)`", text):
+            if env in defaults:
+                assert _int(number) == defaults[env], (path.name, env, number)
+                seen += 1
+        for name, number in re.findall(r"\(`(MAX_\w+)`, ([\d,]+)\)", text):
+            assert _int(number) == getattr(budget, name), (path.name, name, number)
+            seen += 1
+    assert seen >= 3
+
+
+def test_the_per_op_cost_quoted_is_the_calibration_table_s() -> None:
+    doc = _doc("reliability.md")
+    cost = {
+        m[1]: int(m[2].replace(",", ""))
+        for m in re.finditer(
+            r"^\s*\| (lax|xla) \| inlined op[^|]*\| [^|]*\| ([\d,]+) \|", doc, re.M
+        )
+    }
+    assert set(cost) == {"lax", "xla"}
+    kb = {b: f"{cost[b] / 1000:.1f} KB" for b in cost}
+    quote = f"about {kb['lax']} on lax and {kb['xla']} on xla"
+    assert quote in _flat(doc)
+    budget_py = (REPO / "juliabridge" / "stablehlo" / "budget.py").read_text(encoding="utf-8")
+    assert f"about {kb['lax']} per inlined op on the lax" in budget_py
+    assert f"backend and {kb['xla']} on xla" in budget_py
+
+
+def test_bench_parse_memory_defaults_stay_within_or_raise_the_op_budget() -> None:
+    from juliabridge.stablehlo.budget import MAX_OPS
+
+    path = REPO / "benchmarks" / "bench_parse_memory.py"
+    source = path.read_text(encoding="utf-8")
+    default_mb = float(_find(r'"--mb", type=float, default=([\d.]+)', source))
+    ops = int(default_mb * 1e6) // int(_find(r"ops = n // (\d+)", source))
+    if ops > MAX_OPS:  # the 8 MB chain: the child must raise the budget it measures past
+        assert 'os.environ["JULIABRIDGE_MAX_OPS"] = str(10**9)' in source
+
+
+def test_exit_codes_quoted_in_prose_are_the_table_s() -> None:
+    from juliabridge import errors
+    from juliabridge.exitcodes import EXIT_CODES, USAGE, exit_code
+
+    codes = {row.code for row in EXIT_CODES}
+    by_class = {
+        name: exit_code(cls.__new__(cls))
+        for name, cls in vars(errors).items()
+        if isinstance(cls, type) and issubclass(cls, Exception)
+    }
+    seen = 0
+    for path in _prose_files():
+        text = _flat(path.read_text(encoding="utf-8"))
+        for n in re.findall(r"\bexit(?: code| status)? (\d+)\b", text):
+            assert int(n) in codes, (path.name, n)
+            seen += 1
+        # "`SaveError`s (code 20)", "`UnsupportedOpError` (exit code 22)"
+        for name, n in re.findall(r"`(\w+Error)`s? \((?:CLI )?(?:exit )?code (\d+)\)", text):
+            assert by_class[name] == int(n), (path.name, name, n)
+            seen += 1
+        for name, n in re.findall(r"`(\w+Error)`, CLI exit code (\d+)", text):
+            assert by_class[name] == int(n), (path.name, name, n)
+        assert "a missing script is\n" not in text
+        if "missing script is" in text:
+            assert f"usage error, exit {USAGE}" in text, path.name
+    assert seen >= 5
+
+
+def test_the_preload_list_is_the_one_the_docs_describe() -> None:
+    lines = (REPO / "tools" / "mutmut_preload.txt").read_text(encoding="utf-8").splitlines()
+    names = [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+    doc = _flat(_doc("mutation-testing.md"))
+    start = doc.index("server therefore only imports the modules in `tools/mutmut_preload.txt`")
+    said = doc[start : doc.index("- `pytest_add_cli_args_test_selection`", start)]
+    for name in names:
+        top, _, rest = name.partition(".")
+        if top == "juliabridge":
+            assert (rest or "juliabridge") in said, name
+        elif top != "jax" or not rest:
+            assert top in said, name
+    if "juliabridge" in names:
+        assert "juliabridge itself is not preloaded" not in doc
+        assert "The fork server preloads juliabridge" in doc
+
+
+def test_the_smoke_s_sample_size_and_budget_are_the_script_s() -> None:
+    smoke = _constants(REPO / "tools" / "mutation_smoke.py")
+    only = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
+    doc = _flat(_doc("mutation-testing.md"))
+    for name, value in re.findall(r"`([A-Z_]+)` = ([\d,.]+)", doc):
+        assert name in smoke, name
+        assert float(value.replace(",", "").rstrip(".")) == smoke[name], (name, value)
+    assert f"`MODULES_PER_RUN` = {smoke['MODULES_PER_RUN']} of the {len(only)} modules" in doc
+    assert f"{smoke['MODULES_PER_RUN'] * smoke['PER_MODULE']} mutants in all" in doc
+    assert f"({smoke['MODULES_PER_RUN']} modules, {smoke['BUDGET']:g} s budget)" in doc
+
+
+def test_the_mutant_totals_are_the_sums_of_their_table() -> None:
+    doc = _doc("mutation-testing.md")
+    only = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
+    head = doc.index("| module | mutants | s16 now |")
+    end = doc.index("Totals over the", head)
+    rows = [ln for ln in doc[head:end].splitlines()[2:] if ln.startswith("| ")]
+    cells = [[c.strip() for c in r.strip("|").split("|")] for r in rows]
+    total = sum(_int(_find(r"^([\d,]+)", c[1])) for c in cells)
+    s16 = sum(_int(c[2]) for c in cells)
+    flat = _flat(doc)
+    assert (
+        f"Totals over the {len(rows)} modules: {total:,} mutants generated; "
+        f"{s16:,} in the current stride-16 sample"
+    ) in flat
+    for quoted in re.findall(r"([\d,]{5,}) mutants", flat):  # every count of all of them
+        assert _int(quoted) == total or _int(quoted) < 10_000, quoted
+    assert (
+        f"{len(only)} files (the table under Scores has {len(rows)} rows, {total:,} mutants" in flat
+    )
+    # The tool-choice row's sum, from the 2026-12-01 table it names.
+    earlier = doc[doc.index("### Earlier figures") :]
+    count = {
+        m[1]: int(m[2])
+        for m in re.finditer(r"^\| lux/(trees|batchsize)\.py \| (\d+) \|", earlier, re.M)
+    }
+    n = count["trees"] + count["batchsize"]
+    assert (
+        f"{n} mutants of trees.py + batchsize.py ({count['trees']} + {count['batchsize']}," in doc
+    )
+
+
+def test_architecture_names_the_public_surface() -> None:
+    doc = _doc("architecture.md")
+    start = doc.index("public surface (`__all__`):")
+    said = " ".join(doc[start : doc.index("the errors;", start)].split())
+    words = set(re.findall(r"\w+", said.split(":", 1)[1]))
+    errors = {n for n in juliabridge.__all__ if n.endswith(("Error", "Unavailable"))}
+    assert words == set(juliabridge.__all__) - errors
+
+
+def test_architecture_quotes_verify_s_mismatch_line() -> None:
+    source = (REPO / "juliabridge" / "cli" / "commands.py").read_text(encoding="utf-8")
+    assert 'Text(f": outputs differ from {whose}")' in source
+    quoted = re.findall(r"^MISMATCH: outputs differ from (.+)$", _doc("architecture.md"), re.M)
+    assert quoted
+    for whose in quoted:
+        assert f'"{whose}"' in source, whose

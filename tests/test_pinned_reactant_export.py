@@ -269,10 +269,10 @@ def test_npz_file_itself(tmp_path: Path) -> None:
 
 
 def test_npz_total_bounded_by_the_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from juliabridge.bundle import weights
+    from juliabridge.bundle.weights import memory
 
     path = _npz(tmp_path / "x.npz", {"arr_1.npy": _npy(np.zeros(4, np.float32))})
-    monkeypatch.setattr(weights, "_physical_memory", lambda: 31)
+    monkeypatch.setattr(memory, "physical_memory", lambda: 31)
     specs = [TensorSpec((4,), "f32"), TensorSpec((2,), "f64")]
     with pytest.raises(
         BundleError, match=r"x\.npz: the example inputs needs 32 bytes but this machine has 31"

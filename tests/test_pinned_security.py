@@ -905,10 +905,10 @@ def test_an_i1_dataset_holding_another_byte_is_refused_and_not_upgraded(tmp_path
 def test_a_machine_without_the_memory_for_a_dataset_refuses_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from juliabridge.bundle import weights
+    from juliabridge.bundle.weights import memory
 
     root = dense(tmp_path)
-    monkeypatch.setattr(weights, "_physical_memory", lambda: 16)  # bytes
+    monkeypatch.setattr(memory, "physical_memory", lambda: 16)  # bytes
     with pytest.raises(BundleError) as e:
         juliabridge.import_lux(root)
     assert str(e.value) == (
@@ -1230,12 +1230,12 @@ def test_a_dataset_never_written_is_refused_when_listed_on_either_reader(
 @pytest.mark.skipif(not Path("/proc/meminfo").is_file(), reason="needs /proc (Linux)")
 def test_the_memory_datasets_are_checked_against_is_the_kernels_total() -> None:
     # The refusal of a dataset larger than the machine's memory compares with MemTotal.
-    from juliabridge.bundle import weights
+    from juliabridge.bundle.weights import memory
 
     with open("/proc/meminfo") as f:
         line = next(x for x in f if x.startswith("MemTotal:"))
     assert line.split()[2] == "kB"
-    assert weights._physical_memory() == int(line.split()[1]) * 1024
+    assert memory.physical_memory() == int(line.split()[1]) * 1024
 
 
 # --- manifest rules (spec §3), as the refusal names the entry that breaks one -----------------

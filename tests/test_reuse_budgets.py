@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import juliabridge
-from juliabridge.errors import ResourceLimitError
+from juliabridge.errors import ResourceLimitError, UnsupportedModuleError
 from juliabridge.jaxinternals import ir, make_context
 from juliabridge.stablehlo.budget import AttributeData
 
@@ -196,3 +196,12 @@ def test_an_alias_within_the_budget_still_loads() -> None:
     (r,) = juliabridge.load_mlir(text, backend="lax")(np.float32(0))
     a = np.frombuffer(bytes.fromhex(blob(4 << 10)), np.float32)
     assert float(r) == pytest.approx(5 * abs(float(a[0])), rel=1e-6)
+
+
+def test_a_blob_is_refused_at_load_on_xla() -> None:
+    # XLA's converter reads no dense_resource: an ExecutionError at the first call before.
+    with pytest.raises(UnsupportedModuleError, match=r"dense_resource .* backend='lax'"):
+        juliabridge.load_mlir(resource_module(4, 2), backend="xla")
+    assert (
+        float(juliabridge.load_mlir(resource_module(4, 2), backend="lax")(np.float32(0))[0]) == 1.0
+    )

@@ -22,7 +22,7 @@ import juliabridge
 from juliabridge.bundle import weights
 from juliabridge.bundle.files.checksum import sha256_file
 from juliabridge.bundle.manifest import MAX_TENSOR_BYTES
-from juliabridge.bundle.weights import _h5core
+from juliabridge.bundle.weights import _h5core, _worker
 from juliabridge.stablehlo import parse_module
 from juliabridge.stablehlo.policy import allowed_custom_calls
 from tests.bundle_factory import dense_bn_arrays, edit_manifest, make_dense_bn
@@ -259,7 +259,7 @@ def test_reader_process_crash_or_hang_becomes_a_bundle_error(
 ) -> None:
     script = tmp_path / "fake_reader.py"
     script.write_text(FAKE_READER.format(action=action))
-    weights._stop_idle()
+    _worker.stop_idle()
     monkeypatch.setattr(_h5core, "__file__", str(script))
     monkeypatch.setenv(weights.TIMEOUT_ENV, "2")
     monkeypatch.setenv(weights.FAST_ENV, "0")  # libhdf5's route: the Python reader needs none
@@ -268,22 +268,22 @@ def test_reader_process_crash_or_hang_becomes_a_bundle_error(
         juliabridge.import_lux(bundle, backend="xla")
     assert time.perf_counter() - t < 30
     assert "weights.h5" in str(info.value)
-    weights._stop_idle()
+    _worker.stop_idle()
 
 
 def test_reader_process_is_reused_and_survives_refusals(
     bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(weights.FAST_ENV, "0")  # libhdf5's route: the Python reader needs none
-    weights._stop_idle()
+    _worker.stop_idle()
     juliabridge.import_lux(bundle, backend="xla")
-    first = weights._IDLE[0].proc.pid
+    first = _worker.IDLE[0].proc.pid
     bad = tmp_path / "bad.h5"
     bad.write_bytes(b"not hdf5")
     with pytest.raises(juliabridge.BundleError, match="not a readable HDF5 file"):
         juliabridge.load_params(bad)
     model = juliabridge.import_lux(bundle, backend="xla")
-    assert weights._IDLE[0].proc.pid == first
+    assert _worker.IDLE[0].proc.pid == first
     x = dense_bn_arrays()[0]
     assert np.asarray(model(x)).shape == (5, 3)
 

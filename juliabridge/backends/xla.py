@@ -76,6 +76,14 @@ class XlaBackend:
             # XLA calls the kernels: targets admitted only because lax lifts them are refused.
             check_kernel_targets(module)
             check_platform(module.custom_calls, current_platform(), module.origin)
+        if module.text.rstrip().endswith("#-}") and "dense_resource<" in module.text:
+            # MLIR prints a resource section last; XLA's converter refused its blobs at the
+            # first call ("Only dense elements attr are supported"), an ExecutionError.
+            raise UnsupportedModuleError(
+                f"{module.origin}: the module holds dense_resource constants (blobs in its "
+                "resource section), which XLA's converter does not read; load it with "
+                "backend='lax', which decodes each blob once"
+            )
         if any(t.startswith("lapack_") for t in module.custom_calls):
             initialize_lapack()  # jaxlib fills the kernels' LAPACK pointers lazily
         self.module = module

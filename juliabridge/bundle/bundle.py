@@ -32,12 +32,12 @@ from .sources import ModuleSource, parse_source, read_module_sources
 from .weights import (
     ReadRequest,
     WeightsReader,
-    _physical_memory,
     fastread,
     file_checksum_error,
     h5parse,
     open_weights,
 )
+from .weights.memory import physical_memory
 
 #: A weights file may be at most this many times the bytes of the datasets its manifest
 #: declares, plus FILE_SLACK: HDF5 metadata is small, so a much larger file is padded or sparse
@@ -375,11 +375,11 @@ def _check_weight_sizes(manifest: Manifest, weights: Path, size: int) -> None:
             f"{FILE_SLACK >> 20} MiB (HDF5's own metadata is small), so the file is padded, "
             "sparse or not this bundle's. Export or download the bundle again"
         )
-    memory = _physical_memory()
-    if memory is not None and declared > memory:
+    memory_bytes = physical_memory()
+    if memory_bytes is not None and declared > memory_bytes:
         raise BundleError(
             f"{weights}: the parameters and states take {declared} bytes but this machine has "
-            f"{memory} bytes of memory; load the bundle on a larger machine"
+            f"{memory_bytes} bytes of memory; load the bundle on a larger machine"
         )
 
 
