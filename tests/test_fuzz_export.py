@@ -19,7 +19,8 @@ then ``import_lux`` of the bundle. Families (cases per CI run in COUNTS):
   ``safefile.open_regular``: deterministic), renames another export's file over one of the
   export's files, swaps it for a symlink to that file, or for a FIFO;
 - ``route_parity``: the same hostile value (a Bool stored as a byte 0-255, a path step 0 to
-  2^40) in a Reactant export and in the bundle converted from it.
+  2^40) in a Reactant export and in the bundle converted from it (a Bool byte also in a Julia
+  export's weights).
 
 A case must end in success with the numbers of the values the reader may have read (numpy's
 ``x * w * m``; for a race, the original files or, for a plain replace, the writer's; never
@@ -329,8 +330,7 @@ def test_fuzz_route_parity(base: Base, runner: Runner) -> None:
     )
     def one(value: tuple[str, int]) -> None:
         kind, v = value
-        d = _fresh(base, "exp")
-        b = _fresh(base, "bundle")
+        d, b, j = _fresh(base, "exp"), _fresh(base, "bundle"), _fresh(base, "jl")
         try:
             manifest = json.loads((b / "manifest.json").read_text())
             if kind == "bool_byte":
@@ -348,14 +348,22 @@ def test_fuzz_route_parity(base: Base, runner: Runner) -> None:
             # The bundle's digests would catch the edit first: the value itself is judged.
             export = _call(runner, base, d, what=value)
             bundle = _call(runner, base, b, verify_checksums=False, what=value)
-            assert export["outcome"] == bundle["outcome"], (value, export, bundle)
-            if export["outcome"] == "ok":
-                assert np.array_equal(np.asarray(export["value"]), np.asarray(bundle["value"]))
-            else:
-                assert export["cls"] == bundle["cls"], (value, export, bundle)
+            replies = [export, bundle]
+            if kind == "bool_byte":  # and JuliaBridge.jl's export directory, a third route
+                with h5py.File(j / H5, "a") as f:
+                    raw = f["/params/m"][()]
+                    raw[-1] = v
+                    f["/params/m"][...] = raw
+                replies.append(_call(runner, base, j, what=value))
+            for other in replies[1:]:
+                assert export["outcome"] == other["outcome"], (value, replies)
+                if export["outcome"] == "ok":
+                    assert np.array_equal(np.asarray(export["value"]), np.asarray(other["value"]))
+                else:
+                    assert export["cls"] == other["cls"], (value, replies)
         finally:
-            shutil.rmtree(d.parent, ignore_errors=True)
-            shutil.rmtree(b.parent, ignore_errors=True)
+            for path in (d, b, j):
+                shutil.rmtree(path.parent, ignore_errors=True)
 
     one()
 
