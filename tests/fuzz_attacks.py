@@ -864,3 +864,96 @@ def assert_no_terminal_codes(text: str) -> None:
 
 
 __all__ = ["Attack", "assert_no_terminal_codes", "hostile_text", "module_attacks", "np"]
+
+
+# --- zip metadata (issue 39): the Reactant export's inputs npz -----------------------------------
+
+#: Values a forged zip field takes: zero, small, the 16/32-bit maxima, 2^31 and around.
+ZIP_VALUES = [0, 1, 2, 3, 7, 0xFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF]
+#: (record signature, field offset, width) of the fields forged: end record (entries on this
+#: disk, total entries, directory size and offset, comment length); central header (method,
+#: crc, compressed and uncompressed size, name and extra lengths, local header offset); local
+#: header (method, sizes, name and extra lengths).
+ZIP_FIELDS = {
+    "end.entries_disk": (b"PK\x05\x06", 8, 2),
+    "end.entries": (b"PK\x05\x06", 10, 2),
+    "end.cd_size": (b"PK\x05\x06", 12, 4),
+    "end.cd_offset": (b"PK\x05\x06", 16, 4),
+    "end.comment_len": (b"PK\x05\x06", 20, 2),
+    "central.method": (b"PK\x01\x02", 10, 2),
+    "central.crc": (b"PK\x01\x02", 16, 4),
+    "central.csize": (b"PK\x01\x02", 20, 4),
+    "central.usize": (b"PK\x01\x02", 24, 4),
+    "central.name_len": (b"PK\x01\x02", 28, 2),
+    "central.extra_len": (b"PK\x01\x02", 30, 2),
+    "central.offset": (b"PK\x01\x02", 42, 4),
+    "local.method": (b"PK\x03\x04", 8, 2),
+    "local.csize": (b"PK\x03\x04", 18, 4),
+    "local.usize": (b"PK\x03\x04", 22, 4),
+    "local.name_len": (b"PK\x03\x04", 26, 2),
+    "local.extra_len": (b"PK\x03\x04", 28, 2),
+}
+
+
+def forge_zip_field(data: bytes, field: str, which: int, value: int) -> bytes:
+    """`data` with `field` (ZIP_FIELDS) of the `which`-th record of its kind set to `value`
+    (masked to the field's width); unchanged when there is no such record."""
+    sig, offset, width = ZIP_FIELDS[field]
+    starts = [i for i in range(len(data) - 3) if data[i : i + 4] == sig]
+    if not starts:
+        return data
+    at = starts[which % len(starts)] + offset
+    out = bytearray(data)
+    out[at : at + width] = (value & ((1 << (8 * width)) - 1)).to_bytes(width, "little")
+    return bytes(out)
+
+
+@st.composite
+def zip_metadata_attack(draw: st.DrawFn, members: dict[str, bytes]) -> tuple[bytes, str, bool]:
+    """A zip of `members` (name -> bytes) with its metadata attacked: (bytes, what, whether
+    the member values may differ from the originals: a duplicate with other content)."""
+    import io
+    import warnings
+    import zipfile
+
+    how = draw(
+        st.sampled_from(["field", "field", "field", "duplicate", "huge_name", "deflated", "junk"])
+    )
+    names = list(members)
+    buf = io.BytesIO()
+    other = False
+    what = how
+    with zipfile.ZipFile(buf, "w") as z:
+        deflate = how == "deflated"
+        for n in names:
+            z.writestr(n, members[n], zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED)
+        if how == "duplicate":
+            n = draw(st.sampled_from(names))
+            other = draw(st.booleans())
+            data = members[n][:-4] + b"\x00\x00\x80\x40" if other else members[n]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # zipfile warns of the duplicate name
+                z.writestr(n, data)
+            what += f" {n} ({'other' if other else 'same'} bytes)"
+        elif how == "huge_name":
+            size = draw(st.sampled_from([256, 4096, 65535]))
+            z.writestr("a" * (size - 4) + ".npy", b"")
+            what += f" of {size} chars"
+    data = buf.getvalue()
+    if how in ("field", "deflated") and draw(st.booleans() if how == "deflated" else st.just(1)):
+        field = draw(st.sampled_from(sorted(ZIP_FIELDS)))
+        which = draw(st.integers(0, 3))
+        value = draw(st.sampled_from(ZIP_VALUES) | st.integers(0, 1 << 32))
+        data = forge_zip_field(data, field, which, value)
+        what += f" {field}[{which}] = {value}"
+    elif how == "junk":
+        pos = draw(st.sampled_from(["prepend", "append", "truncate"]))
+        if pos == "truncate":
+            data = data[: draw(st.integers(0, len(data) - 1))]
+        else:
+            junk = draw(st.binary(min_size=1, max_size=64)) + b"PK\x05\x06" * draw(
+                st.integers(0, 2)
+            )
+            data = junk + data if pos == "prepend" else data + junk
+        what += f" {pos}"
+    return data, what, other

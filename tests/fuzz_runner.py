@@ -138,12 +138,74 @@ def run_cli(req: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def _racing(race: dict[str, Any] | None) -> Any:
+    """With `race`, a writer that acts right after the reader's `after`-th open of a file
+    (``safefile.open_regular``, behind every export and bundle file the readers open): it
+    renames ``source`` over ``target`` (``replace``), or puts a symlink to ``source``
+    (``symlink``) or a FIFO (``fifo``) there. Deterministic: the hook is the interleaving."""
+    if not race:
+        yield
+        return
+    from juliabridge.bundle.files import safefile
+    from juliabridge.reactant_export import files as export_files
+
+    real = safefile.open_regular
+    calls = [0]
+
+    def hooked(*args: Any, **kw: Any) -> Any:
+        got = real(*args, **kw)
+        calls[0] += 1
+        if calls[0] == race["after"]:
+            target = race["target"]
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(target)
+            if race["how"] == "replace":
+                os.link(race["source"], target)
+            elif race["how"] == "symlink":
+                os.symlink(race["source"], target)
+            else:
+                os.mkfifo(target)
+        return got
+
+    safefile.open_regular = hooked
+    export_files.open_regular = hooked
+    try:
+        yield
+    finally:
+        safefile.open_regular = real
+        export_files.open_regular = real
+
+
+def run_export(req: dict[str, Any]) -> dict[str, Any]:
+    """An export directory (Reactant's or JuliaBridge.jl's) or a bundle, by the user's routes:
+    ``import_lux(path)`` (``route: direct``) or ``convert`` then ``import_lux`` of the bundle
+    (``route: convert``), called on the input saved at req['x']; the output comes back."""
+    path = req["export"]
+    kw = {"verify_checksums": req.get("verify_checksums", True), "backend": "xla"}
+    with _racing(req.get("race")):
+        if req.get("route") == "convert":
+            from juliabridge.julia_export.complete import is_julia_export
+            from juliabridge.julia_export.convert import convert_julia_export
+            from juliabridge.reactant_export.convert import convert_export
+
+            out = req["out"]
+            conv = convert_julia_export if is_julia_export(path) else convert_export
+            path = str(conv(path, out))
+        model = juliabridge.import_lux(path, **kw)
+    y = np.asarray(model(np.load(req["x"])))
+    return {"outcome": "ok", "shape": list(y.shape), "value": y.astype(np.float64).tolist()}
+
+
 def main() -> None:
     """Serve requests until stdin closes."""
     for line in sys.stdin:
         req = json.loads(line)
         try:
-            reply = run_cli(req) if req.get("cli") else run(req)
+            if req.get("export"):
+                reply = run_export(req)
+            else:
+                reply = run_cli(req) if req.get("cli") else run(req)
         except juliabridge.JuliaBridgeError as e:
             reply = {"outcome": "error", "cls": type(e).__name__, "message": str(e)}
         except Exception as e:

@@ -388,3 +388,10 @@ def test_architecture_quotes_verify_s_mismatch_line() -> None:
     assert quoted
     for whose in quoted:
         assert f'"{whose}"' in source, whose
+
+
+def test_the_test_files_the_readme_names_exist() -> None:
+    named = set(re.findall(r"\btests/[\w/]+\.py\b", _flat(README)))
+    assert "tests/test_readme.py" in named
+    for path in named:
+        assert (REPO / path).is_file(), path

@@ -156,7 +156,10 @@ def _write(tmp_path: Path, text: str, n_args: int, echo: int | None, name: str) 
         name="echoes",
         mlir_text=text,
         arguments=[ArgumentSpec("input", [i + 1], v) for i, v in enumerate(x)],
-        result_paths=[[] if echo is not None else [["output", 1]], [["output", 2]]],
+        # an echo has no path of its own; the outputs are numbered 1.. among the others
+        result_paths=[[], [["output", 1]]]
+        if echo is not None
+        else [[["output", 1]], [["output", 2]]],
         result_echoes=[echo, None],
         overwrite=True,
     )
@@ -180,6 +183,7 @@ def test_an_echo_claim_must_name_the_argument_returned(tmp_path: Path, returned:
     def claim(m: dict) -> None:
         m["results"][0]["paths"] = []
         m["results"][0]["echo_of"] = claimed
+        m["results"][1]["paths"] = [["output", 1]]
 
     edit_manifest(path, claim)
     with pytest.raises(juliabridge.SignatureMismatchError) as e:

@@ -37,7 +37,7 @@ Knobs (environment variables):
 - JB_FUZZ_CASE_TIMEOUT: seconds one case may take before it counts as a hang (default 60).
 - JB_FUZZ_MESSAGES: a path; every error message is appended there (JSON lines), to review.
 
-A longer run, as recorded in docs/reliability.md:
+A longer run, as recorded in docs/logs/fuzz-runs.md:
 
     JB_FUZZ_EXAMPLES=100000 JB_FUZZ_SEED=1 JB_FUZZ_REPORT=fuzz.json \\
         python -m pytest tests/test_fuzz.py -q -p no:cacheprovider

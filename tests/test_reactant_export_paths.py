@@ -27,7 +27,12 @@ from hypothesis import strategies as st
 
 import juliabridge
 from juliabridge.cli.commands import main
-from juliabridge.errors import BundleError, ManifestError, UnsafeBundleError
+from juliabridge.errors import (
+    BundleError,
+    ManifestError,
+    SignatureMismatchError,
+    UnsafeBundleError,
+)
 from juliabridge.exitcodes import OK
 from juliabridge.reactant_export.convert import convert_export
 from juliabridge.reactant_export.directory import is_export_dir, open_export
@@ -375,7 +380,7 @@ def test_bool_stored_as_another_byte_refused(tmp_path: Path) -> None:
     with zipfile.ZipFile(npz, "w") as z:
         for n, data in members.items():
             z.writestr(n, data)
-    with pytest.raises(BundleError, match=r"arr_2\.npy\): Bool element 2 is stored as byte 2"):
+    with pytest.raises(SignatureMismatchError, match=r"arr_2\.npy\): Bool element 2 is stored as"):
         juliabridge.import_lux(d)
 
 

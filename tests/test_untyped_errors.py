@@ -175,3 +175,23 @@ def test_complex_cbrt_is_the_principal_cube_root_on_lax_and_xla() -> None:
         # spec.md#cbrt: the principal root, exp(log(z) / 3); (-27)^(1/3) = 3 e^(i pi / 3)
         np.testing.assert_allclose(got, want, rtol=2e-6)
         np.testing.assert_allclose(got[1], 3 * np.exp(1j * np.pi / 3), rtol=2e-6)
+
+
+def test_placing_on_a_mesh_numpy_cannot_shape_is_a_call_argument_error() -> None:
+    # read_script refuses such a mesh (test_pinned_reactant_script); a script made otherwise
+    # must still end in a typed error, not numpy's ValueError from the device grid's reshape.
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from juliabridge import CallArgumentError
+    from juliabridge.reactant_export.pyscript import ExportScript, Mesh
+    from juliabridge.reactant_export.sharding import place
+
+    names = tuple(f"x{i}" for i in range(70))
+    script = ExportScript(
+        Path("f.py"), "f", "f_0.mlir", None, (), meshes={"mesh0": Mesh("mesh0", (1,) * 70, names)}
+    )
+    with pytest.raises(CallArgumentError) as e:
+        place(SimpleNamespace(script=script), [])
+    msg = str(e.value)
+    assert msg.startswith("f.py: mesh0 (70 axes) cannot be built from 1 devices (ValueError: ")

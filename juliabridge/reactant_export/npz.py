@@ -24,7 +24,7 @@ import numpy as np
 from .. import dtypes
 from ..bundle.manifest import MAX_TENSOR_BYTES
 from ..bundle.weights import check_memory
-from ..errors import BundleError, UnsafeBundleError
+from ..errors import BundleError, SignatureMismatchError, UnsafeBundleError
 from ..stablehlo import TensorSpec
 from .files import opened
 
@@ -141,11 +141,11 @@ def _read_member(
         raw = np.frombuffer(data, dtype=np.uint8)
         bad = np.flatnonzero(raw > 1)
         if bad.size:
-            raise _member_error(
-                path,
-                key,
-                f"Bool element {int(bad[0])} is stored as byte {int(raw[bad[0]])}; a Bool is "
-                "stored as 0 or 1, so the npz is corrupt or forged",
+            # SignatureMismatchError, as bundle weights (bundle/weights decode): both routes
+            # judge a stored Bool byte alike.
+            raise SignatureMismatchError(
+                f"{path} ({key}.npy): Bool element {int(bad[0])} is stored as byte "
+                f"{int(raw[bad[0]])}; a Bool is stored as 0 or 1, so the npz is corrupt or forged"
             )
     flat = np.frombuffer(data, dtype=dtype)
     arr = flat.reshape(shape, order="F" if fortran else "C")
@@ -160,6 +160,7 @@ def read_inputs(path: Path, keys: Sequence[str], specs: Sequence[TensorSpec]) ->
         BundleError: not a zip of .npy members, a member missing, extra or disagreeing with
             its spec, or larger than the bounds.
         UnsafeBundleError: a symlink, not a regular file, or a member with an object dtype.
+        SignatureMismatchError: a Bool stored as a byte other than 0 or 1 (as bundle weights).
     """
     with opened(path, "the inputs npz") as (fd, _), os.fdopen(os.dup(fd), "rb") as fh:
         _check_directory(fh, path, len(keys))

@@ -11,6 +11,7 @@ import jax
 import numpy as np
 
 from ..errors import CallArgumentError
+from ..shown import clipped
 from .pyscript import ExportScript
 
 
@@ -57,8 +58,14 @@ def place(
                 f"{script.path}: {m.name} needs {need} devices ({axes}), only {len(devs)} "
                 "given; pass devices= or run on a machine with more"
             )
-        grid = np.array(devs[:need], dtype=object).reshape(m.axis_sizes)
-        meshes[m.name] = jax.sharding.Mesh(grid, m.axis_names)
+        try:  # read_script bounds the axes; a mesh numpy or JAX still refuses stays typed
+            grid = np.array(devs[:need], dtype=object).reshape(m.axis_sizes)
+            meshes[m.name] = jax.sharding.Mesh(grid, m.axis_names)
+        except (ValueError, TypeError) as e:
+            raise CallArgumentError(
+                f"{script.path}: {m.name} ({len(m.axis_sizes)} axes) cannot be built from "
+                f"{need} devices ({type(e).__name__}: {clipped(str(e), 200)})"
+            ) from e
     out = []
     for k, x in enumerate(inputs):
         p = script.placements.get(k)
