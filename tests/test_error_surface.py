@@ -139,7 +139,7 @@ def test_enzyme_missing(bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         juliabridge.import_lux(bundle, backend="enzyme")
     actionable(str(info.value), "enzyme-ad", "CPython 3.11", "backend='xla'")
     # "auto" picks lax, and falls back to xla (not enzyme) where enzyme-ad is missing.
-    monkeypatch.setattr("juliabridge.backends.enzyme_available", lambda: False)
+    monkeypatch.setattr("juliabridge.backends.select.enzyme_available", lambda: False)
     assert juliabridge.import_lux(bundle).fn.backend_name == "lax"
     from juliabridge.errors import UnsupportedOpError
 

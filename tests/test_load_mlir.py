@@ -155,7 +155,7 @@ def test_module_is_serialized_once_per_load(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_auto_backend_prefers_lax_then_enzyme_then_xla(monkeypatch: pytest.MonkeyPatch) -> None:
-    from juliabridge.backends import enzyme_available
+    from juliabridge.backends.enzyme import enzyme_available
     from juliabridge.errors import UnsupportedOpError
 
     fn = juliabridge.load_mlir(REACTANT_LIKE)

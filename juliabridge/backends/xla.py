@@ -2,7 +2,7 @@
 
 Reverse mode comes from a VJP module (spec §5): one shipped in a bundle, or derived once through
 the lax backend, or, where the module does not lift, by the fallback deriver the backend is given
-(`derive_vjp=`) or the one registered with `set_fallback_vjp` (backends/__init__.py registers
+(`derive_vjp=`) or the one registered with `set_fallback_vjp` (backends/select.py registers
 Enzyme's, which answers None where enzyme-ad is not importable). Forward mode is not available
 on this backend. This module never imports the enzyme backend.
 """

@@ -4,59 +4,15 @@ At load time the module is *lifted*: every op becomes a Python implementation bu
 `jax.lax` (program.py, ops/); at call time the lifted program is evaluated on JAX values
 (evaluate.py), so JAX itself traces, differentiates, batches, shards and lowers it — every
 transformation, every order, on every platform JAX runs on, with no foreign call in between.
+
+Every lift rule is registered in one place: ``ops/__init__.py`` imports each op-family file,
+whose ``@lifts`` decorators fill ``registry.RULES``; ``backend.py``
+imports ``ops`` before anything is lifted, so the table is complete whatever was imported first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import jax
-
-from ...errors import TransformError
-from ...jaxinternals import ir, make_context, x64_scope
-from ...stablehlo import StableHLOModule
-from . import ops  # noqa: F401  (registers every lift function)
-from .attrs import resource_blobs
-from .evaluate import run_function
-from .program import Program
+from .backend import LaxBackend, lift
 from .registry import RULES
 
 __all__ = ["RULES", "LaxBackend", "lift"]
-
-
-def lift(module: StableHLOModule) -> Program:
-    """Lift `module` (raises UnsupportedOpError naming the first op that cannot be lifted)."""
-    parsed = getattr(module, "parsed", None)
-    if parsed is not None:
-        with parsed.context:
-            return Program(parsed, origin=module.origin, resources=resource_blobs(module.text))
-    with make_context(allow_unregistered=True):
-        parsed = ir.Module.parse(module.text)
-        return Program(parsed, origin=module.origin, resources=resource_blobs(module.text))
-
-
-class LaxBackend:
-    """Evaluates the lifted module with JAX primitives; JAX's rules do the rest."""
-
-    name = "lax"
-    #: ImportedFunction calls `call` directly (no juliabridge primitive around it).
-    traceable = True
-    fallback_reason: str | None = None
-
-    def __init__(self, module: StableHLOModule, *, trust: bool = False) -> None:
-        self.module = module
-        self.trust = trust
-        self.program = lift(module)
-
-    def call(self, *args: jax.Array) -> tuple[jax.Array, ...]:
-        """Run @main on checked arguments; traceable by every JAX transformation."""
-        with x64_scope():
-            return tuple(run_function(self.program.main, args))
-
-    def jvp_function(self) -> Callable[..., tuple[jax.Array, ...]]:
-        """Not used: JAX differentiates `call` itself."""
-        raise TransformError("the lax backend is differentiated by JAX directly")
-
-    def vjp_function(self) -> Callable[..., tuple[jax.Array, ...]]:
-        """Not used: JAX differentiates `call` itself."""
-        raise TransformError("the lax backend is differentiated by JAX directly")

@@ -1,6 +1,11 @@
-"""Lift functions, one module per op family; importing this package registers them all."""
+"""Lift functions, one module per op family.
 
-from . import (  # noqa: F401
+This is the one place the lax backend's rules are registered: importing this package imports
+every family file below, and each file's ``@lifts`` decorators add its ops to
+``registry.RULES``. A new family file is added to this import.
+"""
+
+from . import (  # noqa: F401  (imported to register their rules)
     calls,
     chlo,
     control,
