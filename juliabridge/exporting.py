@@ -20,13 +20,13 @@ from typing import Any
 
 import jax
 
-from . import dtypes
 from .bundle.files.atomic import replace_file
 from .bundle.manifest import MANIFEST_NAME
 from .errors import CallArgumentError, SaveError, TransformError
 from .function import ImportedFunction
 from .lux.model import LuxModel
 from .lux.trees import build_tree
+from .support import dtypes
 
 WEIGHTS = ("constants", "arguments")
 

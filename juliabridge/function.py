@@ -12,11 +12,11 @@ import jax
 import numpy as np
 from jax.export import is_symbolic_dim
 
-from . import dtypes
 from .backends import Backend, make_backend, resolve_backend_name
 from .errors import CallArgumentError
-from .jaxinternals import ARRAY_IMPL
 from .stablehlo import StableHLOModule, TensorSpec, parse_module
+from .support import dtypes
+from .support.jaxinternals import ARRAY_IMPL
 from .transforms import CallTarget, call_p
 from .transforms.typed_errors import Compiled
 

@@ -107,7 +107,7 @@ def run(req: dict[str, Any]) -> dict[str, Any]:
 def run_cli(req: dict[str, Any]) -> dict[str, Any]:
     """``juliabridge ARGV`` in this process, and what the library says about the same bundle."""
     from juliabridge import cli, verify
-    from juliabridge.exitcodes import exit_code
+    from juliabridge.support.exitcodes import exit_code
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from juliabridge.jaxinternals import ir, make_context
 from juliabridge.stablehlo.policy import allowed_custom_calls
 from juliabridge.stablehlo.sanitize import walk
+from juliabridge.support.jaxinternals import ir, make_context
 
 L = jax.lax.linalg
 ADMITTED = allowed_custom_calls()

@@ -1,4 +1,4 @@
-"""Every helper process starts through juliabridge.childproc (docs/reliability.md §1).
+"""Every helper process starts through juliabridge.support.childproc (docs/reliability.md §1).
 
 Issue 27's escape: the portable-artifact reader ran ``python -P`` with the caller's environment
 and working directory, so with ``''`` in ``PYTHONPATH`` and the working directory at the bundle
@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 
 import juliabridge
-from juliabridge import childproc
 from juliabridge.bundle.weights import _worker
 from juliabridge.stablehlo import artifact
+from juliabridge.support import childproc
 
 PACKAGE = Path(juliabridge.__file__).resolve().parent
 
@@ -42,7 +42,7 @@ STARTERS = {
 #: Where a direct start is allowed, and why.
 ALLOWED = {
     # The one function every helper goes through.
-    "childproc.py": "the helper starter itself",
+    "support/childproc.py": "the helper starter itself",
     # Runs `julia` on the user's own script or model, with the user's environment on purpose
     # (JULIA_DEPOT_PATH, JULIA_PROJECT, proxies, ...): nothing from an untrusted bundle is read.
     "driver/process.py": "the user's own julia, deliberately with the user's environment",
@@ -114,7 +114,7 @@ def test_every_process_start_in_the_package_goes_through_childproc() -> None:
             continue
         for line, name in _process_starts(ast.parse(path.read_text(), str(path))):
             bypasses.append(f"juliabridge/{rel}:{line}: {name}")
-    assert not bypasses, "start helper processes with juliabridge.childproc:\n" + "\n".join(
+    assert not bypasses, "start helper processes with juliabridge.support.childproc:\n" + "\n".join(
         bypasses
     )
     # And the three helpers do use it (the scan above would pass on code that starts nothing).

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from juliabridge import childproc
+from juliabridge.support import childproc
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -103,7 +103,7 @@ DRIVER = textwrap.dedent(
     resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
     sys.path.insert(0, sys.argv[2])
     import importlib.util
-    spec = importlib.util.spec_from_file_location("cp", sys.argv[2] + "/juliabridge/childproc.py")
+    spec = importlib.util.spec_from_file_location("cp", sys.argv[2] + "/juliabridge/support/childproc.py")
     cp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cp)
     out = {}

@@ -75,7 +75,7 @@ def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
         check=False,
         cwd=Path(__file__).resolve().parents[1],
     )
-    assert proc.returncode == 10  # BundleError (juliabridge/exitcodes.py)
+    assert proc.returncode == 10  # BundleError (juliabridge/support/exitcodes.py)
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "WARNING" not in ln]
     assert len(lines) == 1, proc.stderr
     assert "Traceback" not in proc.stderr

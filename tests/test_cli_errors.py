@@ -1,5 +1,5 @@
 """The command line under hostile and broken input: one escaped line per error, one exit code
-per error class (juliabridge/exitcodes.py), the same table in --help, README and docs."""
+per error class (juliabridge/support/exitcodes.py), the same table in --help, README and docs."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import pytest
 from juliabridge.bundle.files.checksum import sha256_file
 from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
 from juliabridge.cli import commands as cli
-from juliabridge.exitcodes import EXIT_CODES, exit_code, safe, table_markdown, table_text
+from juliabridge.support.exitcodes import EXIT_CODES, exit_code, safe, table_markdown, table_text
 from tests.bundle_factory import edit_manifest, make_dense_bn
 from tests.conftest import require_backend
 

@@ -1,7 +1,7 @@
 """What a new user meets at the command line (issue 29): usage errors on one line with exit 2,
 help that describes what each command does, and messages that fit the command and the bundle.
 
-Exit codes come from the one table (juliabridge/exitcodes.py), never spelled here as numbers.
+Exit codes come from the one table (juliabridge/support/exitcodes.py), never spelled here as numbers.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 import juliabridge
 from juliabridge.cli import commands as cli
 from juliabridge.errors import JuliaBridgeError
-from juliabridge.exitcodes import EXIT_CODES, MISMATCH, OK, USAGE
+from juliabridge.support.exitcodes import EXIT_CODES, MISMATCH, OK, USAGE
 from tests.bundle_factory import dense_bn_arrays, edit_manifest, make_dense_bn
 
 REPO = Path(__file__).resolve().parents[1]

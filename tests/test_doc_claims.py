@@ -286,7 +286,7 @@ def test_bench_parse_memory_defaults_stay_within_or_raise_the_op_budget() -> Non
 
 def test_exit_codes_quoted_in_prose_are_the_table_s() -> None:
     from juliabridge import errors
-    from juliabridge.exitcodes import EXIT_CODES, USAGE, exit_code
+    from juliabridge.support.exitcodes import EXIT_CODES, USAGE, exit_code
 
     codes = {row.code for row in EXIT_CODES}
     by_class = {

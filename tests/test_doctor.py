@@ -98,7 +98,7 @@ def test_a_failed_probe_reports_the_first_line_of_its_error(
         raise RuntimeError("x" * 400 + "\nmore")
 
     monkeypatch.setattr("juliabridge.driver.process.find_julia", missing)
-    monkeypatch.setattr("juliabridge.jaxinternals._export_module", broken)
+    monkeypatch.setattr("juliabridge.support.jaxinternals._export_module", broken)
     r = doctor.report()
     julia = {c.name: c for c in r.julia}["julia"]
     assert (julia.ok, julia.detail) == (False, "JuliaUnavailable: no Julia found")

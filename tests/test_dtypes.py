@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import juliabridge
-from juliabridge import dtypes
+from juliabridge.support import dtypes
 
 ALL_TYPES = list(dtypes.MLIR_TO_NUMPY)
 

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from juliabridge.backends.lax.valtypes import ELEMENT_TYPES
-from juliabridge.dtypes import MLIR_TO_NUMPY
 from juliabridge.stablehlo.elementtypes import REFUSED
+from juliabridge.support.dtypes import MLIR_TO_NUMPY
 from tests.conftest import BACKENDS
 
 REPO = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ numbers (each adds to the output how many of its values differ from numpy's). Ca
 rule names, never load. Cases of the `cli` family run ``juliabridge inspect/verify`` in the
 child on a bundle with hostile strings (terminal control sequences, rich markup) plus another
 family's mutation; the command must exit with the code the library's outcome maps to
-(juliabridge/exitcodes.py, never 70), print one error line, and print nothing a terminal acts
+(juliabridge/support/exitcodes.py, never 70), print one error line, and print nothing a terminal acts
 on.
 
 Anything else fails the test: another exception type, a reply that says "juliabridge bug", a
@@ -71,7 +71,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from juliabridge.exitcodes import EXIT_CODES
+from juliabridge.support.exitcodes import EXIT_CODES
 from tests.bundle_factory import make_dense_bn
 from tests.conftest import require_backend
 from tests.fuzz_attacks import (

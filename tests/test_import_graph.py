@@ -26,11 +26,7 @@ LAYERS: dict[str, int] = {
     "juliabridge._version": 0,
     "juliabridge.errors": 0,
     "juliabridge.shown": 0,
-    "juliabridge.dtypes": 1,
-    "juliabridge.exitcodes": 1,
-    "juliabridge.jaxinternals": 1,
-    "juliabridge.progress": 1,
-    "juliabridge.childproc": 1,
+    "juliabridge.support": 1,
     "juliabridge.stablehlo": 2,
     "juliabridge.bundle.files": 3,
     "juliabridge.bundle.manifest": 4,
@@ -213,7 +209,7 @@ def test_the_checks_can_fail() -> None:
     # And the real graph is not empty (a parser that found nothing would pass the checks).
     graph, _ = _graph()
     assert "juliabridge.backends.xla" in graph["juliabridge.backends"]
-    assert "juliabridge.errors" in graph["juliabridge.dtypes"]
+    assert "juliabridge.errors" in graph["juliabridge.support.dtypes"]
     # A function-level import and one under TYPE_CHECKING count too.
     assert "juliabridge.reactant_export.sharding" in graph["juliabridge.reactant_export.directory"]
     assert "juliabridge.lux.model" in graph["juliabridge.driver.session"]
@@ -227,3 +223,28 @@ def test_the_architecture_doc_prints_the_same_floors() -> None:
         for room in re.findall(r"`([\w.]+)`", rooms):
             doc[room] = int(floor)
     assert doc == LAYERS, "docs/architecture.md's floor table differs from LAYERS"
+
+
+#: The package root: public entry points and the package-wide error types; plumbing lives in
+#: juliabridge/support/.
+ROOT_MODULES = {
+    "__init__",
+    "__main__",
+    "_version",
+    "equinox",
+    "errors",
+    "exporting",
+    "flax",
+    "function",
+    "importers",
+    "shown",
+    "verification",
+}
+
+
+def test_the_package_root_holds_only_the_listed_modules() -> None:
+    found = {p.stem for p in PACKAGE.glob("*.py")}
+    assert found == ROOT_MODULES, (
+        f"modules added at the root: {sorted(found - ROOT_MODULES)}, gone: "
+        f"{sorted(ROOT_MODULES - found)}; plumbing belongs in juliabridge/support/"
+    )

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from juliabridge import jaxinternals as ji
+from juliabridge.support import jaxinternals as ji
 
 TEXT = """module {
   func.func @main(%arg0: tensor<3xf32>, %arg1: tensor<3xf32>) -> (tensor<3xf32>, tensor<f32>) {
@@ -95,7 +95,7 @@ def test_a_module_of_lazily_loaded_dialects_serializes(tmp_path: Path) -> None:
     script = tmp_path / "serialize.py"
     script.write_text(
         "import sys\n"
-        "from juliabridge import jaxinternals as ji\n"
+        "from juliabridge.support import jaxinternals as ji\n"
         f"text = {GENERIC!r}\n"
         "with ji.make_context():\n"
         "    data = ji.serialize_portable(ji.ir.Module.parse(text))\n"

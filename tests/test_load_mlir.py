@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import juliabridge
-from juliabridge import jaxinternals
+from juliabridge.support import jaxinternals
 
 # What Reactant prints: a truncated module name that is not a valid symbol, Enzyme-JAX
 # attributes on the function, its arguments and ops (including #enzymexla<...> values that

@@ -62,7 +62,7 @@ def test_spec_example_is_a_valid_manifest() -> None:
 
 def test_spec_documents_every_dtype() -> None:
     text = SPEC.read_text()
-    for t in juliabridge.dtypes.MLIR_TO_NUMPY:
+    for t in juliabridge.support.dtypes.MLIR_TO_NUMPY:
         assert t in text, t
 
 

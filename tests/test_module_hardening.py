@@ -33,10 +33,10 @@ from juliabridge.errors import (
     ResourceLimitError,
     UnsupportedModuleError,
 )
-from juliabridge.jaxinternals import custom_call_allowlist, ir, make_context
 from juliabridge.stablehlo import nesting, parse_module
 from juliabridge.stablehlo.contracts import CONTRACTS
 from juliabridge.stablehlo.policy import allowed_custom_calls, carries_code
+from juliabridge.support.jaxinternals import custom_call_allowlist, ir, make_context
 from tests.conftest import require_backend
 from tests.mlir_snippets import ADMITTED, DTYPES, L, custom_calls, lowerings, mutations, standalone
 

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from jaxlib.mlir.dialects import stablehlo
 
-from juliabridge import childproc
 from juliabridge.errors import MLIRParseError, UnsupportedModuleError
 from juliabridge.stablehlo import _artifact_child as child
 from juliabridge.stablehlo import artifact
+from juliabridge.support import childproc
 
 MODULE = (
     "func.func public @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n"

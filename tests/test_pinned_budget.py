@@ -335,8 +335,8 @@ def test_case_branches_counted_through_calls(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_element_bytes_are_numpys_itemsize() -> None:
     # Every element type juliabridge passes to JAX, and the narrow and wide ones it does not.
-    from juliabridge import dtypes
-    from juliabridge.jaxinternals import ir, make_context
+    from juliabridge.support import dtypes
+    from juliabridge.support.jaxinternals import ir, make_context
 
     with make_context():
         for name, np_dtype in dtypes.MLIR_TO_NUMPY.items():

@@ -2,7 +2,7 @@
 
 docs/reliability.md's table is read here as an independent statement of which error class
 ends in which code; every code is then observed through `juliabridge.cli.main` in-process (a
-command that raises the error), not looked up in juliabridge/exitcodes.py's own table.
+command that raises the error), not looked up in juliabridge/support/exitcodes.py's own table.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 import juliabridge.errors
 from juliabridge.cli import commands as cli
-from juliabridge.exitcodes import EXIT_CODES, safe
+from juliabridge.support.exitcodes import EXIT_CODES, safe
 from juliabridge.verification import ResultCheck, VerifyReport
 
 REPO = Path(__file__).resolve().parents[1]

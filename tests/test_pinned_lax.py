@@ -1024,7 +1024,7 @@ def test_element_type_names_for_messages() -> None:
 def test_getters_return_the_default_only_when_the_attribute_is_absent(
     rules: dict[str, Rule],
 ) -> None:
-    from juliabridge.jaxinternals import ir
+    from juliabridge.support.jaxinternals import ir
 
     seen: dict[str, Any] = {}
     marker = object()
@@ -1195,7 +1195,7 @@ def test_dense_decodes_the_printed_form_too() -> None:
 def test_integer_and_boolean_arrays_decode_without_the_bindings_downcast() -> None:
     # an attribute the bindings hand over as a plain ir.Attribute decodes as its concrete kind
     from juliabridge.backends.lax import attrs
-    from juliabridge.jaxinternals import ir, make_context
+    from juliabridge.support.jaxinternals import ir, make_context
 
     with make_context():
         for text, want in [
@@ -1457,7 +1457,7 @@ def _trapping_main(module: Any, args: list[np.ndarray]) -> list[list[Any]]:
     as XLA's constant folder divides: x / 0 and INT_MIN / -1 raise ArithmeticError. It knows
     only the ops of a guarded division (constant, compare EQ, and, or, select, divide,
     remainder, return) and refuses any other."""
-    from juliabridge.jaxinternals import ir
+    from juliabridge.support.jaxinternals import ir
 
     with module.parsed.context:
         (main,) = (o.operation for o in module.parsed.body.operations)

@@ -853,7 +853,7 @@ def test_the_hdf5_worker_switch_reads_the_environment(
 def test_the_reader_is_started_from_its_own_file_with_no_plugin_path_and_one_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from juliabridge import childproc
+    from juliabridge.support import childproc
 
     monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
     harness = serve_here(monkeypatch)

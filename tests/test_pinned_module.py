@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from juliabridge import dtypes
 from juliabridge.errors import (
     MLIRParseError,
     ModuleContractError,
@@ -18,6 +17,7 @@ from juliabridge.errors import (
     UnsupportedModuleError,
 )
 from juliabridge.stablehlo import TensorSpec, module, parse_module
+from juliabridge.support import dtypes
 
 ADD = (
     "func.func public @main(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {\n"

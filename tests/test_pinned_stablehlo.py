@@ -135,13 +135,13 @@ def test_every_refused_target_is_named_sorted_with_the_first_ones_call_site() ->
 
 
 def test_the_admitted_kernel_targets_are_the_stable_ones_with_a_contract() -> None:
-    from juliabridge.jaxinternals import custom_call_allowlist
     from juliabridge.stablehlo.contracts import contract_targets
     from juliabridge.stablehlo.policy import (
         allowed_custom_calls,
         carries_code,
         check_custom_calls,
     )
+    from juliabridge.support.jaxinternals import custom_call_allowlist
 
     admitted = allowed_custom_calls()
     assert admitted, "jaxlib's stable list shares no target with contracts.py"
@@ -153,9 +153,9 @@ def test_the_admitted_kernel_targets_are_the_stable_ones_with_a_contract() -> No
 
 
 def test_a_stable_target_without_a_contract_is_refused_naming_the_contract_table() -> None:
-    from juliabridge.jaxinternals import custom_call_allowlist
     from juliabridge.stablehlo.contracts import contract_targets
     from juliabridge.stablehlo.policy import carries_code
+    from juliabridge.support.jaxinternals import custom_call_allowlist
 
     stable = sorted(
         t for t in custom_call_allowlist() if t not in contract_targets() and not carries_code(t)

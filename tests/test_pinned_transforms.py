@@ -516,8 +516,8 @@ def test_registered_rules_run_eagerly_and_inlined_with_typed_failures(no_debug: 
     # registration on a fresh primitive shows what they do: an eager bind runs the backend's
     # jitted entry, a bind under jit lowers its traceable function into the caller's program,
     # and a failure of either is typed and names the module and the derivative.
-    from juliabridge.jaxinternals import make_primitive
     from juliabridge.stablehlo import TensorSpec
+    from juliabridge.support.jaxinternals import make_primitive
     from juliabridge.transforms import primitives
     from juliabridge.transforms.call_target import CallTarget
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import juliabridge
-from juliabridge import progress
 from juliabridge.examples import lenet_bundle
+from juliabridge.support import progress
 
 
 class _Terminal(io.StringIO):

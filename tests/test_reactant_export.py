@@ -404,7 +404,7 @@ def test_results_not_determined_names_the_override(tmp_path: Path) -> None:
 
 def test_convert_then_bundle_tools(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from juliabridge.cli.commands import main
-    from juliabridge.exitcodes import OK
+    from juliabridge.support.exitcodes import OK
 
     spec = luxmodels.batchnorm_model(mode="train", batch=4)
     d = write_lux_export(tmp_path / "exp", spec)

@@ -33,10 +33,10 @@ from juliabridge.errors import (
     SignatureMismatchError,
     UnsafeBundleError,
 )
-from juliabridge.exitcodes import OK
 from juliabridge.reactant_export.convert import convert_export
 from juliabridge.reactant_export.directory import is_export_dir, open_export
 from juliabridge.reactant_export.pyscript import declared_arguments, read_script
+from juliabridge.support.exitcodes import OK
 from tests.pinned_support import lower
 from tests.reactant_export_writer import ArgInfo, Export, render_script, write_export
 

@@ -24,8 +24,8 @@ import pytest
 
 import juliabridge
 from juliabridge.errors import ResourceLimitError, UnsupportedModuleError
-from juliabridge.jaxinternals import ir, make_context
 from juliabridge.stablehlo.budget import AttributeData
+from juliabridge.support.jaxinternals import ir, make_context
 
 REPO = Path(__file__).resolve().parents[1]
 

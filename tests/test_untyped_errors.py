@@ -104,14 +104,16 @@ def test_well_formed_shardings_load_and_read(sharding: str, pieces: tuple[int, .
 
 
 def test_juliabridges_own_failure_is_not_blamed_on_xla() -> None:
-    from juliabridge import dtypes
+    from juliabridge.support import dtypes
 
     run = typed("m.bundle", None, dtypes.to_numpy, capture=False)
     with pytest.raises(ExecutionError) as e:
-        run("no-such-type")  # a KeyError raised in juliabridge/dtypes.py
+        run("no-such-type")  # a KeyError raised in juliabridge/support/dtypes.py
     msg = str(e.value)
     assert msg.startswith("m.bundle: juliabridge itself failed while preparing or running")
-    assert "KeyError" in msg and "juliabridge/dtypes.py:" in msg and "XLA could not" not in msg
+    assert (
+        "KeyError" in msg and "juliabridge/support/dtypes.py:" in msg and "XLA could not" not in msg
+    )
 
 
 # --- refusals that name the real reason -------------------------------------------------------

@@ -344,7 +344,7 @@ def test_upgrade_command_error_is_one_line(
 ) -> None:
     assert (
         main(["upgrade", str(tmp_path / "missing.bundle")]) == 10
-    )  # BundleError (juliabridge/exitcodes.py)
+    )  # BundleError (juliabridge/support/exitcodes.py)
     err = capsys.readouterr().err
     assert "juliabridge upgrade: error:" in err and "no such bundle directory" in err
 

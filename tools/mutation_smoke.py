@@ -101,7 +101,7 @@ TESTS_FOR = {
         "tests/test_doctor.py",
         "tests/test_cli.py::test_demo_runs_the_shipped_example",
     ],
-    "juliabridge/exitcodes.py": ["tests/test_pinned_cli.py"],
+    "juliabridge/support/exitcodes.py": ["tests/test_pinned_cli.py"],
     "juliabridge/stablehlo/": [
         "tests/test_pinned_stablehlo.py",
         "tests/test_pinned_module.py",
@@ -146,7 +146,7 @@ TESTS_FOR = {
         "tests/test_recorded_shardings.py",
     ],
     "juliabridge/function.py": ["tests/test_pinned_calls.py", "tests/test_pinned_batch.py"],
-    "juliabridge/dtypes.py": ["tests/test_pinned_calls.py", "tests/test_pinned_batch.py"],
+    "juliabridge/support/dtypes.py": ["tests/test_pinned_calls.py", "tests/test_pinned_batch.py"],
     "juliabridge/backends/lax/": ["tests/test_pinned_lax.py", "tests/lax/test_framework.py"],
     "juliabridge/backends/lax/ops/elementwise.py": [
         "tests/test_pinned_lax.py",

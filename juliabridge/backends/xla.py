@@ -13,9 +13,12 @@ from collections.abc import Callable
 
 import jax
 
-from .. import dtypes
 from ..errors import TransformError, UnsupportedModuleError
-from ..jaxinternals import (
+from ..stablehlo import StableHLOModule, TensorSpec, parse_module
+from ..stablehlo.contracts import check_platform
+from ..stablehlo.policy import check_kernel_targets
+from ..support import dtypes
+from ..support.jaxinternals import (
     build_exported,
     current_platform,
     initialize_lapack,
@@ -23,9 +26,6 @@ from ..jaxinternals import (
     make_context,
     serialize_portable,
 )
-from ..stablehlo import StableHLOModule, TensorSpec, parse_module
-from ..stablehlo.contracts import check_platform
-from ..stablehlo.policy import check_kernel_targets
 from ..transforms.derive import vjp_module_text
 from .lax.rewrite import misread_by_xla, rewrite_through_lax
 

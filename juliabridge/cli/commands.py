@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .._version import __version__
-from ..exitcodes import INTERRUPTED, MISMATCH, OK, USAGE, report, safe, table_text
+from ..support.exitcodes import INTERRUPTED, MISMATCH, OK, USAGE, report, safe, table_text
 
 
 def _human_bytes(n: int) -> str:
@@ -54,11 +54,11 @@ def python_path(role: str, path: Sequence[int | str]) -> str:
 def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
     """Print producer, arguments, results and sizes of a bundle (or a Julia or Reactant export
     directory)."""
-    from .. import dtypes
     from ..bundle import open_bundle
     from ..bundle.manifest import REACTANT_EXPORTER
     from ..julia_export import DESCRIPTION_NAME, complete, is_julia_export
     from ..reactant_export.directory import is_export_dir
+    from ..support import dtypes
 
     export = None
     if is_julia_export(args.path):

@@ -109,7 +109,7 @@ def _backend_checks() -> list[Check]:
             )
         )
     try:
-        from ..jaxinternals import _export_module
+        from ..support.jaxinternals import _export_module
 
         _export_module()
         checks.append(Check("xla", True, TRANSFORMATIONS["xla"]))

@@ -4,7 +4,7 @@ The CLI always uses the `julia` subprocess route (juliabridge.driver.process); J
 running juliacall session are exported with juliabridge.export_lux instead.
 
 Errors print one readable line on stderr (no traceback) and give the exit code of their error
-class (juliabridge/exitcodes.py): 3 when no Julia is available, 4 for an export that failed,
+class (juliabridge/support/exitcodes.py): 3 when no Julia is available, 4 for an export that failed,
 2 for an invalid option value, 130 when interrupted.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import JuliaBridgeError
-from ..exitcodes import INTERRUPTED, USAGE, exit_code, for_cli, safe
+from ..support.exitcodes import INTERRUPTED, USAGE, exit_code, for_cli, safe
 
 EXIT_INTERRUPTED = INTERRUPTED
 

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import JuliaBridgeError, JuliaExportError, JuliaUnavailable
-from ..progress import enabled as progress_enabled
+from ..support.progress import enabled as progress_enabled
 
 #: UUID of the JuliaBridge.jl package (julia/Project.toml).
 JULIABRIDGE_UUID = "68228255-5dbd-4b1b-8e33-da13dc0231ec"

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import CallArgumentError, JuliaExportError, JuliaUnavailable
-from ..progress import enabled as progress_enabled
+from ..support.progress import enabled as progress_enabled
 from .handoff import export_in_subprocess
 from .process import JULIAPKG_JSON, ProgressDisplay, check_options
 

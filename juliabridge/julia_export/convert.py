@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import dtypes
 from ..backends import resolve_backend_name
 from ..bundle.manifest import default_tolerances
 from ..bundle.write.writer import ArgumentSpec, write_bundle
 from ..lux.model import LuxModel, bundle_model, check_layout
+from ..support import dtypes
 from .complete import complete
 
 

@@ -11,12 +11,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import dtypes, progress
 from ..backends import make_backend, resolve_backend_name
 from ..bundle import Bundle, open_bundle
 from ..bundle.manifest import ArgumentEntry, Manifest
 from ..errors import CallArgumentError, ExecutionError, JuliaBridgeError
 from ..function import ImportedFunction, all_concrete_arrays
+from ..support import dtypes, progress
 from ..transforms.sharding import device_conflict
 from ..transforms.typed_errors import Compiled
 from .batchsize import call_any_batch, check_fixed_shapes

@@ -18,11 +18,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from .. import dtypes
 from ..bundle.files import safefile
 from ..bundle.manifest import MANIFEST_NAME, LuxPath, load_manifest
 from ..bundle.weights import ReadRequest, open_weights, write_weights
 from ..errors import BundleError, CallArgumentError, ChecksumError, SaveError, UnsafeBundleError
+from ..support import dtypes
 from .trees import build_tree
 
 WEIGHTS_FORMAT = "juliabridge.weights"

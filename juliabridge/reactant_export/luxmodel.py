@@ -7,13 +7,13 @@ from collections.abc import Mapping, Sequence
 
 import jax
 
-from .. import dtypes
 from ..backends import make_backend, resolve_backend_name
 from ..bundle.bundle import Bundle
 from ..errors import BundleError
 from ..function import ImportedFunction
 from ..lux.model import LuxModel
 from ..lux.trees import build_tree
+from ..support import dtypes
 from .directory import ReactantExport, open_export
 from .luxmap import argument_entries, build_manifest, map_results, positions
 

@@ -21,11 +21,11 @@ from typing import BinaryIO
 
 import numpy as np
 
-from .. import dtypes
 from ..bundle.manifest import MAX_TENSOR_BYTES
 from ..bundle.weights import check_memory
 from ..errors import BundleError, SignatureMismatchError, UnsafeBundleError
 from ..stablehlo import TensorSpec
+from ..support import dtypes
 from .files import opened
 
 #: Largest .npy header accepted (numpy's own default limit).

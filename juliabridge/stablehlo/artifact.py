@@ -18,9 +18,9 @@ from pathlib import Path
 
 from jaxlib.mlir.dialects import stablehlo as _stablehlo
 
-from .. import childproc
 from ..errors import MLIRParseError, UnsupportedModuleError
-from ..jaxinternals import make_context
+from ..support import childproc
+from ..support.jaxinternals import make_context
 
 #: The VHLO version writers serialize to: StableHLO's version in jaxlib 0.10.2 (its
 #: get_current_version()), the oldest jaxlib juliabridge supports. jaxlib 0.12 writes it too.

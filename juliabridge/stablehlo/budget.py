@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..errors import ModuleContractError, ResourceLimitError
-from ..jaxinternals import ir
+from ..support.jaxinternals import ir
 from .callgraph import Function
 from .contracts import check_op, where
 

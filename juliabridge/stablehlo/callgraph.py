@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import ModuleContractError
-from ..jaxinternals import ir
+from ..support.jaxinternals import ir
 from .contracts import where
 from .sanitize import walk
 

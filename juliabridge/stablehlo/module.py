@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import dtypes
 from ..errors import JuliaBridgeError, MLIRParseError, ResourceLimitError, UnsupportedModuleError
-from ..jaxinternals import ir, make_context
+from ..support import dtypes
+from ..support.jaxinternals import ir, make_context
 from .budget import Limits, check_budget, host_memory, human
 from .callgraph import callees_first, functions
 from .elementtypes import check_element_types

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from ..errors import UnsupportedModuleError
-from ..jaxinternals import custom_call_allowlist
+from ..support.jaxinternals import custom_call_allowlist
 from .contracts import contract_targets
 from .lifted_custom_calls import lifted_targets
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..jaxinternals import ir
+from ..support.jaxinternals import ir
 
 # Attribute namespaces that only Reactant/Enzyme-JAX passes read.
 DROPPED_PREFIXES = ("enzymexla.", "enzyme.")

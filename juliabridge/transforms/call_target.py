@@ -8,8 +8,8 @@ from functools import cached_property
 import jax
 import numpy as np
 
-from .. import dtypes
 from ..stablehlo import TensorSpec
+from ..support import dtypes
 from .typed_errors import Compiled
 
 Arrays = tuple[jax.Array, ...]

@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import dtypes
 from ..stablehlo import TensorSpec
+from ..support import dtypes
 from .call_target import Arrays, Fn, is_differentiable
 
 Specs = Sequence[TensorSpec]

@@ -16,9 +16,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .. import dtypes
 from ..errors import TransformError
-from ..jaxinternals import ad, batching, jax_mlir, make_primitive
+from ..support import dtypes
+from ..support.jaxinternals import ad, batching, jax_mlir, make_primitive
 from .call_target import CallTarget
 from .sharding import unshard_leading_axis
 from .typed_errors import typed

@@ -13,7 +13,7 @@ from typing import Any
 
 import jax
 
-from juliabridge.jaxinternals import ir, make_context
+from juliabridge.support.jaxinternals import ir, make_context
 
 
 def _walk(op: ir.Operation) -> Iterator[ir.Operation]:

@@ -15,7 +15,7 @@ import numpy as np
 
 from juliabridge.backends.lax.attrs import dense
 from juliabridge.backends.lax.valtypes import ELEMENT_TYPES, TensorType, value_type
-from juliabridge.jaxinternals import ir, make_context
+from juliabridge.support.jaxinternals import ir, make_context
 
 ELEMENT_BY_NAME = {dt.name: dt for dt in ELEMENT_TYPES.values()}
 

@@ -75,7 +75,7 @@ def test_call_cycle_refused() -> None:
     with pytest.raises(UnsupportedModuleError, match=r"recurs|cycle"):
         juliabridge.load_mlir(text, backend="lax")
     from juliabridge.backends.lax.program import Program
-    from juliabridge.jaxinternals import ir, make_context
+    from juliabridge.support.jaxinternals import ir, make_context
 
     with make_context(), pytest.raises(UnsupportedModuleError, match=r"cycle \(@f -> @g -> @f\)"):
         Program(ir.Module.parse(text), origin="<t>", resources={})

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from juliabridge.dtypes import MLIR_TO_NUMPY
+from juliabridge.support.dtypes import MLIR_TO_NUMPY
 
 from .oracles import check_module, interpret, random_array, run_lax
 from .shape_helpers import check_grad, check_vmap, lax_fn, main

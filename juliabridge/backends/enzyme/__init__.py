@@ -28,17 +28,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import dtypes
 from ...errors import (
     BackendUnavailableError,
     JuliaBridgeError,
     TransformError,
     UnsupportedModuleError,
 )
-from ...jaxinternals import current_platform, initialize_lapack
 from ...stablehlo import StableHLOModule, TensorSpec, parse_module
 from ...stablehlo.contracts import check_platform
 from ...stablehlo.policy import check_kernel_targets
+from ...support import dtypes
+from ...support.jaxinternals import current_platform, initialize_lapack
 from ...transforms.derive import (
     jvp_from_primal,
     jvp_module_text,

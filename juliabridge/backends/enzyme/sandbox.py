@@ -31,8 +31,8 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
-from ... import childproc
 from ...errors import TransformError
+from ...support import childproc
 from ...transforms.typed_errors import debug_enabled
 
 MODES = {"jvp": "forward-mode", "vjp": "reverse-mode"}

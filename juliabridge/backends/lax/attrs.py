@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ...jaxinternals import ir
+from ...support.jaxinternals import ir
 from .valtypes import ELEMENT_TYPES, TensorType
 
 

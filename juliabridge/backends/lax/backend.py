@@ -7,8 +7,8 @@ from collections.abc import Callable
 import jax
 
 from ...errors import TransformError
-from ...jaxinternals import ir, make_context, x64_scope
 from ...stablehlo import StableHLOModule
+from ...support.jaxinternals import ir, make_context, x64_scope
 from . import ops  # noqa: F401  (registers every lift rule: ops/__init__.py, the one place)
 from .attrs import resource_blobs
 from .evaluate import run_function

@@ -16,7 +16,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from ...errors import TransformError
-from ...jaxinternals import ad, batching, jax_mlir, make_primitive
+from ...support.jaxinternals import ad, batching, jax_mlir, make_primitive
 
 _mark_p = make_primitive("juliabridge_reverse_unavailable")
 _mark_p.def_impl(lambda *xs, message: list(xs))

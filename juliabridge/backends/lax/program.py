@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import UnsupportedModuleError, UnsupportedOpError
-from ...jaxinternals import ir
+from ...support.jaxinternals import ir
 from .registry import RULES, Impl, OpView, location_of
 from .valtypes import TypeNotSupported, ValueType, value_type
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import UnsupportedOpError
-from ...jaxinternals import ir
+from ...support.jaxinternals import ir
 from . import attrs
 from .valtypes import TensorType, TupleType, TypeNotSupported, ValueType, value_type
 

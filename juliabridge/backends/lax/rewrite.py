@@ -40,11 +40,11 @@ from collections.abc import Callable
 
 import jax
 
-from ... import dtypes
 from ...errors import UnsupportedModuleError
-from ...jaxinternals import ir, make_context, x64_scope
 from ...stablehlo import StableHLOModule, parse_module
 from ...stablehlo.sanitize import walk
+from ...support import dtypes
+from ...support.jaxinternals import ir, make_context, x64_scope
 from .attrs import enum
 
 #: The ops rewritten before a module reaches Enzyme (see the module docstring).

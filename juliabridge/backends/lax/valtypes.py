@@ -1,6 +1,6 @@
 """MLIR types as the lax backend sees them: tensors (shape + numpy dtype), tuples and tokens.
 
-Boundary types (what crosses @main) are juliabridge.dtypes' 15; inside a module Reactant and
+Boundary types (what crosses @main) are juliabridge.support.dtypes' 15; inside a module Reactant and
 JAX can also produce the narrow float and integer types ml_dtypes defines, so the lax backend
 maps every element type that both ml_dtypes and the installed JAX can hold.
 """
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from ... import dtypes
-from ...jaxinternals import ir
+from ...support import dtypes
+from ...support.jaxinternals import ir
 
 #: MLIR element type -> ml_dtypes attribute name, for types beyond the boundary's 15.
 _NARROW = {

@@ -18,8 +18,8 @@ from typing import Any, Protocol
 import blake3
 import numpy as np
 
-from ... import dtypes
 from ...errors import BundleError
+from ...support import dtypes
 
 #: The per-dataset digest algorithms (spec §4.1), by the key they have in the manifest.
 ALGORITHMS = ("sha256", "blake3")

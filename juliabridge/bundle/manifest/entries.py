@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ... import dtypes
+from ...support import dtypes
 from .schema import (
     DATASET_DIGEST,
     FORMAT_VERSION,

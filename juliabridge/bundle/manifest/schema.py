@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ... import dtypes
 from ...errors import ManifestError, UnsafeBundleError
+from ...support import dtypes
 
 FORMAT = "juliabridge.bundle"
 #: The version writers write.

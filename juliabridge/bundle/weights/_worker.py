@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from ... import childproc
 from ...errors import BundleError, JuliaBridgeError
+from ...support import childproc
 
 #: "0" reads HDF5 in this process (no protection from a hanging or crashing libhdf5);
 #: anything else, or unset, uses a separate reader process.

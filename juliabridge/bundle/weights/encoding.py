@@ -6,8 +6,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from ... import dtypes
 from ...errors import SignatureMismatchError
+from ...support import dtypes
 
 __all__ = ["accepted_stored", "decode", "encode", "stored_dtype"]
 

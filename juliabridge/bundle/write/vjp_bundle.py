@@ -13,7 +13,6 @@ import json
 import os
 from pathlib import Path
 
-from ... import progress
 from ...backends.enzyme import EnzymeBackend, enzyme_available
 from ...backends.lax import LaxBackend
 from ...errors import (
@@ -25,6 +24,7 @@ from ...errors import (
     UnsupportedModuleError,
 )
 from ...stablehlo import StableHLOModule, parse_module
+from ...support import progress
 from ...transforms.derive import vjp_module_text
 from .. import open_bundle
 from ..files.atomic import replace_file

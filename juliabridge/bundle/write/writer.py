@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from ... import dtypes
 from ..._version import __version__
 from ...errors import (
     BundleError,
@@ -28,6 +27,7 @@ from ...errors import (
     UnsupportedModuleError,
 )
 from ...stablehlo import TensorSpec, artifact, parse_module
+from ...support import dtypes
 from ..files import atomic
 from ..files.checksum import sha256_file
 from ..files.digest import dataset_digest

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ....jaxinternals import ir
+from ....support.jaxinternals import ir
 from .. import attrs
 from ..registry import TOKEN
 from ..valtypes import TensorType, TokenType, TupleType, ValueType

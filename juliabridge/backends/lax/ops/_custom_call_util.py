@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from ....errors import TransformError, UnsupportedOpError
-from ....jaxinternals import ir
+from ....support.jaxinternals import ir
 from .. import attrs
 from ..registry import Impl, OpView
 from ..valtypes import TensorType

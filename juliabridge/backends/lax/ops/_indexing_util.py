@@ -16,7 +16,7 @@ import numpy as np
 from jax import lax
 from jaxlib.mlir.dialects import stablehlo as _stablehlo
 
-from ....jaxinternals import ir
+from ....support.jaxinternals import ir
 from ..registry import OpView
 
 GatherDims = _stablehlo.GatherDimensionNumbers

@@ -23,7 +23,7 @@ import numpy as np
 from jax import lax
 from jax.lax import linalg
 
-from ....jaxinternals import geqrf
+from ....support.jaxinternals import geqrf
 from ..registry import Impl
 from ..valtypes import TensorType
 from ._custom_call_util import Call, forward_only

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ....jaxinternals import ir
+from ....support.jaxinternals import ir
 from .. import attrs
 from ..program import Block
 from ..registry import OpView

@@ -20,7 +20,7 @@ import numpy as np
 from jax import lax
 from jaxlib.mlir.dialects import stablehlo as hlo
 
-from ....jaxinternals import ad, batching, ir, jax_mlir, make_primitive
+from ....support.jaxinternals import ad, batching, ir, jax_mlir, make_primitive
 
 Less = Callable[..., Any]
 

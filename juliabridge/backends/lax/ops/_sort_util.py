@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ....jaxinternals import ir
+from ....support.jaxinternals import ir
 from .. import attrs
 from ..registry import OpView
 from ..valtypes import value_type

@@ -11,8 +11,8 @@ own call never reaches a kernel: the load policy admits these targets without tr
 
 from __future__ import annotations
 
-from ....jaxinternals import ir
 from ....stablehlo.lifted_custom_calls import register_lifted_targets
+from ....support.jaxinternals import ir
 from ..registry import Impl, OpView, lifts
 from ._custom_call_util import Call
 from ._linalg_targets import TARGETS

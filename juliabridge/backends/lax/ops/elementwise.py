@@ -20,7 +20,7 @@ import ml_dtypes
 import numpy as np
 from jax import lax
 
-from ....jaxinternals import x64_scope
+from ....support.jaxinternals import x64_scope
 from ..registry import Impl, OpView, lifts
 
 Fn = Callable[..., Any]

@@ -16,7 +16,7 @@ import numpy as np
 from jax import lax
 from jax.lax import linalg
 
-from ....jaxinternals import ir
+from ....support.jaxinternals import ir
 from ..registry import Impl, OpView, lifts
 
 _LAPACK = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))

@@ -30,7 +30,7 @@ from jax.custom_derivatives import SymbolicZero
 from jaxlib.mlir.dialects import stablehlo as hlo
 
 from ....errors import TransformError
-from ....jaxinternals import batching, ir, jax_mlir, make_primitive
+from ....support.jaxinternals import batching, ir, jax_mlir, make_primitive
 from ..registry import Impl, OpView, lifts
 from .elementwise import is_float, is_signed, is_unsigned
 

@@ -18,7 +18,7 @@ from jax.interpreters import ad, batching
 from jax.interpreters import mlir as jax_mlir
 from jaxlib.mlir import ir
 
-from .errors import BackendUnavailableError
+from ..errors import BackendUnavailableError
 
 __all__ = [
     "ARRAY_IMPL",

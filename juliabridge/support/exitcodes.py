@@ -13,7 +13,7 @@ import sys
 import unicodedata
 from dataclasses import dataclass
 
-from . import errors as E
+from .. import errors as E
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import jax
 import ml_dtypes
 import numpy as np
 
-from .errors import X64DisabledError
+from ..errors import X64DisabledError
 
 #: Every element type Reactant emits for Julia's number types, with its numpy dtype.
 MLIR_TO_NUMPY: dict[str, np.dtype] = {
