@@ -18,7 +18,7 @@ from .errors import CallArgumentError
 from .jaxinternals import ARRAY_IMPL
 from .stablehlo import StableHLOModule, TensorSpec, parse_module
 from .transforms import CallTarget, call_p
-from .transforms.guard import Compiled
+from .transforms.typed_errors import Compiled
 
 
 def _shape(x: Any) -> tuple[Any, ...]:

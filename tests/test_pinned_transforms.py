@@ -312,7 +312,7 @@ def test_native_stderr_is_replayed_on_success_and_dropped_on_failure(
 ) -> None:
     import os
 
-    from juliabridge.transforms.guard import quiet_native_stderr
+    from juliabridge.transforms.typed_errors import quiet_native_stderr
 
     with quiet_native_stderr():
         os.write(2, b"compiler notes\n")
@@ -333,7 +333,7 @@ def test_a_nested_capture_is_part_of_the_outer_one(
     # block's output, replayed with it (one capture per process, not one per block).
     import os
 
-    from juliabridge.transforms.guard import quiet_native_stderr
+    from juliabridge.transforms.typed_errors import quiet_native_stderr
 
     with quiet_native_stderr():
         os.write(2, b"outer\n")
@@ -351,7 +351,7 @@ def test_a_nested_capture_is_part_of_the_outer_one(
 def test_debug_mode_shows_native_stderr_of_a_failure(
     capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from juliabridge.transforms.guard import quiet_native_stderr
+    from juliabridge.transforms.typed_errors import quiet_native_stderr
 
     monkeypatch.setenv("JULIABRIDGE_DEBUG", "1")
     with pytest.raises(ValueError), quiet_native_stderr():
@@ -363,7 +363,7 @@ def test_typed_turns_a_backend_failure_into_an_execution_error(
     capfd: pytest.CaptureFixture[str], no_debug: None
 ) -> None:
     from juliabridge import ExecutionError
-    from juliabridge.transforms.guard import typed
+    from juliabridge.transforms.typed_errors import typed
 
     cause = ValueError("\n  custom call jb_x has no kernel\nsecond line\n")
     run = typed("m.bundle", None, _prints_then_raises(b"native noise\n", cause))
@@ -383,7 +383,7 @@ def test_typed_turns_a_backend_failure_into_an_execution_error(
 
 
 def test_typed_names_the_derivative_in_a_transform_error(no_debug: None) -> None:
-    from juliabridge.transforms.guard import typed
+    from juliabridge.transforms.typed_errors import typed
 
     run = typed("net", "forward-mode derivative", _prints_then_raises(b"", KeyError("op")))
     with pytest.raises(TransformError) as e:
@@ -401,7 +401,7 @@ def test_typed_names_the_derivative_in_a_transform_error(no_debug: None) -> None
 def test_the_typed_message_quotes_one_short_line(message: str, shown: str, no_debug: None) -> None:
     # a bare `assert` in a backend has no message: its type stands in; a long one is cut
     from juliabridge import ExecutionError
-    from juliabridge.transforms.guard import typed
+    from juliabridge.transforms.typed_errors import typed
 
     with pytest.raises(ExecutionError) as e:
         typed("m", None, _prints_then_raises(b"", AssertionError(message)))()
@@ -410,7 +410,7 @@ def test_the_typed_message_quotes_one_short_line(message: str, shown: str, no_de
 
 def test_typed_lets_juliabridge_errors_and_interrupts_through(no_debug: None) -> None:
     from juliabridge import CallArgumentError
-    from juliabridge.transforms.guard import typed
+    from juliabridge.transforms.typed_errors import typed
 
     own = CallArgumentError("x: expects rank 2")
     with pytest.raises(CallArgumentError) as e:
@@ -438,7 +438,7 @@ def test_compiled_types_failures_on_first_and_later_calls(
     capfd: pytest.CaptureFixture[str], no_debug: None
 ) -> None:
     from juliabridge import CallArgumentError, ExecutionError
-    from juliabridge.transforms.guard import Compiled
+    from juliabridge.transforms.typed_errors import Compiled
 
     first_fails = Compiled("m", "reverse-mode derivative", _shape_picky)
     with pytest.raises(TransformError, match=r"^m: the backend could not compute the reverse"):
@@ -519,7 +519,7 @@ def test_registered_rules_run_eagerly_and_inlined_with_typed_failures(no_debug: 
     from juliabridge.jaxinternals import make_primitive
     from juliabridge.stablehlo import TensorSpec
     from juliabridge.transforms import primitives
-    from juliabridge.transforms.target import CallTarget
+    from juliabridge.transforms.call_target import CallTarget
 
     spec = TensorSpec((3,), "f32")
     target = CallTarget(

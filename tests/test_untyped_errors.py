@@ -12,8 +12,8 @@ import juliabridge
 from juliabridge import ExecutionError, MLIRParseError, ModuleContractError, UnsupportedModuleError
 from juliabridge.shown import clipped, shown
 from juliabridge.stablehlo.hlosharding import read_sharding
-from juliabridge.transforms.guard import typed
 from juliabridge.transforms.sharding import recorded_tiling
+from juliabridge.transforms.typed_errors import typed
 
 HUGE = int("f" * 5000, 16)  # str() of it raises ValueError (more than 4,300 digits)
 

@@ -17,8 +17,8 @@ from ..bundle import Bundle, open_bundle
 from ..bundle.manifest import ArgumentEntry, Manifest
 from ..errors import CallArgumentError, ExecutionError, JuliaBridgeError
 from ..function import ImportedFunction, all_concrete_arrays
-from ..transforms.guard import Compiled
 from ..transforms.sharding import device_conflict
+from ..transforms.typed_errors import Compiled
 from .batchsize import call_any_batch, check_fixed_shapes
 from .trees import build_tree, lookup
 

@@ -43,7 +43,7 @@ from typing import Any
 from ..errors import ModuleContractError, UnsupportedModuleError
 from ..jaxinternals import ir
 from ..shown import shown
-from .lifted import lifted_targets
+from .lifted_custom_calls import lifted_targets
 
 Type = tuple[tuple[int, ...], str]  # (static shape, MLIR element type) of one tensor
 
@@ -532,7 +532,7 @@ def check_custom_call(op: ir.Operation, origin: str) -> None:
     at = where(op, origin)
     if contract is None and target in lifted_targets():
         # Only the lax backend admits it: it checks the call against its own contract when it
-        # lifts it, and the backends that would call the kernel refuse it (lifted.py).
+        # lifts it, and the backends that would call the kernel refuse it (lifted_custom_calls.py).
         return
     if contract is None:
         raise ModuleContractError(

@@ -11,7 +11,7 @@ from typing import Protocol
 from ..errors import UnsupportedModuleError
 from ..jaxinternals import custom_call_allowlist
 from .contracts import contract_targets
-from .lifted import lifted_targets
+from .lifted_custom_calls import lifted_targets
 
 
 class KernelTargets(Protocol):
@@ -92,7 +92,8 @@ def allowed_custom_calls() -> frozenset[str]:
 
 
 def admitted_lifted_targets() -> frozenset[str]:
-    """Targets the lax backend lifts into JAX primitives, admitted at load (lifted.py)."""
+    """Targets the lax backend lifts into JAX primitives, admitted at load
+    (lifted_custom_calls.py)."""
     return frozenset(t for t in lifted_targets() if not carries_code(t))
 
 

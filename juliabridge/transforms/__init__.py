@@ -6,7 +6,7 @@ typed failures and the native-stderr capture (guard) and derivatives of a tracea
 backend (the Enzyme route is backends/enzyme/).
 """
 
+from .call_target import CallTarget
 from .primitives import call_p, jvp_p, vjp_p
-from .target import CallTarget
 
 __all__ = ["CallTarget", "call_p", "jvp_p", "vjp_p"]

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import dtypes
 from ..stablehlo import TensorSpec
-from .target import Arrays, Fn, is_differentiable
+from .call_target import Arrays, Fn, is_differentiable
 
 Specs = Sequence[TensorSpec]
 

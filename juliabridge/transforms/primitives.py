@@ -19,9 +19,9 @@ from jax import lax
 from .. import dtypes
 from ..errors import TransformError
 from ..jaxinternals import ad, batching, jax_mlir, make_primitive
-from .guard import typed
+from .call_target import CallTarget
 from .sharding import unshard_leading_axis
-from .target import CallTarget
+from .typed_errors import typed
 
 
 def _aval(spec: Any) -> jax.core.ShapedArray:

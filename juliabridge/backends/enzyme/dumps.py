@@ -8,7 +8,7 @@ import contextlib
 import logging
 import os
 
-from ...transforms.guard import debug_enabled
+from ...transforms.typed_errors import debug_enabled
 
 
 class _DumpFilter(logging.Filter):

@@ -33,7 +33,7 @@ from typing import IO, Any
 
 from ... import childproc
 from ...errors import TransformError
-from ...transforms.guard import debug_enabled
+from ...transforms.typed_errors import debug_enabled
 
 MODES = {"jvp": "forward-mode", "vjp": "reverse-mode"}
 #: The caller's variables the child keeps besides childproc's: how JAX reads the module.

@@ -6,13 +6,13 @@ the single-device sharding annotations. Any other target is a typed error naming
 
 A lifted target becomes JAX primitives that JAX lowers to calls it sizes itself, so the module's
 own call never reaches a kernel: the load policy admits these targets without trust=True
-(stablehlo/lifted.py), and each handler checks the call's operand/result contract here.
+(stablehlo/lifted_custom_calls.py), and each handler checks the call's operand/result contract here.
 """
 
 from __future__ import annotations
 
 from ....jaxinternals import ir
-from ....stablehlo.lifted import register_lifted_targets
+from ....stablehlo.lifted_custom_calls import register_lifted_targets
 from ..registry import Impl, OpView, lifts
 from ._custom_call_util import Call
 from ._linalg_targets import TARGETS

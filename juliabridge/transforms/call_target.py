@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import dtypes
 from ..stablehlo import TensorSpec
-from .guard import Compiled
+from .typed_errors import Compiled
 
 Arrays = tuple[jax.Array, ...]
 Fn = Callable[..., Arrays]
