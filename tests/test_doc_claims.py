@@ -395,3 +395,12 @@ def test_the_test_files_the_readme_names_exist() -> None:
     assert "tests/test_readme.py" in named
     for path in named:
         assert (REPO / path).is_file(), path
+
+
+def test_the_readme_says_what_lenet_jl_writes() -> None:
+    script = (REPO / "julia" / "examples" / "lenet.jl").read_text(encoding="utf-8")
+    default = _find(r'ARGS\), 1, "([^"]+)"\)', script)
+    text = _flat(README)
+    assert "JuliaBridge.export_lux(" in script  # a Julia export directory (docs/julia-export.md)
+    assert f"as a Julia export directory (`{default}`, docs/julia-export.md)" in text
+    assert "lenet.jl` regenerates" not in text
