@@ -303,14 +303,14 @@ def test_vjp_when_enzyme_fails_is_one_line_and_leaves_nothing_behind(
     """Before: a traceback, ~40 lines of MLIR on stderr and a /tmp/tmp*.mlir per failure (or,
     for this module, a segfault of the whole command)."""
     require_backend("enzyme")
-    from juliabridge.bundle.write import vjp_bundle
+    from juliabridge.backends import vjp_text
     from juliabridge.errors import UnsupportedModuleError
 
     def refuse(module: object) -> None:
         # The sort lifts onto lax, which would derive the VJP; make vjp reach Enzyme.
         raise UnsupportedModuleError("refused for the test")
 
-    monkeypatch.setattr(vjp_bundle, "LaxBackend", refuse)
+    monkeypatch.setattr(vjp_text, "LaxBackend", refuse)
     bundle = _sort_bundle(tmp_path / "s.bundle")
     _private_tempdir(monkeypatch, tmp_path / "tmp")
     before = _tmp_mlir()

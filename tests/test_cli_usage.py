@@ -105,18 +105,21 @@ def test_the_verify_api_refuses_a_tolerance_that_cannot_be_met(tmp_path: Path) -
 
 
 def test_add_vjp_keeps_a_vjp_module_the_bundle_has_unless_asked(tmp_path: Path) -> None:
+    from juliabridge.backends.vjp_text import derive_vjp_text
     from juliabridge.bundle.write.vjp_bundle import add_vjp
     from juliabridge.errors import SaveError
 
     bundle = make_dense_bn(tmp_path / "b.bundle")
-    target = add_vjp(bundle)  # dense_bn lifts onto lax: derived in this process
+    target = add_vjp(
+        bundle, derive=derive_vjp_text
+    )  # dense_bn lifts onto lax: derived in this process
     first = target.read_bytes()
     with pytest.raises(
         SaveError, match=r"already has a VJP module \(vjp\.mlir\); pass overwrite=True"
     ):
-        add_vjp(bundle)
+        add_vjp(bundle, derive=derive_vjp_text)
     assert target.read_bytes() == first
-    assert add_vjp(bundle, overwrite=True) == target
+    assert add_vjp(bundle, derive=derive_vjp_text, overwrite=True) == target
 
 
 # --- help ---------------------------------------------------------------------------------------
@@ -203,9 +206,9 @@ def test_vjp_derives_through_lax_without_enzyme(
 ) -> None:
     """Before (CPython 3.13): "--backend enzyme needs enzyme-ad ... or --backend xla" (exit 5),
     though vjp has no --backend; the module lifts, so lax derives the VJP."""
-    from juliabridge.bundle.write import vjp_bundle
+    from juliabridge.backends import vjp_text
 
-    monkeypatch.setattr(vjp_bundle, "enzyme_available", lambda: False)
+    monkeypatch.setattr(vjp_text, "enzyme_available", lambda: False)
     bundle = make_dense_bn(tmp_path / "b.bundle")
     code, out, err = run_cli(["vjp", str(bundle)], capsys)
     assert code == OK, err
@@ -248,14 +251,14 @@ def test_vjp_again_is_a_refused_write_not_a_malformed_bundle(
 def test_vjp_without_lax_or_enzyme_says_what_would_work(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from juliabridge.bundle.write import vjp_bundle
+    from juliabridge.backends import vjp_text
     from juliabridge.errors import UnsupportedModuleError
 
     def refuse(module: object) -> None:
         raise UnsupportedModuleError("op foo.bar does not lift")
 
-    monkeypatch.setattr(vjp_bundle, "LaxBackend", refuse)
-    monkeypatch.setattr(vjp_bundle, "enzyme_available", lambda: False)
+    monkeypatch.setattr(vjp_text, "LaxBackend", refuse)
+    monkeypatch.setattr(vjp_text, "enzyme_available", lambda: False)
     bundle = make_dense_bn(tmp_path / "b.bundle")
     code, _, err = run_cli(["vjp", str(bundle)], capsys)
     line = one_line(err)

@@ -387,9 +387,15 @@ def _enzyme_note() -> str:
 
 def cmd_vjp(args: argparse.Namespace, console: Console) -> int:
     """Derive and store a bundle's VJP module, for gradients without enzyme-ad."""
+    from ..backends.vjp_text import derive_vjp_text
     from ..bundle.write.vjp_bundle import add_vjp
 
-    target = add_vjp(args.path, overwrite=args.overwrite, verify_checksums=not args.no_verify)
+    target = add_vjp(
+        args.path,
+        derive=derive_vjp_text,
+        overwrite=args.overwrite,
+        verify_checksums=not args.no_verify,
+    )
     console.print(
         _t(f"wrote {target}; gradients on backend 'xla' now need no derivation for this bundle")
     )

@@ -1,31 +1,23 @@
-"""`juliabridge vjp BUNDLE`: derive a bundle's VJP module once and store it.
-
-The VJP is derived through the lax backend (JAX's own differentiation rules) when every op of
-the module lifts, else with Enzyme where enzyme-ad imports; Enzyme runs in a separate process
-(backends/enzyme/sandbox.py). After this, gradients on backend='xla' need neither: any Python, any
-machine. Files are written atomically, with the umask's permissions, and every failure is a
-JuliaBridgeError.
+"""`juliabridge vjp BUNDLE`: store a bundle's VJP module, derived by the function the caller
+passes (backends/vjp_text.py's `derive_vjp_text`: lax, else Enzyme), so this module knows files,
+not backends. After this, gradients on backend='xla' need neither: any Python, any machine. Files
+are written atomically, with the umask's permissions, and every failure is a JuliaBridgeError.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
-from ...backends.enzyme import EnzymeBackend, enzyme_available
-from ...backends.lax import LaxBackend
 from ...errors import (
-    BackendUnavailableError,
     BundleError,
     JuliaBridgeError,
     SaveError,
     TransformError,
-    UnsupportedModuleError,
 )
 from ...stablehlo import StableHLOModule, parse_module
-from ...support import progress
-from ...transforms.derive import vjp_module_text
 from .. import open_bundle
 from ..files.atomic import replace_file
 from ..files.checksum import sha256_file
@@ -45,39 +37,22 @@ def _atomic_write(path: Path, data: bytes) -> None:
         ) from e
 
 
-def derive_vjp_text(module: StableHLOModule, where: str) -> tuple[str, str]:
-    """The VJP module's text (spec §5) and how it was derived: "lax" or "Enzyme".
-
-    Raises:
-        BackendUnavailableError: the module does not lift onto lax and enzyme-ad is not
-            importable here.
-        TransformError: Enzyme cannot derive the VJP.
-    """
-    try:
-        lifted = LaxBackend(module)
-    except UnsupportedModuleError as e:
-        why_not_lax = str(e)
-    else:
-        with progress.spinner(f"deriving the VJP module through lax: {where}"):
-            return vjp_module_text(lifted.call, module.arguments, module.results), "lax"
-    if not enzyme_available():
-        raise BackendUnavailableError(
-            f"{where}: the VJP module cannot be derived here: the lax backend cannot lift the "
-            f"module ({why_not_lax}) and enzyme-ad is not importable (its wheels are for "
-            "CPython 3.11: pip install 'juliabridge[enzyme]' there and run juliabridge vjp "
-            "there)"
-        )
-    with progress.spinner(f"deriving the VJP module with Enzyme: {where}"):
-        return EnzymeBackend(module).vjp_module_text(), "Enzyme"
+#: Derives a module's VJP module: (module, label for messages) -> (text, how it was derived).
+VjpDeriver = Callable[[StableHLOModule, str], tuple[str, str]]
 
 
 def add_vjp(
-    path: str | os.PathLike[str], *, overwrite: bool = False, verify_checksums: bool = True
+    path: str | os.PathLike[str],
+    *,
+    derive: VjpDeriver,
+    overwrite: bool = False,
+    verify_checksums: bool = True,
 ) -> Path:
-    """Derive the VJP module (through lax, else Enzyme) and record it in the manifest.
+    """Derive the VJP module with `derive` and record it in the manifest.
 
     Args:
         path: the bundle directory.
+        derive: the deriver (juliabridge.backends.vjp_text.derive_vjp_text: lax, else Enzyme).
         overwrite: replace a VJP module the bundle already has.
         verify_checksums: check the bundle's digests (BLAKE3 per dataset in format 3,
             sha256 in formats 1-2) before deriving.
@@ -98,7 +73,7 @@ def add_vjp(
             f"{bundle.root}: already has a VJP module ({bundle.manifest.vjp.file}); pass "
             "overwrite=True (--overwrite) to derive it again"
         )
-    text, how = derive_vjp_text(bundle.module, str(bundle.root))
+    text, how = derive(bundle.module, str(bundle.root))
     try:
         parse_module(text)  # refuse to store anything the loader would refuse
     except JuliaBridgeError as e:
