@@ -284,8 +284,12 @@ def test_load_params_keeps_the_file_order(tmp_path: Path, no_reader_process: Non
     for k in params:
         np.testing.assert_array_equal(got_params[k]["weight"], params[k]["weight"])
     np.testing.assert_array_equal(got_state["layer_1"]["running_mean"], np.arange(3.0))
-    with h5py.File(p, "r") as f:
-        assert list(got_params) == list(f["params"])
+    assert list(got_params) == list(params)  # the tree record keeps the saved tree's order
+    with h5py.File(p, "r+") as f:  # a file JuliaBridge wrote has no record: the file's order
+        del f["juliabridge"]
+        file_order = list(f["params"])
+    assert file_order != list(params)
+    assert list(juliabridge.load_params(p)[0]) == file_order
 
 
 def test_in_process_libhdf5_and_the_python_reader_agree(
