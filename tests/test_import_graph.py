@@ -25,7 +25,6 @@ DOC = PACKAGE.parent / "docs" / "architecture.md"
 LAYERS: dict[str, int] = {
     "juliabridge._version": 0,
     "juliabridge.errors": 0,
-    "juliabridge.shown": 0,
     "juliabridge.support": 1,
     "juliabridge.stablehlo": 2,
     "juliabridge.bundle.files": 3,
@@ -237,7 +236,6 @@ ROOT_MODULES = {
     "flax",
     "function",
     "importers",
-    "shown",
     "verification",
 }
 

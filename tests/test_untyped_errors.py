@@ -10,8 +10,8 @@ import pytest
 
 import juliabridge
 from juliabridge import ExecutionError, MLIRParseError, ModuleContractError, UnsupportedModuleError
-from juliabridge.shown import clipped, shown
 from juliabridge.stablehlo.hlosharding import read_sharding
+from juliabridge.support.shown import clipped, shown
 from juliabridge.transforms.sharding import recorded_tiling
 from juliabridge.transforms.typed_errors import typed
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import BundleError, ManifestError, ResourceLimitError, UnsafeBundleError
-from ..shown import shown
 from ..stablehlo.budget import host_memory, human
+from ..support.shown import shown
 from .files import read_bytes
 
 #: Largest .py accepted (bytes): the template is ~400 bytes per argument, so this is far above

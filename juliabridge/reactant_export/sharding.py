@@ -11,7 +11,7 @@ import jax
 import numpy as np
 
 from ..errors import CallArgumentError
-from ..shown import clipped
+from ..support.shown import clipped
 from .pyscript import ExportScript
 
 

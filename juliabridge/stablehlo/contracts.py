@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ModuleContractError, UnsupportedModuleError
-from ..shown import shown
 from ..support.jaxinternals import ir
+from ..support.shown import shown
 from .lifted_custom_calls import lifted_targets
 
 Type = tuple[tuple[int, ...], str]  # (static shape, MLIR element type) of one tensor

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from ..errors import UnsupportedModuleError
-from ..shown import shown
+from ..support.shown import shown
 
 #: Element types XLA cannot compute, with what happens when it tries.
 REFUSED: dict[str, str] = {

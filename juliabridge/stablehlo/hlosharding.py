@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import MLIRParseError
-from ..shown import shown
+from ..support.shown import shown
 
 #: Most tile dimensions a tiling may list: a tensor's rank (at most 64 here, like numpy's
 #: array rank) plus the replication dimension.

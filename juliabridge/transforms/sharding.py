@@ -9,8 +9,8 @@ import jax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from ..shown import clipped
 from ..stablehlo.hlosharding import read_sharding
+from ..support.shown import clipped
 
 
 def unshard_leading_axis(x: Any) -> Any:
