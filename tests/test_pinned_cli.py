@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import juliabridge.errors
+from juliabridge.backends.vjp_text import derive_vjp_text
 from juliabridge.cli import commands as cli
 from juliabridge.support.exitcodes import EXIT_CODES, safe
 from juliabridge.verification import ResultCheck, VerifyReport
@@ -486,7 +487,9 @@ def test_vjp_passes_its_options_and_says_what_it_wrote(
             f"wrote {Path('b.bundle') / 'vjp.mlir'}; gradients on backend 'xla' now need no "
             "derivation for this bundle\n"
         )
-        assert calls.pop() == ("b.bundle", kwargs)
+        path, given = calls.pop()
+        assert given.pop("derive") is derive_vjp_text  # the CLI hands the writer the deriver
+        assert (path, given) == ("b.bundle", kwargs)
 
 
 def test_on_a_terminal_plain_lines_are_not_highlighted(
