@@ -6,12 +6,12 @@ says there is nothing to compare against."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .._version import __version__
 from ..bundle.write.writer import ArgumentSpec, write_bundle
 from ..errors import BundleError
+from ..lux.options import DEFAULT_OPTIONS, LoadOptions
 from .directory import PRODUCER
 from .luxmodel import export_bundle
 
@@ -19,22 +19,18 @@ from .luxmodel import export_bundle
 def convert_export(
     path: str | os.PathLike[str],
     out: str | os.PathLike[str],
+    options: LoadOptions = DEFAULT_OPTIONS,
     *,
     overwrite: bool = False,
-    trust: bool = False,
-    outputs: Sequence[int] | None = None,
-    state_results: Mapping[int, int] | None = None,
-    arg_positions: Sequence[int] | None = None,
-    batch_axis: int | None = None,
 ) -> Path:
     """Write the bundle `out` from an ``export_to_enzymejax`` directory.
 
     Args:
         path: the export directory or its .py.
         out: the bundle directory to write (``NAME.bundle``).
+        options: the load's options; trust and the export overrides (outputs, state_results,
+            positions, batch_axis) apply, as for `import_lux` on an export.
         overwrite: replace an existing bundle at `out`.
-        trust: admit ops and custom calls outside the allowlist.
-        outputs, state_results, arg_positions, batch_axis: as for `import_lux` on an export.
 
     Returns:
         `out`.
@@ -43,15 +39,7 @@ def convert_export(
         BundleError / ManifestError / SignatureMismatchError: as for `import_lux` on the
             export; SaveError: the bundle cannot be written.
     """
-    bundle, export = export_bundle(
-        path,
-        trust=trust,
-        outputs=outputs,
-        state_results=state_results,
-        arg_positions=arg_positions,
-        batch_axis=batch_axis,
-        keep_text=True,
-    )
+    bundle, export = export_bundle(path, options, keep_text=True)
     m = bundle.manifest
     entries = m.arguments
     values = export.example_inputs()
