@@ -330,21 +330,20 @@ def cmd_convert(args: argparse.Namespace, console: Console) -> int:
     """Write a bundle from a JuliaBridge.jl export directory (julia_export) or a Reactant
     export_to_enzymejax directory (reactant_export.convert)."""
     from ..julia_export import convert_julia_export, is_julia_export
+    from ..lux.options import LoadOptions
     from ..reactant_export.convert import convert_export
 
     if is_julia_export(args.path):
         out = convert_julia_export(args.path, args.out, overwrite=args.overwrite)
         console.print(_t(f"wrote {out} from the JuliaBridge.jl export directory {args.path}"))
         return OK
-    out = convert_export(
-        args.path,
-        args.out,
-        overwrite=args.overwrite,
+    options = LoadOptions(
         outputs=args.outputs,
         state_results=args.state_results,
-        arg_positions=args.positions,
+        positions=args.positions,
         batch_axis=args.batch_axis,
     )
+    out = convert_export(args.path, args.out, options, overwrite=args.overwrite)
     console.print(_t(f"wrote {out} (no reference outputs: Reactant's exporter records none)"))
     return OK
 
