@@ -38,7 +38,8 @@ from common import (
 )
 
 import juliabridge
-from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
+from juliabridge.bundle.write.description import ArgumentSpec, BundleDescription
+from juliabridge.bundle.write.writer import write_bundle
 from juliabridge.examples import luxmodels as lux
 from juliabridge.stablehlo import parse_module
 
@@ -149,16 +150,18 @@ def convbn_bundle(
     )
     path = write_bundle(
         work / "convbn.bundle",
-        name=spec.name,
-        mlir_text=spec.mlir_text,
-        arguments=[ArgumentSpec(a.role, a.path, a.value, a.batch_axis) for a in spec.arguments],
-        result_paths=spec.result_paths,
-        aliases=spec.aliases,
-        mode="test",
-        batch={"size": batch, "samples_independent": True},
-        example_outputs=spec.run(),
-        result_batch_axes=spec.result_batch_axes,
-        empty=spec.empty,
+        BundleDescription(
+            name=spec.name,
+            mlir_text=spec.mlir_text,
+            arguments=[ArgumentSpec(a.role, a.path, a.value, a.batch_axis) for a in spec.arguments],
+            result_paths=spec.result_paths,
+            aliases=spec.aliases,
+            mode="test",
+            batch={"size": batch, "samples_independent": True},
+            example_outputs=spec.run(),
+            result_batch_axes=spec.result_batch_axes,
+            empty=spec.empty,
+        ),
         overwrite=True,
     )
     return path, ps, st, x

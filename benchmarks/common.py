@@ -28,7 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
+from juliabridge.bundle.write.description import ArgumentSpec, BundleDescription
+from juliabridge.bundle.write.writer import write_bundle
 from juliabridge.examples import luxmodels as lux
 
 REPO = Path(__file__).resolve().parents[1]
@@ -182,14 +183,16 @@ def mlp_case(
     )
     path = write_bundle(
         directory / f"{name}.bundle",
-        name=name,
-        mlir_text=text,
-        arguments=arguments,
-        result_paths=[[["output"]]],
-        batch={"size": batch, "samples_independent": True},
-        example_outputs=outputs,
-        result_batch_axes=[0],
-        metadata={"lux_model": f"Chain({source})"},
+        BundleDescription(
+            name=name,
+            mlir_text=text,
+            arguments=arguments,
+            result_paths=[[["output"]]],
+            batch={"size": batch, "samples_independent": True},
+            example_outputs=outputs,
+            result_batch_axes=[0],
+            metadata={"lux_model": f"Chain({source})"},
+        ),
         overwrite=True,
     )
     return Case(

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from ..bundle.manifest import default_tolerances
-from ..bundle.write.writer import ArgumentSpec, write_bundle
+from ..bundle.write.description import ArgumentSpec, BundleDescription
+from ..bundle.write.writer import write_bundle
 from ..lux.model import LuxModel, bundle_model
 from ..lux.options import DEFAULT_OPTIONS, LoadOptions
 from ..support import dtypes
@@ -58,27 +59,29 @@ def convert_julia_export(
         rtol, atol = default_tolerances([m.results[k].dtype for k in outputs])
     return write_bundle(
         out,
-        name=m.name,
-        mlir_text=c.text,
-        arguments=arguments,
-        result_paths=[r.paths for r in m.results],
-        mode=m.mode,
-        batch=vars(m.batch).copy() if m.batch else None,
-        example_outputs=outputs,
-        result_batch_axes=[r.batch_axis for r in m.results],
-        metadata=m.metadata,
-        note=m.producer.note or "",
+        BundleDescription(
+            name=m.name,
+            mlir_text=c.text,
+            arguments=arguments,
+            result_paths=[r.paths for r in m.results],
+            mode=m.mode,
+            batch=vars(m.batch).copy() if m.batch else None,
+            example_outputs=outputs,
+            result_batch_axes=[r.batch_axis for r in m.results],
+            metadata=m.metadata,
+            note=m.producer.note or "",
+            rtol=rtol,
+            atol=atol,
+            empty=m.empty or None,
+            result_echoes=[r.echo_of for r in m.results],
+            static_state=[(s.path, s.value, s.julia_type) for s in m.static_state],
+            producer={
+                k: v
+                for k, v in vars(m.producer).items()
+                if k != "note" and not (k == "created" and v is None)
+            },
+        ),
         overwrite=overwrite,
-        rtol=rtol,
-        atol=atol,
-        empty=m.empty or None,
-        result_echoes=[r.echo_of for r in m.results],
-        static_state=[(s.path, s.value, s.julia_type) for s in m.static_state],
-        producer={
-            k: v
-            for k, v in vars(m.producer).items()
-            if k != "note" and not (k == "created" and v is None)
-        },
     )
 
 

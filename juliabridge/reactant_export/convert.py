@@ -9,7 +9,8 @@ import os
 from pathlib import Path
 
 from .._version import __version__
-from ..bundle.write.writer import ArgumentSpec, write_bundle
+from ..bundle.write.description import ArgumentSpec, BundleDescription
+from ..bundle.write.writer import write_bundle
 from ..errors import BundleError
 from ..lux.options import DEFAULT_OPTIONS, LoadOptions
 from .directory import PRODUCER
@@ -49,22 +50,24 @@ def convert_export(
         raise BundleError(f"{export.root}: the module text was not kept")  # open_export keeps it
     return write_bundle(
         out,
-        name=m.name,
-        mlir_text=text,
-        arguments=[ArgumentSpec(a.role, a.path, v, a.batch_axis) for a, v in zip(entries, values)],
-        result_paths=[r.paths for r in m.results],
-        mode=m.mode,
-        batch=vars(m.batch) if m.batch else None,
-        result_batch_axes=[r.batch_axis for r in m.results],
-        result_echoes=[r.echo_of for r in m.results],
-        metadata=m.metadata,
-        note=(
-            f"Converted by juliabridge {__version__} from {export.script.path.name} (read as "
+        BundleDescription(
+            name=m.name,
+            mlir_text=text,
+            arguments=[
+                ArgumentSpec(a.role, a.path, v, a.batch_axis) for a, v in zip(entries, values)
+            ],
+            result_paths=[r.paths for r in m.results],
+            mode=m.mode,
+            batch=vars(m.batch) if m.batch else None,
+            result_batch_axes=[r.batch_axis for r in m.results],
+            result_echoes=[r.echo_of for r in m.results],
+            metadata=m.metadata,
+            note=f"Converted by juliabridge {__version__} from {export.script.path.name} (read as "
             "data, never run) and its npz; the results were mapped from @main's structure. "
-            "Reactant's exporter records no outputs, so there are no reference outputs."
+            "Reactant's exporter records no outputs, so there are no reference outputs.",
+            producer={"tool": PRODUCER, "tool_version": "unknown"},
         ),
         overwrite=overwrite,
-        producer={"tool": PRODUCER, "tool_version": "unknown"},
     )
 
 
