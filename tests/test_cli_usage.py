@@ -294,19 +294,22 @@ def test_inspect_names_echoed_results_and_static_state(
     """Before: an echoed result had a blank path cell, and static_state was not shown."""
     import jax
 
-    from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
+    from juliabridge.bundle.write.description import ArgumentSpec, BundleDescription
+    from juliabridge.bundle.write.writer import write_bundle
 
     x = np.ones((2, 3), np.float32)
     w = np.full((3, 4), 0.5, np.float32)
     text = jax.jit(lambda x, w: (x @ w, x)).lower(x, w).as_text()
     bundle = write_bundle(
         tmp_path / "echo.bundle",
-        name="echo",
-        mlir_text=text,
-        arguments=[ArgumentSpec("input", [], x), ArgumentSpec("parameter", ["w"], w)],
-        result_paths=[[["output"]], []],
-        result_echoes=[None, 0],
-        static_state=[(["training"], False, "Val{false}")],
+        BundleDescription(
+            name="echo",
+            mlir_text=text,
+            arguments=[ArgumentSpec("input", [], x), ArgumentSpec("parameter", ["w"], w)],
+            result_paths=[[["output"]], []],
+            result_echoes=[None, 0],
+            static_state=[(["training"], False, "Val{false}")],
+        ),
     )
     code, out, err = run_cli(["inspect", str(bundle)], capsys)
     assert code == OK, err
