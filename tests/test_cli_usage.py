@@ -325,9 +325,9 @@ def test_demo_says_whether_enzyme_was_installed(
 ) -> None:
     """Before: on CPython 3.12+ the [enzyme] extra installed nothing and nothing said so
     until `juliabridge doctor`."""
-    from juliabridge.backends import enzyme
+    from juliabridge.backends.enzyme import availability
 
-    monkeypatch.setattr(enzyme, "enzyme_available", lambda: False)
+    monkeypatch.setattr(availability, "enzyme_available", lambda: False)
     code, out, err = run_cli(["demo", "--backend", "lax"], capsys)
     assert code == OK, err
     v = sys.version_info
@@ -339,7 +339,7 @@ def test_demo_says_whether_enzyme_was_installed(
     assert 'prints "enzyme backend: not available"' in readme
     pyproject = (REPO / "pyproject.toml").read_text()
     assert "enzyme-ad==0.0.16; python_version == '3.11'" in pyproject  # what README says
-    monkeypatch.setattr(enzyme, "enzyme_available", lambda: True)
+    monkeypatch.setattr(availability, "enzyme_available", lambda: True)
     code, out, err = run_cli(["demo", "--backend", "lax"], capsys)
     assert code == OK, err
     assert out.splitlines()[1] == "enzyme backend: available (enzyme-ad)"

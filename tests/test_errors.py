@@ -184,7 +184,7 @@ def test_x64_weights_refused_before_truncation(tmp_path: Path) -> None:
 
 
 def test_enzyme_backend_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("juliabridge.backends.enzyme.enzyme_available", lambda: False)
+    monkeypatch.setattr("juliabridge.backends.enzyme.availability.enzyme_available", lambda: False)
     text = "module {\n func.func @main(%a: tensor<f32>) -> tensor<f32> {\n return %a : tensor<f32>\n }\n}"
     with pytest.raises(juliabridge.BackendUnavailableError, match="backend='xla'"):
         juliabridge.load_mlir(text, backend="enzyme")

@@ -409,9 +409,9 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
 def _enzyme_note() -> str:
     """Whether the enzyme backend is here: pip installs the [enzyme] extra's enzyme-ad on
     CPython 3.11 only and says nothing elsewhere, so the first command run says it."""
-    from ..backends.enzyme import enzyme_available
+    from ..backends.enzyme import availability
 
-    if enzyme_available():
+    if availability.enzyme_available():
         return "enzyme backend: available (enzyme-ad)"
     v = sys.version_info
     return (
