@@ -2,6 +2,7 @@
 (lux/model.py), a directory written by JuliaBridge.jl (julia_export/) or one written by
 Reactant's ``export_to_enzymejax`` (reactant_export/), and `load_mlir` a bare StableHLO
 module (function.py; `import_lux` of a file refuses it with that advice, bundle/bundle.py).
+`import_lux` makes one LoadOptions of its keywords (lux/options.py) and hands it to the route.
 Everything here sits above lux/, julia_export/ and reactant_export/; only verification, the
 adapters, julia/, testing/ and cli/ import it."""
 
@@ -12,7 +13,8 @@ from collections.abc import Mapping, Sequence
 
 from .function import load_mlir
 from .julia_export import import_julia_export, is_julia_export
-from .lux.model import LuxModel, check_layout, import_bundle_lux
+from .lux.model import LuxModel, import_bundle_lux
+from .lux.options import LoadOptions
 from .reactant_export.directory import is_export_dir, load_reactant_export
 from .reactant_export.luxmodel import import_export_lux
 
@@ -75,23 +77,21 @@ def import_lux(
         BackendUnavailableError: backend="enzyme" without enzyme-ad.
         UnsupportedOpError: backend="lax" and an op of the module does not lift.
     """
-    check_layout(layout)
-    if is_julia_export(path):
-        return import_julia_export(path, backend=backend, layout=layout, trust=trust)
-    if is_export_dir(path):
-        return import_export_lux(
-            path,
-            backend=backend,
-            layout=layout,
-            trust=trust,
-            outputs=outputs,
-            state_results=state_results,
-            arg_positions=positions,
-            batch_axis=batch_axis,
-        )
-    return import_bundle_lux(
-        path, backend=backend, layout=layout, verify_checksums=verify_checksums, trust=trust
+    options = LoadOptions(
+        backend=backend,
+        layout=layout,
+        verify_checksums=verify_checksums,
+        trust=trust,
+        outputs=outputs,
+        state_results=state_results,
+        positions=positions,
+        batch_axis=batch_axis,
     )
+    if is_julia_export(path):
+        return import_julia_export(path, options)
+    if is_export_dir(path):
+        return import_export_lux(path, options)
+    return import_bundle_lux(path, options)
 
 
 __all__ = ["import_lux", "load_mlir", "load_reactant_export"]

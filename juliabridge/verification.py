@@ -4,9 +4,11 @@ It takes any source `import_lux` reads (importers.py), so it sits above it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 
+import jax
 import numpy as np
 
 from .bundle.manifest import REACTANT_EXPORTER
@@ -37,6 +39,8 @@ class VerifyReport:
         checks: one ResultCheck per reference output (result, max_abs, max_rel, ok).
         made_with_julia: whether Julia computed the reference outputs (the manifest's
             producer.made_with_julia); False for bundles written by other tools.
+        matmul_precision: the `jax.default_matmul_precision` the module ran under (None: the
+            platform's own default).
     """
 
     bundle: str
@@ -45,6 +49,7 @@ class VerifyReport:
     atol: float
     checks: list[ResultCheck] = field(default_factory=list)
     made_with_julia: bool = True
+    matmul_precision: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -92,6 +97,7 @@ def verify(
     rtol: float | None = None,
     atol: float | None = None,
     verify_checksums: bool = True,
+    matmul_precision: str | None = "highest",
 ) -> VerifyReport:
     """Run the bundle's example inputs; report max abs/rel error per result against Julia's.
 
@@ -102,6 +108,13 @@ def verify(
             values.
         verify_checksums: check the files' digests first (BLAKE3 per dataset in format 3,
             sha256 in formats 1-2; False: skip, for edited files).
+        matmul_precision: run the module under ``jax.default_matmul_precision(...)`` with this
+            value. "highest" (the default) checks the translation against Julia's f32 (or f64)
+            arithmetic on every platform: a TPU's default runs each f32 product as one bf16 pass,
+            about 1e-2 relative, far outside f32 tolerances. None runs the platform's default,
+            to see what the model computes there. It acts through the lax backend (which defers
+            a module's DEFAULT precision to this setting); xla and enzyme run the precision
+            written in the module.
 
     Returns:
         A VerifyReport; ``.ok`` is False when any result is out of tolerance.
@@ -109,13 +122,15 @@ def verify(
     Raises:
         JuliaBridgeError (a subclass): everything import_lux raises; BundleError when the
         bundle has no examples; ExecutionError when XLA fails to compile or run the module;
-        JuliaBridgeError itself for a negative, infinite or NaN tolerance.
+        JuliaBridgeError itself for a negative, infinite or NaN tolerance, or a
+        matmul_precision JAX does not name.
     """
     for name, tol in (("rtol", rtol), ("atol", atol)):
         # A NaN tolerance fails every comparison, a negative one every nonzero error: either
         # ends in a MISMATCH that says nothing about the model.
         if tol is not None and not (0 <= tol < float("inf")):
             raise JuliaBridgeError(f"{name} must be a finite number >= 0, got {tol!r}")
+    precision = _precision_context(matmul_precision)
     model = import_lux(path, backend=backend, verify_checksums=verify_checksums)
     m = model.manifest
     examples = model.bundle.read_examples()
@@ -142,7 +157,8 @@ def verify(
             tree = model.params if a.role == "parameter" else model.state
             flat.append(lookup(tree, a.path, a.role))
     try:
-        results = model.fn(*flat)
+        with precision:
+            results = model.fn(*flat)
     except JuliaBridgeError:
         raise
     except Exception as e:  # the backends type their failures; this is the last line of defence
@@ -157,4 +173,22 @@ def verify(
         max_abs, max_rel, ok = _compare(got, want, rtol, atol)
         checks.append(ResultCheck(m.results[k].label, max_abs, max_rel, ok))
     made = bool(getattr(m.producer, "made_with_julia", True))
-    return VerifyReport(str(path), model.fn.backend_name, rtol, atol, checks, made)
+    return VerifyReport(
+        str(path), model.fn.backend_name, rtol, atol, checks, made, matmul_precision
+    )
+
+
+def _precision_context(value: str | None) -> contextlib.AbstractContextManager[object]:
+    """``jax.default_matmul_precision(value)`` (a no-op for None), refused before any work when
+    JAX does not know the name."""
+    if value is None:
+        return contextlib.nullcontext()
+    try:
+        # JAX parses the name when the context is made, not when it is entered.
+        return jax.default_matmul_precision(value)
+    except (ValueError, TypeError) as e:
+        raise JuliaBridgeError(
+            f"matmul_precision {value!r:.80} is not a precision JAX names ({e}); use 'highest', "
+            "'high', 'default', 'float32', 'tensorfloat32', 'bfloat16', or None for the "
+            "platform's default"
+        ) from None

@@ -11,7 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
+from juliabridge.bundle.write.description import ArgumentSpec, BundleDescription
+from juliabridge.bundle.write.writer import write_bundle
 
 
 def _forward(x, w, b, scale, bias, mean, var):  # type: ignore[no-untyped-def]
@@ -55,7 +56,8 @@ def dense_bn_reference(arrays: list[np.ndarray]) -> np.ndarray:
 def make_dense_bn(
     path: Path, *, seed: int = 0, portable_artifact: bool = False, **writer_options: Any
 ) -> Path:
-    """Write the bundle (with examples) at `path`; `writer_options` go to write_bundle.
+    """Write the bundle (with examples) at `path`; `writer_options` are fields of its
+    BundleDescription.
 
     Without a portable artifact unless asked: many tests edit model.mlir, which readers would
     ignore in favour of an artifact (spec §2.1).
@@ -65,22 +67,24 @@ def make_dense_bn(
     names = DENSE_BN_ARGUMENTS
     return write_bundle(
         path,
-        name="dense_bn",
-        mlir_text=text,
-        arguments=[
-            ArgumentSpec(role, p, a, 0 if role == "input" else None)
-            for (role, p), a in zip(names, arrays, strict=True)
-        ],
-        result_paths=[[["output"]]],
-        aliases=[
-            (["state", "layer_2", "running_mean"], 5),
-            (["state", "layer_2", "running_var"], 6),
-        ],
-        batch={"size": 5, "samples_independent": True},
-        example_outputs=[dense_bn_reference(arrays)],
+        BundleDescription(
+            name="dense_bn",
+            mlir_text=text,
+            arguments=[
+                ArgumentSpec(role, p, a, 0 if role == "input" else None)
+                for (role, p), a in zip(names, arrays, strict=True)
+            ],
+            result_paths=[[["output"]]],
+            aliases=[
+                (["state", "layer_2", "running_mean"], 5),
+                (["state", "layer_2", "running_var"], 6),
+            ],
+            batch={"size": 5, "samples_independent": True},
+            example_outputs=[dense_bn_reference(arrays)],
+            portable_artifact=portable_artifact,
+            **writer_options,
+        ),
         overwrite=True,
-        portable_artifact=portable_artifact,
-        **writer_options,
     )
 
 

@@ -96,13 +96,14 @@ def test_killed_write_bundle_leaves_the_previous_bundle_intact(tmp_path: Path) -
     before = {p.name: sha256_file(p) for p in target.iterdir()}
     code = f"""
         import jax, numpy as np
-        from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
+        from juliabridge.bundle.write.description import ArgumentSpec, BundleDescription
+        from juliabridge.bundle.write.writer import write_bundle
         w = np.ones({BIG}, np.float32)
         x = np.ones(3, np.float32)
         text = jax.jit(lambda x, w: x * w[:3]).lower(x, w).as_text()
-        write_bundle({str(target)!r}, name="big", mlir_text=text,
-                     arguments=[ArgumentSpec("input", [], x), ArgumentSpec("parameter", ["w"], w)],
-                     result_paths=[[["output"]]], overwrite=True)
+        args = [ArgumentSpec("input", [], x), ArgumentSpec("parameter", ["w"], w)]
+        write_bundle({str(target)!r}, BundleDescription(name="big", mlir_text=text,
+                     arguments=args, result_paths=[[["output"]]]), overwrite=True)
     """
     _kill_while_writing(code, target)
     assert {p.name: sha256_file(p) for p in target.iterdir()} == before

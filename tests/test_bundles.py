@@ -400,7 +400,8 @@ def test_the_writer_records_the_tolerances_given_and_when_it_wrote(tmp_path: Pat
 
 def test_a_value_that_does_not_match_main_is_refused_naming_the_argument(tmp_path: Path) -> None:
     from juliabridge import SignatureMismatchError
-    from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
+    from juliabridge.bundle.write.description import ArgumentSpec, BundleDescription
+    from juliabridge.bundle.write.writer import write_bundle
 
     text = (
         jax.jit(lambda x, w: x @ w)
@@ -410,13 +411,15 @@ def test_a_value_that_does_not_match_main_is_refused_naming_the_argument(tmp_pat
     with pytest.raises(SignatureMismatchError) as e:
         write_bundle(
             tmp_path / "b.bundle",
-            name="m",
-            mlir_text=text,
-            arguments=[
-                ArgumentSpec("input", [], np.zeros((1, 2), np.float32)),
-                ArgumentSpec("parameter", ["layer", "w"], np.zeros((3, 2), np.float32)),
-            ],
-            result_paths=[[["output"]]],
+            BundleDescription(
+                name="m",
+                mlir_text=text,
+                arguments=[
+                    ArgumentSpec("input", [], np.zeros((1, 2), np.float32)),
+                    ArgumentSpec("parameter", ["layer", "w"], np.zeros((3, 2), np.float32)),
+                ],
+                result_paths=[[["output"]]],
+            ),
         )
     assert str(e.value).startswith("argument 1 ['layer', 'w']: value is ")
     assert not (tmp_path / "b.bundle").exists()

@@ -47,21 +47,24 @@ def test_verify_ok_and_mismatch(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "OK" in capsys.readouterr().out
 
     # A bundle whose reference outputs disagree with its module must fail verify.
-    from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
+    from juliabridge.bundle.write.description import ArgumentSpec, BundleDescription
+    from juliabridge.bundle.write.writer import write_bundle
     from tests.bundle_factory import DENSE_BN_ARGUMENTS, dense_bn_arrays
 
     arrays = dense_bn_arrays()
     text = (good / "model.mlir").read_text()
     bad = write_bundle(
         tmp_path / "bad.bundle",
-        name="bad",
-        mlir_text=text,
-        arguments=[
-            ArgumentSpec(role, p, a)
-            for (role, p), a in zip(DENSE_BN_ARGUMENTS, arrays, strict=True)
-        ],
-        result_paths=[[["output"]]],
-        example_outputs=[np.zeros((5, 3), np.float32) + 100.0],
+        BundleDescription(
+            name="bad",
+            mlir_text=text,
+            arguments=[
+                ArgumentSpec(role, p, a)
+                for (role, p), a in zip(DENSE_BN_ARGUMENTS, arrays, strict=True)
+            ],
+            result_paths=[[["output"]]],
+            example_outputs=[np.zeros((5, 3), np.float32) + 100.0],
+        ),
     )
     assert main(["verify", str(bad), "--backend", "xla"]) == 1
     assert "MISMATCH" in capsys.readouterr().out

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from juliabridge.bundle.files.checksum import sha256_file
-from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
+from juliabridge.bundle.write.description import ArgumentSpec, BundleDescription
+from juliabridge.bundle.write.writer import write_bundle
 from juliabridge.cli import commands as cli
 from juliabridge.support.exitcodes import EXIT_CODES, exit_code, safe, table_markdown, table_text
 from tests.bundle_factory import edit_manifest, make_dense_bn
@@ -274,10 +275,12 @@ def _sort_bundle(path: Path) -> Path:
     text = jax.jit(lambda x, w: jnp.sort(x, axis=1) * w).lower(x, w).as_text()
     return write_bundle(
         path,
-        name="sorted",
-        mlir_text=text,
-        arguments=[ArgumentSpec("input", [], x, 0), ArgumentSpec("parameter", ["w"], w)],
-        result_paths=[[["output"]]],
+        BundleDescription(
+            name="sorted",
+            mlir_text=text,
+            arguments=[ArgumentSpec("input", [], x, 0), ArgumentSpec("parameter", ["w"], w)],
+            result_paths=[[["output"]]],
+        ),
     )
 
 

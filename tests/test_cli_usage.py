@@ -294,19 +294,22 @@ def test_inspect_names_echoed_results_and_static_state(
     """Before: an echoed result had a blank path cell, and static_state was not shown."""
     import jax
 
-    from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
+    from juliabridge.bundle.write.description import ArgumentSpec, BundleDescription
+    from juliabridge.bundle.write.writer import write_bundle
 
     x = np.ones((2, 3), np.float32)
     w = np.full((3, 4), 0.5, np.float32)
     text = jax.jit(lambda x, w: (x @ w, x)).lower(x, w).as_text()
     bundle = write_bundle(
         tmp_path / "echo.bundle",
-        name="echo",
-        mlir_text=text,
-        arguments=[ArgumentSpec("input", [], x), ArgumentSpec("parameter", ["w"], w)],
-        result_paths=[[["output"]], []],
-        result_echoes=[None, 0],
-        static_state=[(["training"], False, "Val{false}")],
+        BundleDescription(
+            name="echo",
+            mlir_text=text,
+            arguments=[ArgumentSpec("input", [], x), ArgumentSpec("parameter", ["w"], w)],
+            result_paths=[[["output"]], []],
+            result_echoes=[None, 0],
+            static_state=[(["training"], False, "Val{false}")],
+        ),
     )
     code, out, err = run_cli(["inspect", str(bundle)], capsys)
     assert code == OK, err
@@ -322,9 +325,9 @@ def test_demo_says_whether_enzyme_was_installed(
 ) -> None:
     """Before: on CPython 3.12+ the [enzyme] extra installed nothing and nothing said so
     until `juliabridge doctor`."""
-    from juliabridge.backends import enzyme
+    from juliabridge.backends.enzyme import availability
 
-    monkeypatch.setattr(enzyme, "enzyme_available", lambda: False)
+    monkeypatch.setattr(availability, "enzyme_available", lambda: False)
     code, out, err = run_cli(["demo", "--backend", "lax"], capsys)
     assert code == OK, err
     v = sys.version_info
@@ -336,7 +339,7 @@ def test_demo_says_whether_enzyme_was_installed(
     assert 'prints "enzyme backend: not available"' in readme
     pyproject = (REPO / "pyproject.toml").read_text()
     assert "enzyme-ad==0.0.16; python_version == '3.11'" in pyproject  # what README says
-    monkeypatch.setattr(enzyme, "enzyme_available", lambda: True)
+    monkeypatch.setattr(availability, "enzyme_available", lambda: True)
     code, out, err = run_cli(["demo", "--backend", "lax"], capsys)
     assert code == OK, err
     assert out.splitlines()[1] == "enzyme backend: available (enzyme-ad)"

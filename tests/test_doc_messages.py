@@ -144,7 +144,7 @@ def _scenarios(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 
     with monkeypatch.context() as m:
         m.setattr("juliabridge.backends.lax.LaxBackend.__init__", cannot_lift)
-        m.setattr("juliabridge.backends.enzyme.enzyme_available", lambda: False)
+        m.setattr("juliabridge.backends.enzyme.availability.enzyme_available", lambda: False)
         dc = juliabridge.import_lux(make_dense_bn(tmp / "dc.bundle"), backend="xla")
         xs = dense_bn_arrays()[0]
         out["no vjp"] = _raised(

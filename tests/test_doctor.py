@@ -124,7 +124,7 @@ def test_a_found_julia_is_named_with_where_it_was_found(monkeypatch: pytest.Monk
 def test_without_enzyme_it_says_why_and_where_it_installs(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    monkeypatch.setattr("juliabridge.backends.enzyme.enzyme_available", lambda: False)
+    monkeypatch.setattr("juliabridge.backends.enzyme.availability.enzyme_available", lambda: False)
     monkeypatch.setitem(sys.modules, "enzyme_ad", None)  # its import fails, as without it
     enzyme = {c.name: c for c in doctor.report().backends}["enzyme"]
     assert not enzyme.ok

@@ -14,7 +14,8 @@ import pytest
 
 import juliabridge
 from juliabridge.bundle.bundle import open_bundle
-from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
+from juliabridge.bundle.write.description import ArgumentSpec, BundleDescription
+from juliabridge.bundle.write.writer import write_bundle
 from juliabridge.examples.luxmodels import build_bundle
 from juliabridge.examples.paths import example_bundle_path, example_names
 
@@ -102,12 +103,14 @@ def test_a_true_echo_loads_and_a_value_equal_by_chance_does_not(tmp_path: Path, 
     def write(echoes: list[int | None], paths: list[list[list[object]]]) -> Path:
         return write_bundle(
             tmp_path / f"echo{echo}.bundle",
-            name="echo",
-            mlir_text=_echo_module(),
-            arguments=[ArgumentSpec("input", [], x)],
-            result_paths=paths,
-            result_echoes=echoes,
-            example_outputs=[x, x],
+            BundleDescription(
+                name="echo",
+                mlir_text=_echo_module(),
+                arguments=[ArgumentSpec("input", [], x)],
+                result_paths=paths,
+                result_echoes=echoes,
+                example_outputs=[x, x],
+            ),
             overwrite=True,
         )
 

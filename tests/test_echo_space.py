@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 import juliabridge
 from juliabridge.bundle.bundle import open_bundle
-from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
+from juliabridge.bundle.write.description import ArgumentSpec, BundleDescription
+from juliabridge.bundle.write.writer import write_bundle
 from juliabridge.stablehlo.module import parse_module
 
 from .bundle_factory import edit_manifest
@@ -153,14 +154,15 @@ def _write(tmp_path: Path, text: str, n_args: int, echo: int | None, name: str) 
     x = [np.full((3, 3), i, np.float32) for i in range(n_args)]
     return write_bundle(
         tmp_path / f"{name}.bundle",
-        name="echoes",
-        mlir_text=text,
-        arguments=[ArgumentSpec("input", [i + 1], v) for i, v in enumerate(x)],
-        # an echo has no path of its own; the outputs are numbered 1.. among the others
-        result_paths=[[], [["output", 1]]]
-        if echo is not None
-        else [[["output", 1]], [["output", 2]]],
-        result_echoes=[echo, None],
+        BundleDescription(
+            name="echoes",
+            mlir_text=text,
+            arguments=[ArgumentSpec("input", [i + 1], v) for i, v in enumerate(x)],
+            result_paths=[[], [["output", 1]]]
+            if echo is not None
+            else [[["output", 1]], [["output", 2]]],
+            result_echoes=[echo, None],
+        ),
         overwrite=True,
     )
 

@@ -134,7 +134,7 @@ def test_rebatching_never_drops_samples_silently(bundle: Path) -> None:
 
 def test_enzyme_missing(bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Python 3.12 has no enzyme-ad wheel: simulated by making it unimportable."""
-    monkeypatch.setattr("juliabridge.backends.enzyme.enzyme_available", lambda: False)
+    monkeypatch.setattr("juliabridge.backends.enzyme.availability.enzyme_available", lambda: False)
     with pytest.raises(juliabridge.BackendUnavailableError) as info:
         juliabridge.import_lux(bundle, backend="enzyme")
     actionable(str(info.value), "enzyme-ad", "CPython 3.11", "backend='xla'")

@@ -164,24 +164,27 @@ def test_no_main() -> None:
 
 
 def test_x64_weights_refused_before_truncation(tmp_path: Path) -> None:
-    from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
+    from juliabridge.bundle.write.description import ArgumentSpec, BundleDescription
+    from juliabridge.bundle.write.writer import write_bundle
 
     w = np.arange(3.0)
     with jax.enable_x64(True):
         text = jax.jit(lambda x, w: x * w).lower(w, w).as_text()
         path = write_bundle(
             tmp_path / "f64.bundle",
-            name="f64",
-            mlir_text=text,
-            arguments=[ArgumentSpec("input", [], w), ArgumentSpec("parameter", ["w"], w)],
-            result_paths=[[["output"]]],
+            BundleDescription(
+                name="f64",
+                mlir_text=text,
+                arguments=[ArgumentSpec("input", [], w), ArgumentSpec("parameter", ["w"], w)],
+                result_paths=[[["output"]]],
+            ),
         )
     with jax.enable_x64(False), pytest.raises(juliabridge.X64DisabledError, match=r"params\.w"):
         juliabridge.import_lux(path)
 
 
 def test_enzyme_backend_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("juliabridge.backends.enzyme.enzyme_available", lambda: False)
+    monkeypatch.setattr("juliabridge.backends.enzyme.availability.enzyme_available", lambda: False)
     text = "module {\n func.func @main(%a: tensor<f32>) -> tensor<f32> {\n return %a : tensor<f32>\n }\n}"
     with pytest.raises(juliabridge.BackendUnavailableError, match="backend='xla'"):
         juliabridge.load_mlir(text, backend="enzyme")

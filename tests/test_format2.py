@@ -36,7 +36,8 @@ import juliabridge
 from juliabridge.bundle import open_bundle, parse_manifest
 from juliabridge.bundle.files.checksum import sha256_file
 from juliabridge.bundle.files.digest import canonical_bytes, dataset_digest
-from juliabridge.bundle.write.writer import ArgumentSpec, write_bundle
+from juliabridge.bundle.write.description import ArgumentSpec, BundleDescription
+from juliabridge.bundle.write.writer import write_bundle
 from juliabridge.stablehlo import artifact
 from tests.bundle_factory import (
     dense_bn_arrays,
@@ -1008,12 +1009,14 @@ def test_reactant_module_with_echoed_inputs(tmp_path: Path, echo_paths: str) -> 
         paths = [[["output", 1]], [["output", 2]], []]
     path = write_bundle(
         tmp_path / "matvec.bundle",
-        name="dense_matvec_slices",
-        mlir_text=text,
-        arguments=[ArgumentSpec("input", [1], a), ArgumentSpec("parameter", ["weight"], b)],
-        result_paths=paths,
-        result_echoes=[None, 0, 1],
-        example_outputs=ref.reference(a, b),
+        BundleDescription(
+            name="dense_matvec_slices",
+            mlir_text=text,
+            arguments=[ArgumentSpec("input", [1], a), ArgumentSpec("parameter", ["weight"], b)],
+            result_paths=paths,
+            result_echoes=[None, 0, 1],
+            example_outputs=ref.reference(a, b),
+        ),
     )
     raw = json.loads((path / "manifest.json").read_text())
     assert [r.get("echo_of") for r in raw["results"]] == [None, 0, 1]

@@ -16,6 +16,7 @@ import pytest
 import juliabridge.errors
 from juliabridge.backends.vjp_text import derive_vjp_text
 from juliabridge.cli import commands as cli
+from juliabridge.lux.options import LoadOptions
 from juliabridge.support.exitcodes import EXIT_CODES, safe
 from juliabridge.verification import ResultCheck, VerifyReport
 
@@ -290,8 +291,8 @@ def test_convert_passes_its_options_and_says_what_it_wrote(
 ) -> None:
     calls = []
 
-    def convert_export(path: str, out: str, **kwargs: object) -> Path:
-        calls.append((path, out, kwargs))
+    def convert_export(path: str, out: str, *args: object, **kwargs: object) -> Path:
+        calls.append((path, out, args, kwargs))
         return Path(out)
 
     monkeypatch.setattr("juliabridge.reactant_export.convert.convert_export", convert_export)
@@ -299,21 +300,21 @@ def test_convert_passes_its_options_and_says_what_it_wrote(
         code, out, err = run(["convert", "exp", "--out", "m.bundle", *flags], capsys)
         assert (code, err) == (0, "")
         assert out == "wrote m.bundle (no reference outputs: Reactant's exporter records none)\n"
-        none = {"outputs": None, "state_results": None, "arg_positions": None, "batch_axis": None}
-        assert calls.pop() == ("exp", "m.bundle", {"overwrite": overwrite, **none})
+        assert calls.pop() == ("exp", "m.bundle", (LoadOptions(),), {"overwrite": overwrite})
     # import_lux's overrides, with the same meaning.
     flags = ["--outputs", "0,2", "--state-results", "1:3,4:5", "--positions", "1,2,3"]
     code, out, err = run(
         ["convert", "exp", "--out", "m.bundle", *flags, "--batch-axis", "0"], capsys
     )
     assert (code, err) == (0, "")
-    assert calls.pop()[2] == {
-        "overwrite": False,
-        "outputs": [0, 2],
-        "state_results": {1: 3, 4: 5},
-        "arg_positions": [1, 2, 3],
-        "batch_axis": 0,
-    }
+    assert calls.pop()[2:] == (
+        (
+            LoadOptions(
+                outputs=[0, 2], state_results={1: 3, 4: 5}, positions=[1, 2, 3], batch_axis=0
+            ),
+        ),
+        {"overwrite": False},
+    )
     for bad in (["--outputs", "0,x"], ["--state-results", "1-3"], ["--positions", ""]):
         code, _, err = run(["convert", "exp", "--out", "m.bundle", *bad], capsys)
         assert code == 2 and "expected comma-separated" in err

@@ -29,6 +29,7 @@ from juliabridge.errors import (
     UnsupportedModuleError,
 )
 from juliabridge.examples import luxmodels
+from juliabridge.lux.options import LoadOptions
 from juliabridge.reactant_export import npz as npz_mod
 from juliabridge.reactant_export.convert import convert_export
 from juliabridge.reactant_export.directory import is_export_dir, open_export
@@ -553,7 +554,7 @@ def test_function_form_without_state_outputs_and_manifest(tmp_path: Path) -> Non
     assert (m.producer.tool_version, m.producer.made_with_julia) == ("unknown", False)
     assert (m.module.file, m.weights.file) == ("f_0.mlir", "f_0_inputs.npz")
     assert m.metadata["reactant_export"]["function_name"] == "f"
-    jl = import_export_lux(tmp_path, layout="julia")
+    jl = import_export_lux(tmp_path, LoadOptions(layout="julia"))
     np.testing.assert_allclose(np.asarray(jl.params[0]), W)
     np.testing.assert_allclose(np.asarray(jl(X.T)), (X * W).T)
 

@@ -33,6 +33,7 @@ from juliabridge.errors import (
     SignatureMismatchError,
     UnsafeBundleError,
 )
+from juliabridge.lux.options import LoadOptions
 from juliabridge.reactant_export.convert import convert_export
 from juliabridge.reactant_export.directory import is_export_dir, open_export
 from juliabridge.reactant_export.pyscript import declared_arguments, read_script
@@ -61,14 +62,7 @@ def _inspect(d: Path, capsys: pytest.CaptureFixture[str]) -> str:
 def _roundtrip(d: Path, tmp: Path, **kw: Any) -> tuple[Any, Any]:
     """import_lux of the export, and of the bundle `convert` writes from it."""
     direct = juliabridge.import_lux(d, **kw)
-    out = convert_export(
-        d,
-        tmp / "m.bundle",
-        outputs=kw.get("outputs"),
-        state_results=kw.get("state_results"),
-        arg_positions=kw.get("positions"),
-        batch_axis=kw.get("batch_axis"),
-    )
+    out = convert_export(d, tmp / "m.bundle", LoadOptions(**kw))
     return direct, juliabridge.import_lux(out)
 
 

@@ -20,6 +20,7 @@ import pytest
 
 import juliabridge
 from juliabridge import CallArgumentError
+from juliabridge.lux.options import LoadOptions
 from juliabridge.reactant_export.convert import convert_export
 
 from .pinned_support import lower
@@ -120,7 +121,7 @@ def test_convert_keeps_the_batch_axis_and_serves_other_batch_sizes(
     tmp_path: Path, batch_axis: int | None
 ) -> None:
     out = convert_export(_export(tmp_path / "e", _dense), tmp_path / "c.bundle",
-                         batch_axis=batch_axis)  # fmt: skip
+                         LoadOptions(batch_axis=batch_axis))  # fmt: skip
     model = juliabridge.import_lux(out, backend="lax")
     m = model.manifest
     # only the input carries the batch: ps and st are one per model

@@ -76,3 +76,34 @@ def test_the_check_mode_fails_on_a_stale_mutant(monkeypatch, tmp_path, capsys):
     assert TOOL.main(["--stale"]) == 1
     assert TOOL.main(["--check"]) == 1
     assert "STALE z: its `old` snippet occurs 0 times" in capsys.readouterr().out
+
+
+def test_an_equivalent_mutant_is_listed_with_its_reason_and_left_out_of_the_score(tmp_path):
+    body = 'path = "p"\nkind = "off-by-one"\ndescription = "d"\nold = "a"\nnew = "b"\n'
+    (tmp_path / "g.toml").write_text(
+        f'group = "g"\ntests = ["t"]\n[[mutant]]\nid = "x"\n{body}'
+        f'[[mutant]]\nid = "y"\nequivalent = "no input tells it apart"\n{body}'
+    )
+    (group,) = TOOL.load_groups(tmp_path)
+    assert [(m.id, m.equivalent) for m in group.mutants] == [
+        ("x", ""),
+        ("y", "no input tells it apart"),
+    ]
+    results = [
+        {"id": "x", "group": "g", "verdict": "killed"},
+        {"id": "y", "group": "g", "verdict": "survived"},
+    ]
+    s = TOOL.summarize([group], results, {})["g"]
+    assert (s["killed"], s["total"], s["score"], s["equivalent"]) == (1, 1, 1.0, ["y"])
+    (tmp_path / "g.toml").write_text(
+        f'group = "g"\ntests = ["t"]\n[[mutant]]\nid = "y"\nequivalent = ""\n{body}'
+    )
+    with pytest.raises(TOOL.MutantFileError, match="`equivalent` must be the reason"):
+        TOOL.load_groups(tmp_path)
+
+
+def test_the_help_text_renders(capsys):
+    with pytest.raises(SystemExit) as e:
+        TOOL.main(["--help"])
+    assert e.value.code == 0
+    assert "exit 1 below 90% or stale" in " ".join(capsys.readouterr().out.split())

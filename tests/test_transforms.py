@@ -284,7 +284,7 @@ def test_shipped_vjp_module_gives_gradients_without_enzyme(
         return jnp.sum(m.apply(p, m.state, x)[0] ** 2)
 
     want = jax.grad(lambda p: loss(model_e, p))(model_e.params)
-    monkeypatch.setattr("juliabridge.backends.enzyme.enzyme_available", lambda: False)
+    monkeypatch.setattr("juliabridge.backends.enzyme.availability.enzyme_available", lambda: False)
     model = juliabridge.import_lux(lenet_path, backend="xla")
     got = jax.grad(lambda p: loss(model, p))(model.params)
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
@@ -294,7 +294,7 @@ def test_shipped_vjp_module_gives_gradients_without_enzyme(
 def test_xla_derives_its_vjp_through_lax_without_enzyme(
     monkeypatch: pytest.MonkeyPatch, f64_module: str
 ) -> None:
-    monkeypatch.setattr("juliabridge.backends.enzyme.enzyme_available", lambda: False)
+    monkeypatch.setattr("juliabridge.backends.enzyme.availability.enzyme_available", lambda: False)
     with jax.enable_x64(True):
         fn = juliabridge.load_mlir(f64_module, backend="xla")
         x, w, k = _args()
@@ -312,7 +312,7 @@ def test_no_vjp_source_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, f64_mod
             "stablehlo.foo at line 3 is not lifted", op="stablehlo.foo", where="line 3"
         )
 
-    monkeypatch.setattr("juliabridge.backends.enzyme.enzyme_available", lambda: False)
+    monkeypatch.setattr("juliabridge.backends.enzyme.availability.enzyme_available", lambda: False)
     monkeypatch.setattr("juliabridge.backends.lax.LaxBackend.__init__", cannot_lift)
     with jax.enable_x64(True):
         fn = juliabridge.load_mlir(f64_module, backend="xla")
@@ -367,7 +367,7 @@ def test_vjp_command_stores_a_working_vjp(tmp_path: Path, monkeypatch: pytest.Mo
     path = make_dense_bn(tmp_path / "d.bundle")
     assert main(["vjp", str(path)]) == 0
     assert (path / "vjp.mlir").is_file()
-    monkeypatch.setattr("juliabridge.backends.enzyme.enzyme_available", lambda: False)
+    monkeypatch.setattr("juliabridge.backends.enzyme.availability.enzyme_available", lambda: False)
     model = juliabridge.import_lux(path, backend="xla")
     x = dense_bn_arrays()[0]
     g = jax.grad(lambda p: jnp.sum(model.apply(p, model.state, x)[0]))(model.params)

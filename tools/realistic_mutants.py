@@ -9,7 +9,10 @@ module group), and reports per group how many the tests kill.
 A group file holds ``group`` (its name), ``tests`` (the test files or node ids a developer of
 the group runs) and ``[[mutant]]`` entries, each with ``id``, ``path`` (the module), ``kind``
 (the bug class), ``description`` (one line), ``old`` (a snippet that must occur exactly once
-in the module) and ``new`` (its replacement); a mutant may name its own ``tests``.
+in the module) and ``new`` (its replacement); a mutant may name its own ``tests``. A mutant
+found equivalent (no input any public route accepts tells it from the code) carries
+``equivalent``, the reason: it is not run and not counted (the score is killed over the others),
+and is listed with its reason in the summary; ``--with-equivalent`` runs it anyway.
 
 Each mutant runs in a scratch copy of the repository (one copy per worker; the module is
 rewritten there and restored after the run, the checkout is never touched), as one pytest
@@ -76,6 +79,8 @@ class Mutant:
     new: str
     tests: tuple[str, ...]
     group: str
+    #: Why no input tells the mutant from the code ("" for a mutant that counts).
+    equivalent: str = ""
 
 
 @dataclass
@@ -122,6 +127,11 @@ def load_groups(directory: Path = MUTANTS) -> list[Group]:
                 raise MutantFileError(f"{f}: mutant id {m['id']} is used twice")
             if m["old"] == m["new"]:
                 raise MutantFileError(f"{f}: mutant {m['id']} changes nothing")
+            equivalent = m.get("equivalent", "")
+            if not isinstance(equivalent, str) or ("equivalent" in m and not equivalent):
+                raise MutantFileError(
+                    f"{f}: mutant {m['id']}: `equivalent` must be the reason (a non-empty string)"
+                )
             ids.add(m["id"])
             group.mutants.append(
                 Mutant(
@@ -133,6 +143,7 @@ def load_groups(directory: Path = MUTANTS) -> list[Group]:
                     m["new"],
                     tuple(m.get("tests", tests)),
                     name,
+                    equivalent,
                 )
             )
         groups.append(group)
@@ -311,15 +322,18 @@ def run_mutants(
 def summarize(
     groups: list[Group], results: list[dict[str, object]], errors: dict[str, str]
 ) -> dict[str, dict[str, object]]:
-    """Per group: killed, total, score and the survivors' ids."""
+    """Per group: killed, total (the mutants that count), score, the equivalent mutants left
+    out and the survivors' ids."""
     out: dict[str, dict[str, object]] = {}
     for g in groups:
-        mine = [r for r in results if r["group"] == g.name]
+        counted = {m.id for m in g.mutants if not m.equivalent}
+        mine = [r for r in results if r["group"] == g.name and r["id"] in counted]
         killed = sum(1 for r in mine if str(r["verdict"]).startswith("killed"))
         out[g.name] = {
             "killed": killed,
-            "total": len(g.mutants),
-            "score": killed / len(g.mutants) if g.mutants else 1.0,
+            "total": len(counted),
+            "score": killed / len(counted) if counted else 1.0,
+            "equivalent": [m.id for m in g.mutants if m.equivalent],
             "survived": [r["id"] for r in mine if r["verdict"] == "survived"],
             "errors": [r["id"] for r in mine if r["verdict"] == "error"],
             "group_error": errors.get(g.name),
@@ -352,7 +366,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="parallel workers (one repo copy each)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per pytest run")
     ap.add_argument("--stale", action="store_true", help="only check that every mutant applies")
-    ap.add_argument("--check", action="store_true", help=f"exit 1 below {THRESHOLD:.0%} or stale")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help=f"exit 1 below {THRESHOLD:.0%}% or stale",  # %% for argparse
+    )
+    ap.add_argument(
+        "--with-equivalent",
+        action="store_true",
+        help="also run the mutants marked equivalent (reported, still not counted)",
+    )
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--log", type=Path, help="append each result here as a JSON line")
     ap.add_argument(
@@ -408,7 +431,14 @@ def main(argv: list[str] | None = None) -> int:
             g.tests = tuple(args.tests)
             g.mutants = [dataclasses.replace(m, tests=g.tests) for m in g.mutants]
     todo = [
-        dataclasses.replace(g, mutants=[m for m in g.mutants if m.id not in carried])
+        dataclasses.replace(
+            g,
+            mutants=[
+                m
+                for m in g.mutants
+                if m.id not in carried and (args.with_equivalent or not m.equivalent)
+            ],
+        )
         for g in groups
     ]
     start = time.monotonic()
@@ -427,13 +457,23 @@ def main(argv: list[str] | None = None) -> int:
     failed = bool(problems)
     for name, s in summary.items():
         line = f"  {name}: {s['killed']}/{s['total']} killed ({float(s['score']):.0%})"  # type: ignore[arg-type]
+        if s["equivalent"]:
+            line += f", {len(s['equivalent'])} equivalent not counted"  # type: ignore[arg-type]
         if s["group_error"]:
             line += "  ERROR: the clean run did not pass"
             failed = True
         print(line)
+        equivalent = {m.id: m.equivalent for g in groups if g.name == name for m in g.mutants}
         for r in results:
-            if r["group"] == name and r["verdict"] in ("survived", "error"):
+            if r["group"] != name:
+                continue
+            if r["verdict"] in ("survived", "error") and not equivalent.get(str(r["id"])):
                 print(f"    {r['verdict']}: {r['id']} [{r['kind']}] {r['description']}")
+        for mid, why in equivalent.items():
+            if why:
+                ran = [r["verdict"] for r in results if r["id"] == mid]
+                note = f" (ran: {ran[0]})" if ran else ""
+                print(f"    equivalent, not counted{note}: {mid}: {why}")
         if float(s["score"]) < THRESHOLD:  # type: ignore[arg-type]
             failed = True
     for name, why in errors.items():

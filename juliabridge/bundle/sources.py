@@ -20,7 +20,7 @@ from ..errors import BundleError, ChecksumError, MLIRParseError
 from ..stablehlo import artifact
 from ..stablehlo.module import MAX_MODULE_BYTES, StableHLOModule, parse_module
 from .files import safefile
-from .manifest import MANIFEST_NAME, FileRef, Manifest
+from .manifest import MANIFEST_NAME, ArtifactRef, FileRef, Manifest
 from .weights import fastread
 
 ARTIFACT = "artifact"
@@ -165,27 +165,16 @@ def read_module_sources(
     """
     refs = {"module": manifest.module, "vjp": manifest.vjp}
     out: dict[str, ModuleSource] = {}
-    pending: list[tuple[str, bytes, Path]] = []
-    notes: dict[str, str] = {}
+    pending: list[_Pending] = []
     for key, ref in refs.items():
         if ref is None:
             continue
-        text_path = root / ref.file
         art = ref.artifact
-        reason = (
-            "format 1 bundles have no portable artifact"
-            if manifest.format_version < 2
-            else "the bundle has no portable artifact of it"
-        )
-        if art is not None:
-            reason = (
-                f"the artifact {art.file} is not used: {why}"
-                if (why := artifact.unreadable_reason(art.target))
-                else ""
-            )
+        reason = _artifact_not_used(manifest, art)
         if art is None or reason:
             if art is not None and verify:  # not used, but part of the bundle: check it
                 _check_sha(root / art.file, _hash_file(root / art.file, key, dir_fd), art.sha256)
+            text_path = root / ref.file
             out[key] = ModuleSource(
                 _read_text(text_path, key, ref, verify, dir_fd), str(text_path), TEXT, reason
             )
@@ -194,64 +183,138 @@ def read_module_sources(
         data = _read(path, f"{key} artifact", artifact.MAX_ARTIFACT_BYTES, dir_fd)
         if verify:
             _check_sha(path, hashlib.sha256(data).hexdigest(), art.sha256)
-        described = f"VHLO target {art.target}, written at StableHLO {art.stablehlo_version}"
         if newer := artifact.newer_writer_reason(art.stablehlo_version):
-            text_sha = _hash_file(text_path, key, dir_fd)
-            if verify:  # the text is not parsed, but it is part of the bundle: check it
-                _check_sha(text_path, text_sha, ref.sha256)
-            elif ref.sha256 is not None and text_sha != ref.sha256:
-                warnings.warn(
-                    f"{text_path}: changed since export, but this bundle's portable artifact "
-                    f"{art.file} is read instead ({newer}); the change has no effect",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
-            pending.append((key, data, path))
-            notes[key] = f"portable artifact {art.file} ({described}): {newer}"
+            _check_unread_text(root, key, ref, art, newer, verify, dir_fd)
+            described = f"VHLO target {art.target}, written at StableHLO {art.stablehlo_version}"
+            note = f"portable artifact {art.file} ({described}): {newer}"
+            pending.append(_Pending(key, data, path, note))
             continue
-        text_data = _read(text_path, key, MAX_MODULE_BYTES, dir_fd)
-        text_sha = hashlib.sha256(text_data).hexdigest()
-        if verify:
-            _check_sha(text_path, text_sha, ref.sha256)
-        fallback: ArtifactFallback | None = ArtifactFallback(data, path, described, isolated)
-        no_fallback = ""
-        if ref.sha256 is not None and text_sha != ref.sha256:
-            # Unverified and changed since export: the artifact holds the module as it was
-            # before the change, so reading it instead would quietly undo the edit.
-            fallback = None
-            no_fallback = (
-                f"The text differs from the one exported (its sha256 is not the manifest's), "
-                f"so the portable artifact {art.file}, the module as exported, is not read in "
-                "its place; fix the text, or restore it to use the artifact"
-            )
-        out[key] = ModuleSource(
+        fallback = ArtifactFallback(
+            data,
+            path,
+            f"VHLO target {art.target}, written at StableHLO {art.stablehlo_version}",
+            isolated,
+        )
+        out[key] = _text_with_fallback(root, key, ref, art, fallback, verify, dir_fd)
+    out.update(_deserialize_pending(root, refs, pending, verify, isolated, dir_fd))
+    return out
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """An artifact to deserialize (all of a bundle's in one child), read before its text."""
+
+    key: str
+    data: bytes
+    path: Path
+    #: The ModuleSource note when it deserializes.
+    note: str
+
+
+def _artifact_not_used(manifest: Manifest, art: ArtifactRef | None) -> str:
+    """Why a module's portable artifact is not read (none, or this jaxlib cannot read its
+    target), or "" when it can be."""
+    if art is None:
+        return (
+            "format 1 bundles have no portable artifact"
+            if manifest.format_version < 2
+            else "the bundle has no portable artifact of it"
+        )
+    why = artifact.unreadable_reason(art.target)
+    return f"the artifact {art.file} is not used: {why}" if why else ""
+
+
+def _check_unread_text(
+    root: Path,
+    key: str,
+    ref: FileRef,
+    art: ArtifactRef,
+    newer: str,
+    verify: bool,
+    dir_fd: int | None,
+) -> None:
+    """The text of a module whose artifact is read instead (`newer` says why): checked with
+    `verify`, else a RuntimeWarning when it changed since export (the change has no effect)."""
+    text_path = root / ref.file
+    text_sha = _hash_file(text_path, key, dir_fd)
+    if verify:  # the text is not parsed, but it is part of the bundle: check it
+        _check_sha(text_path, text_sha, ref.sha256)
+    elif ref.sha256 is not None and text_sha != ref.sha256:
+        warnings.warn(
+            f"{text_path}: changed since export, but this bundle's portable artifact "
+            f"{art.file} is read instead ({newer}); the change has no effect",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+
+def _text_with_fallback(
+    root: Path,
+    key: str,
+    ref: FileRef,
+    art: ArtifactRef,
+    fallback: ArtifactFallback,
+    verify: bool,
+    dir_fd: int | None,
+) -> ModuleSource:
+    """The text of a module this jaxlib reads, with its artifact as the fallback for a text
+    that does not parse; without it when the text changed since export (not verified)."""
+    text_path = root / ref.file
+    text_data = _read(text_path, key, MAX_MODULE_BYTES, dir_fd)
+    text_sha = hashlib.sha256(text_data).hexdigest()
+    if verify:
+        _check_sha(text_path, text_sha, ref.sha256)
+    if ref.sha256 is not None and text_sha != ref.sha256:
+        # Unverified and changed since export: the artifact holds the module as it was
+        # before the change, so reading it instead would quietly undo the edit.
+        return ModuleSource(
             _text(text_path, text_data),
             str(text_path),
             TEXT,
-            f"the text, written at StableHLO {art.stablehlo_version}, which this jaxlib "
-            f"reads; the portable artifact {art.file} is read only if the text does not parse"
-            if fallback is not None
-            else "the text, changed since export (not verified: --no-verify); the portable "
+            "the text, changed since export (not verified: --no-verify); the portable "
             f"artifact {art.file} is not read in its place",
-            fallback,
-            no_fallback,
+            None,
+            f"The text differs from the one exported (its sha256 is not the manifest's), "
+            f"so the portable artifact {art.file}, the module as exported, is not read in "
+            "its place; fix the text, or restore it to use the artifact",
         )
-    texts = artifact.deserialize(
-        [d for _, d, _ in pending], [str(p) for _, _, p in pending], isolated=isolated
+    return ModuleSource(
+        _text(text_path, text_data),
+        str(text_path),
+        TEXT,
+        f"the text, written at StableHLO {art.stablehlo_version}, which this jaxlib "
+        f"reads; the portable artifact {art.file} is read only if the text does not parse",
+        fallback,
     )
-    for (key, _, path), text in zip(pending, texts):
+
+
+def _deserialize_pending(
+    root: Path,
+    refs: dict[str, FileRef | None],
+    pending: list[_Pending],
+    verify: bool,
+    isolated: bool,
+    dir_fd: int | None,
+) -> dict[str, ModuleSource]:
+    """The pending artifacts' texts, deserialized together; the text module, with a
+    RuntimeWarning, for each that cannot be read."""
+    texts = artifact.deserialize(
+        [p.data for p in pending], [str(p.path) for p in pending], isolated=isolated
+    )
+    out: dict[str, ModuleSource] = {}
+    for p, text in zip(pending, texts):
         if isinstance(text, str):
-            out[key] = ModuleSource(text, str(path), ARTIFACT, notes[key])
+            out[p.key] = ModuleSource(text, str(p.path), ARTIFACT, p.note)
             continue
-        ref = refs[key]
+        ref = refs[p.key]
         if ref is None:  # pending holds only keys with a reference
-            raise BundleError(f"{path}: internal error: no manifest entry for the {key} module")
+            raise BundleError(f"{p.path}: internal error: no manifest entry for the {p.key} module")
         warnings.warn(
-            f"{text}; reading the text module {ref.file} instead", RuntimeWarning, stacklevel=3
+            f"{text}; reading the text module {ref.file} instead", RuntimeWarning, stacklevel=4
         )
         text_path = root / ref.file
-        out[key] = ModuleSource(
-            _read_text(text_path, key, ref, verify, dir_fd),
+        out[p.key] = ModuleSource(
+            _read_text(text_path, p.key, ref, verify, dir_fd),
             str(text_path),
             TEXT,
             f"the artifact could not be read ({text})",

@@ -1,5 +1,5 @@
-"""The `juliabridge` command: inspect, verify, vjp, demo, doctor, upgrade, export, export-jax
-and convert.
+"""The `juliabridge` command: inspect, verify, vjp, demo, doctor, upgrade, export, export-jax,
+export-onnx and convert.
 
 Everything a bundle says is printed escaped (exitcodes.safe) and never as rich markup; every
 failure ends in one line on stderr and the exit code of its error class (exitcodes.py).
@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from rich.console import Console
 from rich.table import Table
@@ -19,6 +19,12 @@ from rich.text import Text
 
 from .._version import __version__
 from ..support.exitcodes import INTERRUPTED, MISMATCH, OK, USAGE, report, safe, table_text
+
+if TYPE_CHECKING:
+    #: What `add_subparsers` returns; each `_add_*` registers one command on it.
+    Subparsers = argparse._SubParsersAction["_Parser"]
+    from ..bundle import Bundle, Manifest
+    from ..reactant_export.directory import ReactantExport
 
 
 def _human_bytes(n: int) -> str:
@@ -54,28 +60,45 @@ def python_path(role: str, path: Sequence[int | str]) -> str:
 def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
     """Print producer, arguments, results and sizes of a bundle (or a Julia or Reactant export
     directory)."""
+    bundle, export = _open_for_inspect(args, console)
+    _print_summary(bundle, export, console)
+    arguments, total = _arguments_table(bundle.manifest, export)
+    console.print(arguments)
+    console.print(_results_table(bundle.manifest))
+    _print_module_facts(bundle, total, console)
+    return OK
+
+
+def _open_for_inspect(
+    args: argparse.Namespace, console: Console
+) -> tuple[Bundle, ReactantExport | None]:
+    """The bundle `args.path` names, read as a Julia export, a Reactant export or a bundle (in
+    that order), and the Reactant export's description (None for the other two); says which."""
     from ..bundle import open_bundle
-    from ..bundle.manifest import REACTANT_EXPORTER
     from ..julia_export import DESCRIPTION_NAME, complete, is_julia_export
     from ..reactant_export.directory import is_export_dir
-    from ..support import dtypes
 
-    export = None
     if is_julia_export(args.path):
-        bundle = complete(args.path).bundle
         console.print(
             _t(
                 f"JuliaBridge.jl export directory ({DESCRIPTION_NAME}), completed to a format-3 "
                 "bundle in memory (`juliabridge convert` writes it)"
             )
         )
-    elif is_export_dir(args.path):
+        return complete(args.path).bundle, None
+    if is_export_dir(args.path):
         from ..reactant_export.luxmodel import export_bundle
 
         bundle, export = export_bundle(args.path, require_inputs=False)
         console.print(_t(f"Reactant export_to_enzymejax directory, read from {export.script.path}"))
-    else:
-        bundle = open_bundle(args.path, verify_checksums=not args.no_verify)
+        return bundle, export
+    return open_bundle(args.path, verify_checksums=not args.no_verify), None
+
+
+def _print_summary(bundle: Bundle, export: ReactantExport | None, console: Console) -> None:
+    """The bundle's name, format, producer, module source, weights' checks, note and batch."""
+    from ..bundle.manifest import REACTANT_EXPORTER
+
     m = bundle.manifest
     p = m.producer
     head = _t(m.name, style="bold")
@@ -108,6 +131,12 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
         console.print(
             _t(f"batch: size {m.batch.size}, samples independent: {m.batch.samples_independent}")
         )
+
+
+def _arguments_table(m: Manifest, export: ReactantExport | None) -> tuple[Table, int]:
+    """The table of @main's arguments, and the bytes of its parameters and state."""
+    from ..support import dtypes
+
     table = Table(title="arguments (@main order)")
     # An export's trees are indexed from Python (model.params[0][1]); Reactant's own path
     # (1-based, as the .py prints it) is shown beside.
@@ -134,7 +163,11 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
         if export is not None:
             row = (*row, export.script.arguments[a.index].label)
         table.add_row(*(_t(c) for c in row))
-    console.print(table)
+    return table, total
+
+
+def _results_table(m: Manifest) -> Table:
+    """The table of @main's results, then the output paths that alias an argument."""
     rt = Table(title="results")
     for col in ("#", "output path(s)", "MLIR shape", "dtype"):
         rt.add_column(col)
@@ -155,7 +188,12 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
             _t(f"argument {al.argument} ({src.label}) unchanged"),
             _t(src.dtype),
         )
-    console.print(rt)
+    return rt
+
+
+def _print_module_facts(bundle: Bundle, total: int, console: Console) -> None:
+    """Static state, sizes, recorded shardings, custom calls, examples and the auto backend."""
+    m = bundle.manifest
     if m.static_state:
         # Non-array state leaves (Val(true), ...) are not JAX leaves (spec §3.11).
         console.print(
@@ -193,7 +231,6 @@ def cmd_inspect(args: argparse.Namespace, console: Console) -> int:
             )
         )
     console.print(_t(f"backend (auto): {_auto_backend(bundle.module)}"))
-    return OK
 
 
 def _auto_backend(module: object) -> str:
@@ -293,21 +330,20 @@ def cmd_convert(args: argparse.Namespace, console: Console) -> int:
     """Write a bundle from a JuliaBridge.jl export directory (julia_export) or a Reactant
     export_to_enzymejax directory (reactant_export.convert)."""
     from ..julia_export import convert_julia_export, is_julia_export
+    from ..lux.options import LoadOptions
     from ..reactant_export.convert import convert_export
 
     if is_julia_export(args.path):
         out = convert_julia_export(args.path, args.out, overwrite=args.overwrite)
         console.print(_t(f"wrote {out} from the JuliaBridge.jl export directory {args.path}"))
         return OK
-    out = convert_export(
-        args.path,
-        args.out,
-        overwrite=args.overwrite,
+    options = LoadOptions(
         outputs=args.outputs,
         state_results=args.state_results,
-        arg_positions=args.positions,
+        positions=args.positions,
         batch_axis=args.batch_axis,
     )
+    out = convert_export(args.path, args.out, options, overwrite=args.overwrite)
     console.print(_t(f"wrote {out} (no reference outputs: Reactant's exporter records none)"))
     return OK
 
@@ -331,6 +367,17 @@ def cmd_export_jax(args: argparse.Namespace, console: Console) -> int:
     shapes = ", ".join(f"{a['name']} {a['shape']}" for a in info["arguments"][:4])
     more = ", ..." if len(info["arguments"]) > 4 else ""
     console.print(_t(f"wrote {args.out} and {args.out}.json: ({shapes}{more})"))
+    return OK
+
+
+def cmd_export_onnx(args: argparse.Namespace, console: Console) -> int:
+    """Write a bundle's model as an ONNX file (jax2onnx, the onnx extra)."""
+    from ..exporting_onnx import save_onnx
+    from ..importers import import_lux
+
+    model = import_lux(args.path, backend="lax", verify_checksums=not args.no_verify)
+    out = save_onnx(model, args.out, opset=args.opset, overwrite=args.overwrite)
+    console.print(_t(f"wrote {out} (ONNX opset {args.opset})"))
     return OK
 
 
@@ -373,9 +420,9 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
 def _enzyme_note() -> str:
     """Whether the enzyme backend is here: pip installs the [enzyme] extra's enzyme-ad on
     CPython 3.11 only and says nothing elsewhere, so the first command run says it."""
-    from ..backends.enzyme import enzyme_available
+    from ..backends.enzyme import availability
 
-    if enzyme_available():
+    if availability.enzyme_available():
         return "enzyme backend: available (enzyme-ad)"
     v = sys.version_info
     return (
@@ -456,18 +503,19 @@ _BACKEND = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the `juliabridge` command."""
-    parser = _Parser(
-        prog="juliabridge",
-        description="Lux.jl models as JAX functions.",
-        epilog="exit codes (one per error class):\n"
-        + table_text()
-        + "\n\nJULIABRIDGE_DEBUG=1 shows tracebacks and what Enzyme/XLA print.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--version", action="version", version=f"juliabridge {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _source_and_out(p: argparse.ArgumentParser, out_help: str) -> None:
+    """The export commands' source (a bundle or Reactant export) and their --out FILE."""
+    p.add_argument("path", help="bundle directory, or a Reactant export_to_enzymejax directory")
+    p.add_argument("--out", required=True, help=out_help)
+
+
+def _overwrite_and_verify(p: argparse.ArgumentParser, overwrite_help: str) -> None:
+    p.add_argument("--overwrite", action="store_true", help=overwrite_help)
+    p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
+
+
+def _add_inspect(sub: Subparsers) -> None:
+    """``juliabridge inspect PATH``: a bundle's or an export directory's signature."""
     p = sub.add_parser("inspect", help="show a bundle's signature, sizes and producer")
     p.add_argument(
         "path",
@@ -476,6 +524,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     p.set_defaults(func=cmd_inspect)
+
+
+def _add_verify(sub: Subparsers) -> None:
+    """``juliabridge verify PATH``: the bundled examples against their reference outputs."""
     p = sub.add_parser("verify", help="compare a bundle's outputs with its reference outputs")
     p.add_argument("path", help="bundle directory")
     p.add_argument(
@@ -497,6 +549,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     p.set_defaults(func=cmd_verify)
+
+
+def _add_vjp(sub: Subparsers) -> None:
+    """``juliabridge vjp PATH``: derive and store the bundle's VJP module."""
     p = sub.add_parser(
         "vjp",
         help="derive the bundle's VJP module (through lax when every op lifts, else with "
@@ -506,6 +562,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace an existing VJP module")
     p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     p.set_defaults(func=cmd_vjp)
+
+
+def _add_convert(sub: Subparsers) -> None:
+    """``juliabridge convert PATH --out BUNDLE``: a bundle from an export directory."""
     p = sub.add_parser(
         "convert",
         help="write a bundle from a JuliaBridge.jl export directory or a Reactant "
@@ -546,13 +606,16 @@ def build_parser() -> argparse.ArgumentParser:
         "batch_axis=)",
     )
     p.set_defaults(func=cmd_convert)
+
+
+def _add_export_jax(sub: Subparsers) -> None:
+    """``juliabridge export-jax PATH --out FILE``: a serialized jax.export artifact."""
     p = sub.add_parser(
         "export-jax",
         help="write a bundle's model as a serialized jax.export artifact (FILE) and its "
         "description (FILE.json), runnable with jax alone (docs/exporting.md)",
     )
-    p.add_argument("path", help="bundle directory, or a Reactant export_to_enzymejax directory")
-    p.add_argument("--out", required=True, help="the file to write (and FILE.json beside it)")
+    _source_and_out(p, "the file to write (and FILE.json beside it)")
     p.add_argument(
         "--batch",
         default="b",
@@ -574,17 +637,62 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["cpu", "cuda", "rocm", "tpu"],
         help="a platform to lower for (repeatable; default the current one)",
     )
-    p.add_argument("--overwrite", action="store_true", help="replace existing files")
-    p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
+    _overwrite_and_verify(p, "replace existing files")
     p.set_defaults(func=cmd_export_jax)
+
+
+def _add_export_onnx(sub: Subparsers) -> None:
+    """``juliabridge export-onnx PATH --out FILE``: the model as an ONNX file."""
+    p = sub.add_parser(
+        "export-onnx",
+        help="write a bundle's model as an ONNX file at its traced shapes, converted by "
+        "jax2onnx (pip install 'juliabridge[onnx]'; docs/exporting.md)",
+    )
+    _source_and_out(p, "the .onnx file to write")
+    p.add_argument("--opset", type=int, default=23, help="the ONNX opset (default 23)")
+    _overwrite_and_verify(p, "replace an existing file")
+    p.set_defaults(func=cmd_export_onnx)
+
+
+def _add_demo(sub: Subparsers) -> None:
+    """``juliabridge demo``: the example LeNet bundle, run and verified."""
     p = sub.add_parser("demo", help="run the example LeNet bundle shipped with juliabridge")
     p.add_argument(
         "--backend", default="auto", choices=["auto", "lax", "enzyme", "xla"], help=_BACKEND
     )
     p.set_defaults(func=cmd_demo)
+
+
+def _add_doctor(sub: Subparsers) -> None:
+    """``juliabridge doctor``: what this installation can do."""
     p = sub.add_parser("doctor", help="show what this installation can do (backends, Julia)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_doctor)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the `juliabridge` command."""
+    parser = _Parser(
+        prog="juliabridge",
+        description="Lux.jl models as JAX functions.",
+        epilog="exit codes (one per error class):\n"
+        + table_text()
+        + "\n\nJULIABRIDGE_DEBUG=1 shows tracebacks and what Enzyme/XLA print.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"juliabridge {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (
+        _add_inspect,
+        _add_verify,
+        _add_vjp,
+        _add_convert,
+        _add_export_jax,
+        _add_export_onnx,
+        _add_demo,
+        _add_doctor,
+    ):
+        add(sub)
     from ..bundle.write.upgrade import add_upgrade_parser
 
     add_upgrade_parser(sub)

@@ -89,10 +89,10 @@ def _stablehlo_versions() -> dict[str, str]:
 
 
 def _backend_checks() -> list[Check]:
-    from ..backends.enzyme import enzyme_available
+    from ..backends.enzyme import availability
 
     checks = [Check("lax", True, TRANSFORMATIONS["lax"])]
-    if enzyme_available():
+    if availability.enzyme_available():
         checks.append(Check("enzyme", True, TRANSFORMATIONS["enzyme"]))
     else:
         why = "enzyme-ad is not installed"

@@ -215,6 +215,47 @@ def export_lux(
             this process is one where running Reactant beside jaxlib is known to crash
             (`in_process_risk`; set JULIABRIDGE_IN_PROCESS_EXPORT=1 to override).
     """
+    out, model, ps, st, inputs = _call_in_python_spelling(model, ps, st, inputs, out)
+    out_path = Path(out).expanduser().resolve()
+    check_options(
+        out_path,
+        overwrite=overwrite,
+        mode=mode,
+        name=name,
+        metadata=metadata,
+        samples_independent=samples_independent,
+    )
+    if in_process:
+        _refuse_risky_in_process()
+    juliacall = _juliacall()
+    objects = _julia_objects(juliacall, model, ps, st, inputs)
+    options = {
+        "name": name,
+        "mode": mode,
+        "overwrite": overwrite,
+        "reference": reference,
+        "metadata": dict(metadata) if metadata else None,
+        "samples_independent": samples_independent,
+    }
+    show = progress_enabled(progress)
+    from ..importers import import_lux
+
+    if not in_process:
+        path = export_in_subprocess(
+            juliacall, out_path, objects, options, show=show, verbose=verbose, timeout=timeout
+        )
+        return import_lux(path, backend=backend)
+    return import_lux(
+        _export_in_session(juliacall, out_path, objects, options, show), backend=backend
+    )
+
+
+def _call_in_python_spelling(
+    model: Any, ps: Any, st: Any, inputs: tuple[Any, ...], out: Any
+) -> tuple[str | os.PathLike[str], Any, Any, Any, tuple[Any, ...]]:
+    """``(out, model, ps, st, inputs)`` from either spelling of the call: Python's
+    (``export_lux(model, ps, st, x, out=dir)``) or Julia's (``export_lux(dir, model, ps, st,
+    x)``); refuses a directory given twice or missing, and a call without an input."""
     if isinstance(model, (str, os.PathLike)):
         if out is not None:
             raise CallArgumentError(
@@ -235,23 +276,26 @@ def export_lux(
         )
     if not inputs:
         raise CallArgumentError("export_lux needs at least one example input after model, ps, st")
-    out_path = Path(out).expanduser().resolve()
-    check_options(
-        out_path,
-        overwrite=overwrite,
-        mode=mode,
-        name=name,
-        metadata=metadata,
-        samples_independent=samples_independent,
-    )
-    risk = in_process_risk() if in_process else None
+    return out, model, ps, st, inputs
+
+
+def _refuse_risky_in_process() -> None:
+    """Raise when this process is one where Reactant beside jaxlib is known to crash
+    (`in_process_risk`), unless IN_PROCESS_ENV=1 overrides it."""
+    risk = in_process_risk()
     if risk is not None and os.environ.get(IN_PROCESS_ENV) != "1":
         raise JuliaExportError(
             f"export_lux(in_process=True) runs Reactant inside this Python process, and {risk}. "
             "Leave in_process unset to export in a separate julia process, or set "
             f"{IN_PROCESS_ENV}=1 to try it here anyway"
         )
-    juliacall = _juliacall()
+
+
+def _julia_objects(
+    juliacall: ModuleType, model: Any, ps: Any, st: Any, inputs: tuple[Any, ...]
+) -> tuple[Any, ...]:
+    """``(model, ps, st, x...)`` as the Julia objects ``JuliaBridge`` takes; refuses a model
+    that is not a Julia object and arguments juliacall cannot hand over."""
     if not isinstance(model, juliacall.ValueBase):
         raise CallArgumentError(
             f"model is a {type(model).__name__}, not a Julia object; pass the Lux layer your "
@@ -262,40 +306,29 @@ def export_lux(
         _julia_tree(st, "st", juliacall),
     ]
     xs = [_julia_input(x, f"inputs[{i}]", juliacall) for i, x in enumerate(inputs)]
-    options = {
-        "name": name,
-        "mode": mode,
-        "overwrite": overwrite,
-        "reference": reference,
-        "metadata": dict(metadata) if metadata else None,
-        "samples_independent": samples_independent,
-    }
-    show = progress_enabled(progress)
-    from ..importers import import_lux
+    return (model, *args, *xs)
 
-    if not in_process:
-        path = export_in_subprocess(
-            juliacall,
-            out_path,
-            (model, *args, *xs),
-            options,
-            show=show,
-            verbose=verbose,
-            timeout=timeout,
-        )
-        return import_lux(path, backend=backend)
+
+def _export_in_session(
+    juliacall: ModuleType,
+    out_path: Path,
+    objects: tuple[Any, ...],
+    options: dict[str, Any],
+    show: bool,
+) -> str:
+    """Run ``JuliaBridge.export_from_python`` in this session; the directory it wrote."""
+    model, ps, st, *xs = objects
     bridge = _bridge(juliacall)
     with ProgressDisplay(show) as display:
         display.step(0, 0, "tracing with Reactant in this Julia session")
         kwargs = {"progress": display.step} if show else {}
         try:
             text = bridge.export_from_python(
-                str(out_path), model, *args, json.dumps(options), *xs, **kwargs
+                str(out_path), model, ps, st, json.dumps(options), *xs, **kwargs
             )
         except Exception as exc:  # a juliacall.JuliaError JuliaBridge did not turn into an answer
             raise JuliaExportError(f"the export failed in Julia: {exc}") from exc
-    answer = _read_answer(str(text))
-    return import_lux(answer["path"], backend=backend)
+    return str(_read_answer(str(text))["path"])
 
 
 def _read_answer(text: str) -> dict[str, Any]:

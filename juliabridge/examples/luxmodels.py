@@ -480,27 +480,30 @@ def build_bundle(
     kind: str, path: str | Path, *, batch: int, seed: int, overwrite: bool = False
 ) -> Path:
     """Write the bundle of model `kind` (a key of ``BUILDERS``) with example inputs/outputs."""
-    from ..bundle.write.writer import ArgumentSpec, write_bundle
+    from ..bundle.write.description import ArgumentSpec, BundleDescription
+    from ..bundle.write.writer import write_bundle
 
     if kind not in BUILDERS:
         raise ValueError(f"unknown model kind {kind!r}; choose one of {sorted(BUILDERS)}")
     spec = BUILDERS[kind](batch=batch, seed=seed)
     return write_bundle(
         path,
-        name=spec.name,
-        mlir_text=spec.mlir_text,
-        arguments=[
-            ArgumentSpec(role=a.role, path=a.path, value=a.value, batch_axis=a.batch_axis)
-            for a in spec.arguments
-        ],
-        result_paths=spec.result_paths,
-        aliases=spec.aliases,
-        mode=spec.mode,
-        batch={"size": spec.batch_size, "samples_independent": spec.samples_independent},
-        example_outputs=spec.run(),
-        result_batch_axes=spec.result_batch_axes,
-        metadata={"lux_model": spec.lux_source, "seed": seed, "kind": kind},
-        empty=spec.empty,
-        note=_NOTE,
+        BundleDescription(
+            name=spec.name,
+            mlir_text=spec.mlir_text,
+            arguments=[
+                ArgumentSpec(role=a.role, path=a.path, value=a.value, batch_axis=a.batch_axis)
+                for a in spec.arguments
+            ],
+            result_paths=spec.result_paths,
+            aliases=spec.aliases,
+            mode=spec.mode,
+            batch={"size": spec.batch_size, "samples_independent": spec.samples_independent},
+            example_outputs=spec.run(),
+            result_batch_axes=spec.result_batch_axes,
+            metadata={"lux_model": spec.lux_source, "seed": seed, "kind": kind},
+            empty=spec.empty,
+            note=_NOTE,
+        ),
         overwrite=overwrite,
     )

@@ -113,6 +113,13 @@ def check_against_module(d: Description, module: StableHLOModule) -> None:
             argument, in state-argument order.
     """
     desc, mod = d.path, f"@main of {d.module_file}"
+    _check_arguments(d, module, desc, mod)
+    _check_trailing_results(d, module, desc, mod)
+    _check_state_results(d, module, desc, mod)
+
+
+def _check_arguments(d: Description, module: StableHLOModule, desc: Path, mod: str) -> None:
+    """The description's arguments are @main's, in number, shape and dtype."""
     if len(d.arguments) != len(module.arguments):
         raise SignatureMismatchError(
             f"{desc} lists {len(d.arguments)} arguments but {mod} takes "
@@ -133,6 +140,10 @@ def check_against_module(d: Description, module: StableHLOModule) -> None:
             f"{a.index} is {spec}{hint}; the description does not belong to this module. "
             "Export again"
         )
+
+
+def _check_trailing_results(d: Description, module: StableHLOModule, desc: Path, mod: str) -> None:
+    """@main returns at least the listed results, and any after them are echoes."""
     n, m = len(d.results), len(module.results)
     if m < n:
         raise SignatureMismatchError(
@@ -146,6 +157,12 @@ def check_against_module(d: Description, module: StableHLOModule) -> None:
                 f"({module.results[k]}) is computed, not an argument returned unchanged; only "
                 "echoes of arguments may follow the listed results. Export again"
             )
+
+
+def _check_state_results(d: Description, module: StableHLOModule, desc: Path, mod: str) -> None:
+    """The listed results are the outputs, then one new value per state argument, in order,
+    each of its argument's type."""
+    n = len(d.results)
     state = [a for a in d.arguments if a.role == "state"]
     by_path = {a.path: a for a in state}
     outputs = sum(1 for r in d.results if r.path[0] == "output")
@@ -225,6 +242,29 @@ def build_manifest(d: Description, module: StableHLOModule, module_sha256: str) 
     trailing unlisted results are echoes with empty paths.
     """
     b = batch_size(d)
+    args = _argument_entries(d, b)
+    m: dict[str, Any] = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "name": d.name,
+        "producer": _producer(d),
+        "module": {"file": d.module_file, "sha256": module_sha256},
+        "weights": {"file": d.weights_file},
+        "mode": d.mode,
+        "arguments": args,
+        "results": _result_entries(d, module, args, b),
+        "aliases": [],
+    }
+    if b is not None:
+        independent = d.mode == "test" and bool(d.samples_independent)
+        m["batch"] = {"size": b, "samples_independent": independent}
+    m.update(_optional_sections(d))
+    return m
+
+
+def _argument_entries(d: Description, b: int | None) -> list[dict[str, Any]]:
+    """The manifest's arguments: the description's, with pending digests and batch axis 0 on
+    inputs whose axis 0 is the batch size `b`."""
     args: list[dict[str, Any]] = []
     for a in d.arguments:
         e: dict[str, Any] = {
@@ -243,6 +283,14 @@ def build_manifest(d: Description, module: StableHLOModule, module_sha256: str) 
         if a.tied_paths:
             e["tied_paths"] = [list(p) for p in a.tied_paths]
         args.append(e)
+    return args
+
+
+def _result_entries(
+    d: Description, module: StableHLOModule, args: list[dict[str, Any]], b: int | None
+) -> list[dict[str, Any]]:
+    """The manifest's results: one per @main result, with its batch axis and the argument it
+    echoes (where their batch axes agree); trailing unlisted results have empty paths."""
     results: list[dict[str, Any]] = []
     for k, spec in enumerate(module.results):
         echo = module.returned_arguments.get(k)
@@ -265,21 +313,13 @@ def build_manifest(d: Description, module: StableHLOModule, module_sha256: str) 
         if echo is not None:
             r["echo_of"] = echo
         results.append(r)
-    m: dict[str, Any] = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "name": d.name,
-        "producer": _producer(d),
-        "module": {"file": d.module_file, "sha256": module_sha256},
-        "weights": {"file": d.weights_file},
-        "mode": d.mode,
-        "arguments": args,
-        "results": results,
-        "aliases": [],
-    }
-    if b is not None:
-        independent = d.mode == "test" and bool(d.samples_independent)
-        m["batch"] = {"size": b, "samples_independent": independent}
+    return results
+
+
+def _optional_sections(d: Description) -> dict[str, Any]:
+    """The manifest's empty, static_state, examples and metadata, where the description has
+    them (in that order)."""
+    m: dict[str, Any] = {}
     if d.empty:
         m["empty"] = {g: [list(p) for p in d.empty.get(g, ())] for g in ("params", "state")}
     if d.static_state:
@@ -371,28 +411,8 @@ def complete(
         check_module(manifest, module, module.origin)
         weights_path = root / d.weights_file
         fd, st = safefile.open_regular(weights_path, "the weights file", dir_fd=dfd)
-    got: dict[str, dict[int, np.ndarray]] = {"weights": {}, "inputs": {}, "outputs": {}}
-    digests: dict[tuple[str, int], str] = {}
-    try:
-        _check_weight_sizes(manifest, weights_path, st.st_size)
-        plan = _requests(manifest)
-        keys = {id(r): (g, i) for g, i, r in plan}
-        with open_weights(weights_path, fd=fd) as f:
-            for r, arr in f.read([r for _, _, r in plan]):
-                g, i = keys[id(r)]
-                digests[(g, i)] = dataset_digest(arr, r.dtype, DIGEST)
-                if g == "weights" or keep_examples:
-                    got[g][i] = arr
-    finally:
-        os.close(fd)
-    for e in m_json["arguments"]:
-        if "dataset" in e:
-            e[DIGEST] = digests[("weights", e["index"])]
-    if "examples" in m_json:
-        for e in m_json["examples"]["inputs"]:
-            e[DIGEST] = digests[("inputs", e["argument"])]
-        for e in m_json["examples"]["outputs"]:
-            e[DIGEST] = digests[("outputs", e["result"])]
+    got, digests = _read_and_digest(manifest, weights_path, fd, st.st_size, keep_examples)
+    _fill_digests(m_json, digests)
     manifest = _parse(m_json, d)
     bundle = Bundle(
         root,
@@ -415,6 +435,41 @@ def complete(
         got["inputs"] if examples else None,
         got["outputs"] if examples else None,
     )
+
+
+def _read_and_digest(
+    manifest: Manifest, weights_path: Path, fd: int, size: int, keep_examples: bool
+) -> tuple[dict[str, dict[int, np.ndarray]], dict[tuple[str, int], str]]:
+    """Every dataset of the weights file (open as `fd`, closed here) read through the bundle's
+    reader and digested: the arrays kept (weights, and examples with `keep_examples`) by group
+    and index, and each dataset's digest by (group, index)."""
+    got: dict[str, dict[int, np.ndarray]] = {"weights": {}, "inputs": {}, "outputs": {}}
+    digests: dict[tuple[str, int], str] = {}
+    try:
+        _check_weight_sizes(manifest, weights_path, size)
+        plan = _requests(manifest)
+        keys = {id(r): (g, i) for g, i, r in plan}
+        with open_weights(weights_path, fd=fd) as f:
+            for r, arr in f.read([r for _, _, r in plan]):
+                g, i = keys[id(r)]
+                digests[(g, i)] = dataset_digest(arr, r.dtype, DIGEST)
+                if g == "weights" or keep_examples:
+                    got[g][i] = arr
+    finally:
+        os.close(fd)
+    return got, digests
+
+
+def _fill_digests(m_json: dict[str, Any], digests: dict[tuple[str, int], str]) -> None:
+    """Replace the manifest's pending digests with the computed ones."""
+    for e in m_json["arguments"]:
+        if "dataset" in e:
+            e[DIGEST] = digests[("weights", e["index"])]
+    if "examples" in m_json:
+        for e in m_json["examples"]["inputs"]:
+            e[DIGEST] = digests[("inputs", e["argument"])]
+        for e in m_json["examples"]["outputs"]:
+            e[DIGEST] = digests[("outputs", e["result"])]
 
 
 __all__ = [

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..backends import resolve_backend_name
 from ..bundle.manifest import default_tolerances
-from ..bundle.write.writer import ArgumentSpec, write_bundle
-from ..lux.model import LuxModel, bundle_model, check_layout
+from ..bundle.write.description import ArgumentSpec, BundleDescription
+from ..bundle.write.writer import write_bundle
+from ..lux.model import LuxModel, bundle_model
+from ..lux.options import DEFAULT_OPTIONS, LoadOptions
 from ..support import dtypes
 from .complete import complete
 
@@ -19,9 +20,9 @@ from .complete import complete
 def convert_julia_export(
     path: str | os.PathLike[str],
     out: str | os.PathLike[str],
+    options: LoadOptions = DEFAULT_OPTIONS,
     *,
     overwrite: bool = False,
-    trust: bool = False,
 ) -> Path:
     """Write the format-3 bundle `out` from a Julia export directory (docs/julia-export.md).
 
@@ -32,8 +33,9 @@ def convert_julia_export(
     Args:
         path: the export directory.
         out: the bundle directory to write (``NAME.bundle``).
+        options: the load's options; only `trust` applies (admit ops and custom calls outside
+            the allowlist).
         overwrite: replace an existing bundle at `out`.
-        trust: admit ops and custom calls outside the allowlist.
 
     Returns:
         `out`.
@@ -42,7 +44,7 @@ def convert_julia_export(
         BundleError / ManifestError / SignatureMismatchError: as for `complete`;
             SaveError: the bundle cannot be written.
     """
-    c = complete(path, trust=trust, keep_examples=True)
+    c = complete(path, trust=options.trust, keep_examples=True)
     m = c.bundle.manifest
     inputs = c.example_inputs or {}
     arguments = []
@@ -57,36 +59,34 @@ def convert_julia_export(
         rtol, atol = default_tolerances([m.results[k].dtype for k in outputs])
     return write_bundle(
         out,
-        name=m.name,
-        mlir_text=c.text,
-        arguments=arguments,
-        result_paths=[r.paths for r in m.results],
-        mode=m.mode,
-        batch=vars(m.batch).copy() if m.batch else None,
-        example_outputs=outputs,
-        result_batch_axes=[r.batch_axis for r in m.results],
-        metadata=m.metadata,
-        note=m.producer.note or "",
+        BundleDescription(
+            name=m.name,
+            mlir_text=c.text,
+            arguments=arguments,
+            result_paths=[r.paths for r in m.results],
+            mode=m.mode,
+            batch=vars(m.batch).copy() if m.batch else None,
+            example_outputs=outputs,
+            result_batch_axes=[r.batch_axis for r in m.results],
+            metadata=m.metadata,
+            note=m.producer.note or "",
+            rtol=rtol,
+            atol=atol,
+            empty=m.empty or None,
+            result_echoes=[r.echo_of for r in m.results],
+            static_state=[(s.path, s.value, s.julia_type) for s in m.static_state],
+            producer={
+                k: v
+                for k, v in vars(m.producer).items()
+                if k != "note" and not (k == "created" and v is None)
+            },
+        ),
         overwrite=overwrite,
-        rtol=rtol,
-        atol=atol,
-        empty=m.empty or None,
-        result_echoes=[r.echo_of for r in m.results],
-        static_state=[(s.path, s.value, s.julia_type) for s in m.static_state],
-        producer={
-            k: v
-            for k, v in vars(m.producer).items()
-            if k != "note" and not (k == "created" and v is None)
-        },
     )
 
 
 def import_julia_export(
-    path: str | os.PathLike[str],
-    *,
-    backend: str = "auto",
-    layout: str = "mlir",
-    trust: bool = False,
+    path: str | os.PathLike[str], options: LoadOptions = DEFAULT_OPTIONS
 ) -> LuxModel:
     """A Julia export directory as a LuxModel (the route of `juliabridge.import_lux`).
 
@@ -94,7 +94,8 @@ def import_julia_export(
 
     Args:
         path: the export directory.
-        backend, layout, trust: as for `juliabridge.import_lux`.
+        options: backend, layout and trust apply, as for `juliabridge.import_lux` (the
+            directory records no digests to verify).
 
     Returns:
         The LuxModel; ``model.manifest`` is the completed format-3 manifest.
@@ -102,12 +103,10 @@ def import_julia_export(
     Raises:
         As `complete`, and as `import_lux` for the backend and x64.
     """
-    check_layout(layout)
-    backend = resolve_backend_name(backend)
-    c = complete(path, trust=trust)
+    c = complete(path, trust=options.trust)
     args = c.bundle.manifest.arguments
     weights = [(args[i], arr) for i, arr in sorted(c.weights.items())]
-    return bundle_model(c.bundle, weights, backend=backend, layout=layout, trust=trust)
+    return bundle_model(c.bundle, weights, options)
 
 
 __all__ = ["convert_julia_export", "import_julia_export"]

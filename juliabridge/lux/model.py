@@ -11,15 +11,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..backends import make_backend, resolve_backend_name
+from ..backends import make_backend
 from ..bundle import Bundle, open_bundle
 from ..bundle.manifest import ArgumentEntry, Manifest
-from ..errors import CallArgumentError, ExecutionError, JuliaBridgeError
+from ..errors import CallArgumentError, ExecutionError
 from ..function import ImportedFunction, all_concrete_arrays
 from ..support import dtypes, progress
 from ..transforms.sharding import device_conflict
 from ..transforms.typed_errors import Compiled
 from .batchsize import call_any_batch, check_fixed_shapes
+from .options import LoadOptions
 from .trees import build_tree, lookup
 
 
@@ -297,9 +298,6 @@ class LuxModel:
         return f"<LuxModel {m.name!r} mode={m.mode} params={n_par} arrays backend={backend}>"
 
 
-LAYOUTS = ("mlir", "julia")
-
-
 def _weight_bytes(m: Manifest) -> int:
     """Bytes of every parameter and state array, for the loading bar."""
     return sum(
@@ -309,26 +307,9 @@ def _weight_bytes(m: Manifest) -> int:
     )
 
 
-def check_layout(layout: str) -> None:
-    """Refuse a layout other than "mlir" or "julia".
-
-    Raises:
-        JuliaBridgeError: an unknown layout.
-    """
-    if layout not in LAYOUTS:
-        raise JuliaBridgeError(f"unknown layout {layout!r}; expected 'mlir' or 'julia'")
-
-
-def import_bundle_lux(
-    path: str | os.PathLike[str],
-    *,
-    backend: str = "auto",
-    layout: str = "mlir",
-    verify_checksums: bool = True,
-    trust: bool = False,
-) -> LuxModel:
+def import_bundle_lux(path: str | os.PathLike[str], options: LoadOptions) -> LuxModel:
     """Load a bundle directory as a LuxModel (the bundle route of juliabridge.import_lux,
-    whose docstring describes the arguments; Reactant's export directories are read by
+    whose docstring describes the options; Reactant's export directories are read by
     reactant_export/luxmodel.py).
 
     Raises:
@@ -339,21 +320,18 @@ def import_bundle_lux(
         BackendUnavailableError: backend="enzyme" without enzyme-ad.
         UnsupportedOpError: backend="lax" and an op of the module does not lift.
     """
-    check_layout(layout)
-    backend = resolve_backend_name(backend)
     # Weights are verified while they are read below (hashed as loaded), not in a pass of their
     # own; the modules are verified and parsed here, from the bytes read once.
-    bundle = open_bundle(path, verify_checksums=verify_checksums, trust=trust, defer_weights=True)
-    return bundle_model(bundle, bundle.read_weights(), backend=backend, layout=layout, trust=trust)
+    bundle = open_bundle(
+        path, verify_checksums=options.verify_checksums, trust=options.trust, defer_weights=True
+    )
+    return bundle_model(bundle, bundle.read_weights(), options)
 
 
 def bundle_model(
     bundle: Bundle,
     weights: Iterable[tuple[ArgumentEntry, np.ndarray]],
-    *,
-    backend: str,
-    layout: str,
-    trust: bool,
+    options: LoadOptions,
 ) -> LuxModel:
     """The LuxModel of an opened bundle and its parameter and state arrays.
 
@@ -361,9 +339,8 @@ def bundle_model(
         bundle: the opened, validated bundle (its module parsed).
         weights: (argument entry, host array in MLIR shape) for every parameter and state, in
             any order (as `Bundle.read_weights` yields them, verified while read).
-        backend: a resolved backend name ("lax", "enzyme" or "xla").
-        layout: "mlir" or "julia".
-        trust: admit ops outside the allowlist (passed to the backend and the VJP module).
+        options: the load's options; backend, layout and trust apply here (trust goes to the
+            backend and the VJP module).
 
     Returns:
         The LuxModel.
@@ -373,6 +350,7 @@ def bundle_model(
         BackendUnavailableError / UnsupportedOpError: as for `import_bundle_lux`.
     """
     m = bundle.manifest
+    backend, layout, trust = options.backend, options.layout, options.trust
     fn = ImportedFunction(
         bundle.module,
         # Parsed only if the xla backend needs gradients (lax differentiates by itself).
@@ -421,4 +399,4 @@ def bundle_model(
     return LuxModel(bundle, fn, params, state, layout=layout)
 
 
-__all__ = ["LAYOUTS", "LuxModel", "bundle_model", "check_layout", "import_bundle_lux"]
+__all__ = ["LuxModel", "bundle_model", "import_bundle_lux"]

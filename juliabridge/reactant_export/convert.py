@@ -6,12 +6,13 @@ says there is nothing to compare against."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .._version import __version__
-from ..bundle.write.writer import ArgumentSpec, write_bundle
+from ..bundle.write.description import ArgumentSpec, BundleDescription
+from ..bundle.write.writer import write_bundle
 from ..errors import BundleError
+from ..lux.options import DEFAULT_OPTIONS, LoadOptions
 from .directory import PRODUCER
 from .luxmodel import export_bundle
 
@@ -19,22 +20,18 @@ from .luxmodel import export_bundle
 def convert_export(
     path: str | os.PathLike[str],
     out: str | os.PathLike[str],
+    options: LoadOptions = DEFAULT_OPTIONS,
     *,
     overwrite: bool = False,
-    trust: bool = False,
-    outputs: Sequence[int] | None = None,
-    state_results: Mapping[int, int] | None = None,
-    arg_positions: Sequence[int] | None = None,
-    batch_axis: int | None = None,
 ) -> Path:
     """Write the bundle `out` from an ``export_to_enzymejax`` directory.
 
     Args:
         path: the export directory or its .py.
         out: the bundle directory to write (``NAME.bundle``).
+        options: the load's options; trust and the export overrides (outputs, state_results,
+            positions, batch_axis) apply, as for `import_lux` on an export.
         overwrite: replace an existing bundle at `out`.
-        trust: admit ops and custom calls outside the allowlist.
-        outputs, state_results, arg_positions, batch_axis: as for `import_lux` on an export.
 
     Returns:
         `out`.
@@ -43,15 +40,7 @@ def convert_export(
         BundleError / ManifestError / SignatureMismatchError: as for `import_lux` on the
             export; SaveError: the bundle cannot be written.
     """
-    bundle, export = export_bundle(
-        path,
-        trust=trust,
-        outputs=outputs,
-        state_results=state_results,
-        arg_positions=arg_positions,
-        batch_axis=batch_axis,
-        keep_text=True,
-    )
+    bundle, export = export_bundle(path, options, keep_text=True)
     m = bundle.manifest
     entries = m.arguments
     values = export.example_inputs()
@@ -61,22 +50,24 @@ def convert_export(
         raise BundleError(f"{export.root}: the module text was not kept")  # open_export keeps it
     return write_bundle(
         out,
-        name=m.name,
-        mlir_text=text,
-        arguments=[ArgumentSpec(a.role, a.path, v, a.batch_axis) for a, v in zip(entries, values)],
-        result_paths=[r.paths for r in m.results],
-        mode=m.mode,
-        batch=vars(m.batch) if m.batch else None,
-        result_batch_axes=[r.batch_axis for r in m.results],
-        result_echoes=[r.echo_of for r in m.results],
-        metadata=m.metadata,
-        note=(
-            f"Converted by juliabridge {__version__} from {export.script.path.name} (read as "
+        BundleDescription(
+            name=m.name,
+            mlir_text=text,
+            arguments=[
+                ArgumentSpec(a.role, a.path, v, a.batch_axis) for a, v in zip(entries, values)
+            ],
+            result_paths=[r.paths for r in m.results],
+            mode=m.mode,
+            batch=vars(m.batch) if m.batch else None,
+            result_batch_axes=[r.batch_axis for r in m.results],
+            result_echoes=[r.echo_of for r in m.results],
+            metadata=m.metadata,
+            note=f"Converted by juliabridge {__version__} from {export.script.path.name} (read as "
             "data, never run) and its npz; the results were mapped from @main's structure. "
-            "Reactant's exporter records no outputs, so there are no reference outputs."
+            "Reactant's exporter records no outputs, so there are no reference outputs.",
+            producer={"tool": PRODUCER, "tool_version": "unknown"},
         ),
         overwrite=overwrite,
-        producer={"tool": PRODUCER, "tool_version": "unknown"},
     )
 
 

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
 
 import jax
 
-from ..backends import make_backend, resolve_backend_name
+from ..backends import make_backend
 from ..bundle.bundle import Bundle
 from ..errors import BundleError
 from ..function import ImportedFunction
 from ..lux.model import LuxModel
+from ..lux.options import DEFAULT_OPTIONS, LoadOptions
 from ..lux.trees import build_tree
 from ..support import dtypes
 from .directory import ReactantExport, open_export
@@ -20,12 +20,8 @@ from .luxmap import argument_entries, build_manifest, map_results, positions
 
 def export_bundle(
     path: str | os.PathLike[str],
+    options: LoadOptions = DEFAULT_OPTIONS,
     *,
-    trust: bool = False,
-    outputs: Sequence[int] | None = None,
-    state_results: Mapping[int, int] | None = None,
-    arg_positions: Sequence[int] | None = None,
-    batch_axis: int | None = None,
     keep_text: bool = False,
     require_inputs: bool = True,
 ) -> tuple[Bundle, ReactantExport]:
@@ -33,7 +29,8 @@ def export_bundle(
 
     Args:
         path: the directory or its .py.
-        trust, outputs, state_results, arg_positions, batch_axis: as for `import_export_lux`.
+        options: the load's options; trust and the export overrides (outputs, state_results,
+            positions, batch_axis) apply, as for `import_export_lux`.
         keep_text: keep the .mlir's text as read (`convert` writes exactly what was checked).
         require_inputs: refuse an export without the npz (it has no parameter values);
             `inspect` passes False to describe one anyway.
@@ -44,17 +41,17 @@ def export_bundle(
     Raises:
         BundleError / ManifestError / SignatureMismatchError: as for `import_export_lux`.
     """
-    export = open_export(path, trust=trust, keep_text=keep_text)
+    export = open_export(path, trust=options.trust, keep_text=keep_text)
     if require_inputs and not export.has_inputs:
         raise BundleError(
             f"{export.script.path}: exported with export_data_as_npz=false, so there are no "
             "parameter values; re-export with the npz, or use juliabridge.load_reactant_export "
             "and pass ps and st yourself"
         )
-    layout = positions(export, arg_positions)
-    entries = argument_entries(export, layout, batch_axis)
-    rmap = map_results(export, entries, outputs, state_results, layout)
-    manifest = build_manifest(export, entries, rmap, batch_axis)
+    layout = positions(export, options.positions)
+    entries = argument_entries(export, layout, options.batch_axis)
+    rmap = map_results(export, entries, options.outputs, options.state_results, layout)
+    manifest = build_manifest(export, entries, rmap, options.batch_axis)
     bundle = Bundle(
         export.root,
         manifest,
@@ -67,26 +64,18 @@ def export_bundle(
 
 
 def import_export_lux(
-    path: str | os.PathLike[str],
-    *,
-    backend: str = "auto",
-    layout: str = "mlir",
-    trust: bool = False,
-    outputs: Sequence[int] | None = None,
-    state_results: Mapping[int, int] | None = None,
-    arg_positions: Sequence[int] | None = None,
-    batch_axis: int | None = None,
+    path: str | os.PathLike[str], options: LoadOptions = DEFAULT_OPTIONS
 ) -> LuxModel:
     """An ``export_to_enzymejax`` directory as a LuxModel (see `juliabridge.import_lux`).
 
     Args:
         path: the directory or its .py.
-        backend, layout, trust: as for `import_lux`.
-        outputs, state_results: which @main results are outputs and which new st leaves, when
-            the module does not determine it (luxmap.map_results).
-        arg_positions: traced positions of (x, ps, st) when not the manual's.
-        batch_axis: the inputs' batch axis, if samples are independent along it (then any
-            batch size is served, as for a bundle with ``samples_independent``).
+        options: the load's options: backend, layout and trust as for `import_lux`; outputs
+            and state_results say which @main results are outputs and which new st leaves,
+            when the module does not determine it (luxmap.map_results); positions, the traced
+            positions of (x, ps, st) when not the manual's; batch_axis, the inputs' batch axis
+            if samples are independent along it (then any batch size is served, as for a
+            bundle with ``samples_independent``). verify_checksums does not apply.
 
     Returns:
         The LuxModel; params and state come from the npz: integer path steps become tuples
@@ -96,19 +85,11 @@ def import_export_lux(
         BundleError / ManifestError / SignatureMismatchError: as for `load_reactant_export`,
             or the arguments or results do not map onto (x, ps, st) -> (y, st).
     """
-    backend = resolve_backend_name(backend)
-    bundle, export = export_bundle(
-        path,
-        trust=trust,
-        outputs=outputs,
-        state_results=state_results,
-        arg_positions=arg_positions,
-        batch_axis=batch_axis,
-    )
+    bundle, export = export_bundle(path, options)
     manifest = bundle.manifest
     fn = ImportedFunction(
         export.module,
-        make_backend(export.module, backend, trust=trust),
+        make_backend(export.module, options.backend, trust=options.trust),
         arg_labels=[a.label for a in manifest.arguments],
         result_labels=[r.label for r in manifest.results],
     )
@@ -123,10 +104,12 @@ def import_export_lux(
     }
     for a, host in zip(manifest.arguments, values):
         if a.role != "input":
-            leaves[a.role].append((a.path, jax.device_put(host.T if layout == "julia" else host)))
+            leaves[a.role].append(
+                (a.path, jax.device_put(host.T if options.layout == "julia" else host))
+            )
     params = build_tree(leaves["parameter"])
     state = build_tree(leaves["state"])
-    return LuxModel(bundle, fn, params, state, layout=layout)
+    return LuxModel(bundle, fn, params, state, layout=options.layout)
 
 
 __all__ = ["export_bundle", "import_export_lux"]

@@ -496,34 +496,56 @@ def render(s: ExportScript, sharded: bool) -> str:
         f'with open(os.path.join(_script_dir, {s.mlir_file!r}), "r") as f:',
         "    _hlo_code = f.read()",
     ]
+    lines += _render_load_inputs(s)
+    lines += _render_run(s, args)
+    lines += ['if __name__ == "__main__":', f"    ({args},) = load_inputs()"]
+    if sharded:
+        lines += _render_placements(s)
+    else:
+        lines += [f"    {a.name} = jnp.asarray({a.name})" for a in s.arguments]
+    lines += [
+        f'    print("Running {s.function_name}...")',
+        f"    result = run_{s.function_name}({args})",
+        '    print("Result:", result)',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _render_load_inputs(s: ExportScript) -> list[str]:
+    """The template's ``load_inputs``: from the npz, or random inputs when there is none."""
     if s.npz_file is not None:
         keys = ", ".join(f"npz_data['arr_{i + 1}']" for i in range(len(s.arguments)))
-        lines += [
+        return [
             "def load_inputs():",
             '    """doc"""',
             f"    npz_data = np.load(os.path.join(_script_dir, {s.npz_file!r}))",
             f"    inputs = [{keys}]",
             "    return tuple(inputs)",
         ]
-    else:
+    lines = [
+        "def generate_random_inputs(key, shape, dtype):",
+        "    key1, key2 = jax.random.split(key)",
+        "    return jax.random.normal(key1, shape, dtype), key2",
+        "def load_inputs(prng_key = None):",
+        '    """doc"""',
+        "    if prng_key is None:",
+        "        prng_key = jax.random.PRNGKey(0)",
+        "    inputs = []",
+    ]
+    for a in s.arguments:
         lines += [
-            "def generate_random_inputs(key, shape, dtype):",
-            "    key1, key2 = jax.random.split(key)",
-            "    return jax.random.normal(key1, shape, dtype), key2",
-            "def load_inputs(prng_key = None):",
-            '    """doc"""',
-            "    if prng_key is None:",
-            "        prng_key = jax.random.PRNGKey(0)",
-            "    inputs = []",
+            f"    tmp, prng_key = generate_random_inputs(prng_key, {_julia_tuple(a.shape)}, "
+            f"jnp.dtype('{a.numpy_dtype}'))",
+            "    inputs.append(tmp)",
         ]
-        for a in s.arguments:
-            lines += [
-                f"    tmp, prng_key = generate_random_inputs(prng_key, {_julia_tuple(a.shape)}, "
-                f"jnp.dtype('{a.numpy_dtype}'))",
-                "    inputs.append(tmp)",
-            ]
-        lines.append("    return tuple(inputs)")
-    lines += ["@jax.jit", f"def run_{s.function_name}({args}):", '    """doc"""']
+    lines.append("    return tuple(inputs)")
+    return lines
+
+
+def _render_run(s: ExportScript, args: str) -> list[str]:
+    """The template's jitted ``run_NAME``: each argument's dtype and shape asserted, then
+    ``hlo_call``."""
+    lines = ["@jax.jit", f"def run_{s.function_name}({args}):", '    """doc"""']
     for a in s.arguments:
         lines.append(
             f"    assert {a.name}.dtype == np.dtype('{a.numpy_dtype}'), f\"Expected dtype of "
@@ -535,36 +557,33 @@ def render(s: ExportScript, sharded: bool) -> str:
             f'    assert {a.name}.shape == {t}, f"Expected shape of {a.name} to be {t}. '
             f'Got {{{a.name}.shape}} (path: {a.label})"'
         )
-    lines += [f"    return hlo_call({args}, source=_hlo_code)", 'if __name__ == "__main__":']
-    lines.append(f"    ({args},) = load_inputs()")
-    if sharded:
-        defined: set[str] = set()
-        for k, a in enumerate(s.arguments):
-            p = s.placements.get(k)
-            if p is None:
-                continue
-            if p.kind == "NoSharding":
-                lines.append(f"    {a.name} = jnp.asarray({a.name})")
-                continue
-            mesh = s.meshes.get(p.mesh or "")
-            if mesh is not None and mesh.name not in defined:
-                defined.add(mesh.name)
-                sizes = ", ".join(str(d) for d in mesh.axis_sizes)
-                names = ", ".join(repr(x) for x in mesh.axis_names)
-                lines.append(f"    {mesh.name} = jax.make_mesh(({sizes}), ({names}))")
-            spec = ", ".join("None" if x is None else repr(x) for x in p.spec)
-            lines.append(
-                f"    {a.name} = jax.device_put({a.name}, "
-                f"jax.sharding.NamedSharding({p.mesh}, P({spec})))"
-            )
-    else:
-        lines += [f"    {a.name} = jnp.asarray({a.name})" for a in s.arguments]
-    lines += [
-        f'    print("Running {s.function_name}...")',
-        f"    result = run_{s.function_name}({args})",
-        '    print("Result:", result)',
-    ]
-    return "\n".join(lines) + "\n"
+    lines.append(f"    return hlo_call({args}, source=_hlo_code)")
+    return lines
+
+
+def _render_placements(s: ExportScript) -> list[str]:
+    """The sharded template's placement of each argument, each mesh made before its first use."""
+    lines: list[str] = []
+    defined: set[str] = set()
+    for k, a in enumerate(s.arguments):
+        p = s.placements.get(k)
+        if p is None:
+            continue
+        if p.kind == "NoSharding":
+            lines.append(f"    {a.name} = jnp.asarray({a.name})")
+            continue
+        mesh = s.meshes.get(p.mesh or "")
+        if mesh is not None and mesh.name not in defined:
+            defined.add(mesh.name)
+            sizes = ", ".join(str(d) for d in mesh.axis_sizes)
+            names = ", ".join(repr(x) for x in mesh.axis_names)
+            lines.append(f"    {mesh.name} = jax.make_mesh(({sizes}), ({names}))")
+        spec = ", ".join("None" if x is None else repr(x) for x in p.spec)
+        lines.append(
+            f"    {a.name} = jax.device_put({a.name}, "
+            f"jax.sharding.NamedSharding({p.mesh}, P({spec})))"
+        )
+    return lines
 
 
 def _strip_doc(body: list[ast.stmt]) -> list[ast.stmt]:

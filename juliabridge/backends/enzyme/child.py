@@ -19,7 +19,7 @@ def serve() -> None:
 
     jax.config.update("jax_platforms", "cpu")
     from ...stablehlo import parse_module
-    from . import EnzymeBackend
+    from .backend import EnzymeBackend
 
     for line in sys.stdin:
         req = json.loads(line)

@@ -343,68 +343,17 @@ class Reader:
 
     def _check_storage(self, obj: h5py.Dataset, name: str, nbytes: int) -> tuple[int, ...] | None:
         """Check layout, filters and stored size; return the chunk shape (None: not chunked)."""
-        try:
-            dsid = obj.id
-            dcpl = dsid.get_create_plist()
-            _check_storage_kind(dsid, name)
-            layout = dcpl.get_layout()
-            codes = [int(dcpl.get_filter(i)[0]) for i in range(dcpl.get_nfilters())]
-            storage = int(dsid.get_storage_size())
-            offset = dsid.get_offset() if layout == h5d.CONTIGUOUS else None
-            chunks = dcpl.get_chunk() if layout == h5d.CHUNKED else None
-            n_chunks = int(dsid.get_num_chunks()) if layout == h5d.CHUNKED else 0
-        except Problem:
-            raise
-        except Exception as e:
-            raise Problem("corrupt", f"{name}: unreadable storage layout ({_short(e)})") from e
-        unknown = [c for c in codes if c not in FILTERS]
-        if unknown:
-            raise Problem(
-                "limit",
-                f"dataset {name} uses HDF5 filter(s) {unknown}; juliabridge applies only "
-                f"{', '.join(FILTERS.values())} (no filter plugins). Rewrite the file without "
-                "them, e.g. `h5repack -f NONE in.h5 out.h5`",
-            )
+        s = _storage_of(obj, name)
+        _check_filters(s.codes, name)
         if nbytes == 0:
-            return chunks
-        unwritten = (
-            f"dataset {name} has no data stored for some or all of its {nbytes} bytes, so "
-            "reading it would only produce HDF5 fill values; the file was not written "
-            "completely (or claims an array it does not hold)"
-        )
-        if layout == h5d.CONTIGUOUS:
-            if offset is None or storage < nbytes:
-                raise Problem("limit", unwritten)
-            if offset + nbytes > self.size:
-                raise Problem(
-                    "corrupt",
-                    f"dataset {name}: its {nbytes} bytes at offset {offset} lie past the end of "
-                    f"the {self.size}-byte file (truncated?)",
-                )
-        elif layout == h5d.COMPACT:
-            if storage < nbytes:
-                raise Problem("limit", unwritten)
-        elif layout == h5d.CHUNKED:
-            shape = obj.shape
-            expected = 1
-            for d, c in zip(shape, chunks or ()):
-                expected *= -(-int(d) // max(int(c), 1))
-            if n_chunks < expected:
-                raise Problem(
-                    "limit", f"{unwritten}: {n_chunks} of its {expected} chunks are stored"
-                )
-            if COMPRESSING.isdisjoint(codes):
-                if storage < nbytes:
-                    raise Problem("limit", unwritten)
-            elif nbytes > storage * MAX_EXPANSION:
-                raise Problem(
-                    "limit",
-                    f"dataset {name} would decompress {storage} stored bytes into {nbytes}, more "
-                    f"than the {MAX_EXPANSION}:1 deflate can reach; the chunk sizes are forged or "
-                    "this is a decompression bomb",
-                )
-        else:
-            raise Problem("mismatch", f"dataset {name} has an unknown storage layout ({layout})")
+            return s.chunks
+        _check_stored_bytes(s, obj, name, nbytes, self.size)
+        self._account(name, s.storage, nbytes)
+        return s.chunks
+
+    def _account(self, name: str, storage: int, nbytes: int) -> None:
+        """Add a dataset to the file's running totals: stored bytes within the file, expanded
+        bytes within `expansion_budget`."""
         self._storage[name] = storage
         self._expanded[name] = nbytes
         total = sum(self._storage.values())
@@ -423,7 +372,6 @@ class Reader:
                 f"{EXPANSION_SLACK >> 20} MiB; juliabridge refuses such decompression ratios "
                 "(write the weights uncompressed)",
             )
-        return chunks
 
     def read(self, prep: Prepared) -> np.ndarray:
         """The whole dataset as one array of its (native byte order) stored type."""
@@ -479,6 +427,98 @@ class Reader:
                 }
             )
         return out
+
+
+@dataclass(frozen=True)
+class _Storage:
+    """How libhdf5 says a dataset is stored (read once, before any of its data)."""
+
+    layout: int
+    #: Filter codes in pipeline order.
+    codes: list[int]
+    #: Bytes stored in the file.
+    storage: int
+    #: Where a contiguous dataset's bytes start (None otherwise).
+    offset: int | None
+    #: The chunk shape of a chunked dataset (None otherwise), and how many chunks are stored.
+    chunks: tuple[int, ...] | None
+    n_chunks: int
+
+
+def _storage_of(obj: h5py.Dataset, name: str) -> _Storage:
+    """The dataset's layout, filters and stored size; refuses external, virtual or unreadable
+    storage."""
+    try:
+        dsid = obj.id
+        dcpl = dsid.get_create_plist()
+        _check_storage_kind(dsid, name)
+        layout = dcpl.get_layout()
+        return _Storage(
+            layout,
+            [int(dcpl.get_filter(i)[0]) for i in range(dcpl.get_nfilters())],
+            int(dsid.get_storage_size()),
+            dsid.get_offset() if layout == h5d.CONTIGUOUS else None,
+            dcpl.get_chunk() if layout == h5d.CHUNKED else None,
+            int(dsid.get_num_chunks()) if layout == h5d.CHUNKED else 0,
+        )
+    except Problem:
+        raise
+    except Exception as e:
+        raise Problem("corrupt", f"{name}: unreadable storage layout ({_short(e)})") from e
+
+
+def _check_filters(codes: list[int], name: str) -> None:
+    """Refuse filters juliabridge does not apply itself (no plugins)."""
+    unknown = [c for c in codes if c not in FILTERS]
+    if unknown:
+        raise Problem(
+            "limit",
+            f"dataset {name} uses HDF5 filter(s) {unknown}; juliabridge applies only "
+            f"{', '.join(FILTERS.values())} (no filter plugins). Rewrite the file without "
+            "them, e.g. `h5repack -f NONE in.h5 out.h5`",
+        )
+
+
+def _check_stored_bytes(
+    s: _Storage, obj: h5py.Dataset, name: str, nbytes: int, file_size: int
+) -> None:
+    """The stored bytes can hold the dataset's `nbytes`: all of it written, inside the file,
+    and (compressed) not beyond what deflate can expand."""
+    unwritten = (
+        f"dataset {name} has no data stored for some or all of its {nbytes} bytes, so "
+        "reading it would only produce HDF5 fill values; the file was not written "
+        "completely (or claims an array it does not hold)"
+    )
+    if s.layout == h5d.CONTIGUOUS:
+        if s.offset is None or s.storage < nbytes:
+            raise Problem("limit", unwritten)
+        if s.offset + nbytes > file_size:
+            raise Problem(
+                "corrupt",
+                f"dataset {name}: its {nbytes} bytes at offset {s.offset} lie past the end of "
+                f"the {file_size}-byte file (truncated?)",
+            )
+    elif s.layout == h5d.COMPACT:
+        if s.storage < nbytes:
+            raise Problem("limit", unwritten)
+    elif s.layout == h5d.CHUNKED:
+        expected = 1
+        for d, c in zip(obj.shape, s.chunks or ()):
+            expected *= -(-int(d) // max(int(c), 1))
+        if s.n_chunks < expected:
+            raise Problem("limit", f"{unwritten}: {s.n_chunks} of its {expected} chunks are stored")
+        if COMPRESSING.isdisjoint(s.codes):
+            if s.storage < nbytes:
+                raise Problem("limit", unwritten)
+        elif nbytes > s.storage * MAX_EXPANSION:
+            raise Problem(
+                "limit",
+                f"dataset {name} would decompress {s.storage} stored bytes into {nbytes}, more "
+                f"than the {MAX_EXPANSION}:1 deflate can reach; the chunk sizes are forged or "
+                "this is a decompression bomb",
+            )
+    else:
+        raise Problem("mismatch", f"dataset {name} has an unknown storage layout ({s.layout})")
 
 
 def _bounded_inflate(data: memoryview, limit: int, what: str) -> None:
@@ -674,65 +714,10 @@ def serve(inp: BinaryIO, out: BinaryIO, sock: socket.socket | None = None) -> No
     threading.Thread(target=_retire_when_idle, args=(last,), daemon=True).start()
     _limit_memory(0)
     send_json(out, {"ready": True, "pid": os.getpid()})
-    reader: Reader | None = None
-    while True:
-        head = _read_exact(inp, _HEAD.size)
-        if head is None:
-            break
-        last[0] = 0.0  # busy
-        _, length = _HEAD.unpack(head)
-        body = _read_exact(inp, length)
-        if body is None:
-            break
-        req = json.loads(body)
-        op = req.get("op")
+    session = _Session(out, sock)
+    while (req := _next_request(inp, last)) is not None:
         try:
-            if op == "open":
-                if reader is not None:
-                    reader.close()
-                reader = None
-                fd = _receive_fd(sock) if req.get("fd") else None
-                reader = Reader(str(req.get("path")), fd)
-                send_json(out, {"ok": True, "size": reader.size})
-            elif op == "close":
-                if reader is not None:
-                    reader.close()
-                reader = None
-                send_json(out, {"ok": True})
-            elif op == "read" and reader is not None:
-                shape = req.get("shape")
-                prep = reader.prepare(
-                    req["dataset"],
-                    None if shape is None else tuple(shape),
-                    req.get("accept"),
-                    req.get("tag"),
-                )
-                rows = prep.shape[0] if prep.shape and prep.shape[0] else 1
-                slab = min(prep.nbytes, max(SLAB_BYTES, prep.nbytes // rows))
-                _limit_memory(2 * slab + 2 * prep.chunk_bytes)
-                send_json(
-                    out,
-                    {
-                        "ok": True,
-                        "dtype": prep.dtype.str,
-                        "shape": list(prep.shape),
-                        "nbytes": prep.nbytes,
-                    },
-                )
-                fill = fill_value(prep) if prep.early else None
-                only_fill = fill is not None
-                for _, piece in reader.pieces(prep):
-                    only_fill = only_fill and fill is not None and is_fill(piece, fill)
-                    flat = np.ascontiguousarray(piece).reshape(-1).view(np.uint8)
-                    send_frame(out, b"D", memoryview(flat))  # type: ignore[arg-type]
-                _limit_memory(0)
-                if only_fill and prep.nbytes:
-                    raise Problem("limit", NEVER_WRITTEN.format(name=prep.name))
-                send_json(out, {"done": True})
-            elif op == "list" and reader is not None:
-                send_json(out, {"ok": True, "datasets": reader.listing(req["groups"])})
-            else:
-                send_json(out, {"ok": False, "kind": "corrupt", "message": f"bad request {op}"})
+            session.answer(req)
         except Problem as e:
             send_json(out, {"ok": False, "kind": e.kind, "message": str(e)})
         except MemoryError as e:
@@ -749,8 +734,88 @@ def serve(inp: BinaryIO, out: BinaryIO, sock: socket.socket | None = None) -> No
                 },
             )
         last[0] = time.monotonic()
-    if reader is not None:
-        reader.close()
+    session.close()
+
+
+def _next_request(inp: BinaryIO, last: list[float]) -> dict[str, Any] | None:
+    """The next request's JSON, or None at end of input; marks the worker busy (`last`)."""
+    head = _read_exact(inp, _HEAD.size)
+    if head is None:
+        return None
+    last[0] = 0.0  # busy
+    _, length = _HEAD.unpack(head)
+    body = _read_exact(inp, length)
+    if body is None:
+        return None
+    req: dict[str, Any] = json.loads(body)
+    return req
+
+
+class _Session:
+    """The worker's one open weights file and the answers to the requests about it."""
+
+    def __init__(self, out: BinaryIO, sock: socket.socket | None) -> None:
+        self.out = out
+        self.sock = sock
+        self.reader: Reader | None = None
+
+    def close(self) -> None:
+        """Close the open file, if any."""
+        if self.reader is not None:
+            self.reader.close()
+        self.reader = None
+
+    def answer(self, req: dict[str, Any]) -> None:
+        """Answer one request: open, close, read or list (a read or list needs an open file)."""
+        op = req.get("op")
+        if op == "open":
+            self.close()
+            fd = _receive_fd(self.sock) if req.get("fd") else None
+            self.reader = Reader(str(req.get("path")), fd)
+            send_json(self.out, {"ok": True, "size": self.reader.size})
+        elif op == "close":
+            self.close()
+            send_json(self.out, {"ok": True})
+        elif op == "read" and self.reader is not None:
+            _send_dataset(self.reader, req, self.out)
+        elif op == "list" and self.reader is not None:
+            send_json(self.out, {"ok": True, "datasets": self.reader.listing(req["groups"])})
+        else:
+            send_json(self.out, {"ok": False, "kind": "corrupt", "message": f"bad request {op}"})
+
+
+def _send_dataset(reader: Reader, req: dict[str, Any], out: BinaryIO) -> None:
+    """Check the requested dataset, then send its header, its bytes in slabs and ``done``
+    (memory bounded to two slabs and two chunks meanwhile)."""
+    shape = req.get("shape")
+    prep = reader.prepare(
+        req["dataset"],
+        None if shape is None else tuple(shape),
+        req.get("accept"),
+        req.get("tag"),
+    )
+    rows = prep.shape[0] if prep.shape and prep.shape[0] else 1
+    slab = min(prep.nbytes, max(SLAB_BYTES, prep.nbytes // rows))
+    _limit_memory(2 * slab + 2 * prep.chunk_bytes)
+    send_json(
+        out,
+        {
+            "ok": True,
+            "dtype": prep.dtype.str,
+            "shape": list(prep.shape),
+            "nbytes": prep.nbytes,
+        },
+    )
+    fill = fill_value(prep) if prep.early else None
+    only_fill = fill is not None
+    for _, piece in reader.pieces(prep):
+        only_fill = only_fill and fill is not None and is_fill(piece, fill)
+        flat = np.ascontiguousarray(piece).reshape(-1).view(np.uint8)
+        send_frame(out, b"D", memoryview(flat))  # type: ignore[arg-type]
+    _limit_memory(0)
+    if only_fill and prep.nbytes:
+        raise Problem("limit", NEVER_WRITTEN.format(name=prep.name))
+    send_json(out, {"done": True})
 
 
 if __name__ == "__main__":

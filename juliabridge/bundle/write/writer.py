@@ -12,7 +12,6 @@ import os
 import shutil
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from ...errors import (
     SignatureMismatchError,
     UnsupportedModuleError,
 )
-from ...stablehlo import TensorSpec, artifact, parse_module
+from ...stablehlo import StableHLOModule, TensorSpec, artifact, parse_module
 from ...support import dtypes
 from ..files import atomic
 from ..files.checksum import sha256_file
@@ -41,29 +40,13 @@ from ..manifest import (
 )
 from ..manifest.schema import DATASET_DIGEST
 from ..weights import write_weights
+from .description import ArgumentSpec, BundleDescription
 
 MODULE_FILE = "model.mlir"
 #: The per-dataset digest this writer records: its manifest key and algorithm (spec §4.1).
 DIGEST = str(DATASET_DIGEST[FORMAT_VERSION])
 MODULE_ARTIFACT_FILE = "model.mlirbc"
 WEIGHTS_FILE = "weights.h5"
-
-DEFAULT_NOTE = (
-    "Written by juliabridge's Python bundle writer following docs/bundle-format.md and Lux's "
-    "conventions; no Julia was involved."
-)
-
-
-@dataclass(frozen=True)
-class ArgumentSpec:
-    """One @main argument to write: role, Lux path and value (MLIR shape; example for inputs),
-    and the other paths of the same array in its tree (spec §3.3 `tied_paths`)."""
-
-    role: str
-    path: Sequence[str | int]
-    value: np.ndarray
-    batch_axis: int | None = None
-    tied_paths: Sequence[Sequence[str | int]] = ()
 
 
 def reference_tolerances(result_dtypes: Sequence[str]) -> tuple[float, float]:
@@ -159,77 +142,16 @@ def _commit_dir(tmp: Path, target: Path, overwrite: bool) -> None:
     atomic.fsync_dir(target.parent)
 
 
-def write_bundle(
-    path: str | os.PathLike[str],
-    *,
-    name: str,
-    mlir_text: str,
-    arguments: Sequence[ArgumentSpec],
-    result_paths: Sequence[Sequence[Sequence[str | int]]],
-    aliases: Sequence[tuple[Sequence[str | int], int]] = (),
-    mode: str = "test",
-    batch: dict[str, Any] | None = None,
-    example_outputs: Sequence[np.ndarray] | Mapping[int, np.ndarray] | None = None,
-    result_batch_axes: Sequence[int | None] | None = None,
-    metadata: dict[str, Any] | None = None,
-    note: str = DEFAULT_NOTE,
-    overwrite: bool = False,
-    rtol: float | None = None,
-    atol: float | None = None,
-    empty: Mapping[str, Sequence[Sequence[str | int]]] | None = None,
-    result_echoes: Sequence[int | None] | None = None,
-    static_state: Sequence[tuple[Sequence[str | int], Any, str]] = (),
-    portable_artifact: bool = True,
-    producer: Mapping[str, Any] | None = None,
-) -> Path:
-    """Write a format-3 bundle directory atomically and return its path.
-
-    Args:
-        path: the bundle directory to create (or, with `overwrite`, replace).
-        name: the model name.
-        mlir_text: the forward StableHLO module; written as is, and (sanitized) as the
-            portable artifact.
-        arguments: one spec per @main argument, in order (values in MLIR shape).
-        result_paths: the output paths of each @main result (may be empty for an echo).
-        aliases: (output path, argument index) of outputs that are arguments unchanged.
-        mode: "test" or "train".
-        batch: the manifest's batch object.
-        example_outputs: reference outputs for the input values in `arguments`, in result
-            order, or by result index (a mapping may leave results out, spec §3.7); with them
-            the bundle gets an examples section.
-        result_batch_axes: batch axis of each result (None: none).
-        metadata: free-form JSON.
-        note: the producer note.
-        overwrite: replace an existing bundle at `path`.
-        rtol, atol: verify tolerances (default: spec §3.7's per-dtype values).
-        empty: paths of empty containers in ps ("params") and st ("state").
-        result_echoes: per result, the argument it returns unchanged (spec §3.4), or None.
-        static_state: (path in st, JSON scalar value, Julia type name) of non-array state.
-        portable_artifact: also write model.mlirbc (spec §2.1).
-        producer: fields of the manifest's producer that replace this writer's (e.g. the
-            tool of a converted export); `note` still comes from `note`.
-
-    Returns:
-        `path`.
+def _argument_entries(
+    arguments: Sequence[ArgumentSpec], module: StableHLOModule
+) -> tuple[list[dict[str, Any]], dict[str, tuple[np.ndarray, str]]]:
+    """The manifest's argument entries and the weights to write (dataset -> value, dtype).
 
     Raises:
-        SignatureMismatchError: the specs do not match @main, or an echo in `result_echoes`
-            is a result @main computes.
-        ManifestError: the result would not be a valid manifest.
-        BundleError, SaveError: the target exists or cannot be written.
+        SignatureMismatchError: a value's shape or dtype is not its @main argument's.
     """
-    target = Path(path)
-    module = parse_module(mlir_text)
-    if len(arguments) != len(module.arguments):
-        raise SignatureMismatchError(
-            f"{len(arguments)} argument specs for a @main with {len(module.arguments)} arguments"
-        )
-    if len(result_paths) != len(module.results):
-        raise SignatureMismatchError(
-            f"{len(result_paths)} result path lists for a @main with {len(module.results)} results"
-        )
     arrays: dict[str, tuple[np.ndarray, str]] = {}
-    arg_entries = []
+    entries = []
     for i, (spec, want) in enumerate(zip(arguments, module.arguments)):
         value = np.asarray(spec.value)
         got = TensorSpec(tuple(value.shape), dtypes.from_numpy(value.dtype) or str(value.dtype))
@@ -253,19 +175,28 @@ def write_bundle(
             entry["batch_axis"] = spec.batch_axis
         if spec.tied_paths:
             entry["tied_paths"] = [list(p) for p in spec.tied_paths]
-        arg_entries.append(entry)
+        entries.append(entry)
+    return entries, arrays
+
+
+def _result_entries(d: BundleDescription, module: StableHLOModule) -> list[dict[str, Any]]:
+    """The manifest's result entries.
+
+    Raises:
+        SignatureMismatchError: an echo the description claims is a result @main computes.
+    """
     results = []
-    for k, (paths, res_spec) in enumerate(zip(result_paths, module.results)):
+    for k, (paths, res_spec) in enumerate(zip(d.result_paths, module.results)):
         r: dict[str, Any] = {
             "index": k,
             "paths": [list(p) for p in paths],
             "dtype": res_spec.dtype,
             "shape": list(res_spec.shape),
         }
-        if result_batch_axes is not None and result_batch_axes[k] is not None:
-            r["batch_axis"] = result_batch_axes[k]
-        if result_echoes is not None and result_echoes[k] is not None:
-            echo = result_echoes[k]
+        if d.result_batch_axes is not None and d.result_batch_axes[k] is not None:
+            r["batch_axis"] = d.result_batch_axes[k]
+        if d.result_echoes is not None and d.result_echoes[k] is not None:
+            echo = d.result_echoes[k]
             if module.returned_arguments.get(k) != echo:
                 # The reader refuses a claim the module does not make (spec §3.4).
                 raise SignatureMismatchError(
@@ -275,10 +206,77 @@ def write_bundle(
                 )
             r["echo_of"] = echo
         results.append(r)
+    return results
+
+
+def _examples(
+    d: BundleDescription,
+    module: StableHLOModule,
+    arg_entries: list[dict[str, Any]],
+    arrays: dict[str, tuple[np.ndarray, str]],
+) -> dict[str, Any]:
+    """The manifest's examples section; the inputs and outputs join `arrays` (to be written).
+
+    Raises:
+        SignatureMismatchError: an example output for a result @main does not have.
+    """
+    default_rtol, default_atol = reference_tolerances([s.dtype for s in module.results])
+    ex_in = []
+    for e in arg_entries:
+        if e["role"] == "input":
+            ds = f"/examples/inputs/{e['index']}"
+            value = np.asarray(d.arguments[e["index"]].value)
+            arrays[ds] = (value, e["dtype"])
+            digest = dataset_digest(value, e["dtype"], DIGEST)
+            ex_in.append({"argument": e["index"], "dataset": ds, DIGEST: digest})
+    ex_out = []
+    outputs = d.example_outputs
+    given = sorted(outputs.items()) if isinstance(outputs, Mapping) else enumerate(outputs or ())
+    for k, out in given:
+        if not 0 <= k < len(module.results):
+            raise SignatureMismatchError(
+                f"example output for result {k}, but @main has {len(module.results)} results"
+            )
+        out_spec = module.results[k]
+        ds = f"/examples/outputs/{k}"
+        value = np.asarray(out, dtype=dtypes.to_numpy(out_spec.dtype))
+        arrays[ds] = (value, out_spec.dtype)
+        digest = dataset_digest(value, out_spec.dtype, DIGEST)
+        ex_out.append({"result": k, "dataset": ds, DIGEST: digest})
+    return {
+        "inputs": ex_in,
+        "outputs": ex_out,
+        "rtol": default_rtol if d.rtol is None else d.rtol,
+        "atol": default_atol if d.atol is None else d.atol,
+    }
+
+
+def _manifest(
+    d: BundleDescription,
+    module: StableHLOModule,
+    arrays: dict[str, tuple[np.ndarray, str]],
+) -> dict[str, Any]:
+    """The manifest to write, its files' digests still empty; every array it names joins
+    `arrays`.
+
+    Raises:
+        SignatureMismatchError: the description does not match @main.
+    """
+    if len(d.arguments) != len(module.arguments):
+        raise SignatureMismatchError(
+            f"{len(d.arguments)} argument specs for a @main with {len(module.arguments)} arguments"
+        )
+    if len(d.result_paths) != len(module.results):
+        raise SignatureMismatchError(
+            f"{len(d.result_paths)} result path lists for a @main with {len(module.results)} "
+            "results"
+        )
+    arg_entries, weights = _argument_entries(d.arguments, module)
+    arrays.update(weights)
     manifest: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "name": name,
+        "name": d.name,
         "producer": {
             "tool": "juliabridge-python",
             "tool_version": __version__,
@@ -286,76 +284,87 @@ def write_bundle(
             "lux": None,
             "reactant": None,
             "made_with_julia": False,
-            "note": note,
+            "note": d.note,
             "created": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            **(producer or {}),
+            **(d.producer or {}),
         },
         # No whole-file hash of the weights: each dataset has its own (spec §4.1).
         "module": {"file": MODULE_FILE, "sha256": ""},
         "weights": {"file": WEIGHTS_FILE},
-        "mode": mode,
+        "mode": d.mode,
         "arguments": arg_entries,
-        "results": results,
-        "aliases": [{"path": list(p), "argument": a} for p, a in aliases],
+        "results": _result_entries(d, module),
+        "aliases": [{"path": list(p), "argument": a} for p, a in d.aliases],
     }
-    if batch is not None:
-        manifest["batch"] = dict(batch)
-    if empty:
-        manifest["empty"] = {g: [list(p) for p in empty.get(g, ())] for g in ("params", "state")}
-    if static_state:
+    if d.batch is not None:
+        manifest["batch"] = dict(d.batch)
+    if d.empty:
+        manifest["empty"] = {g: [list(p) for p in d.empty.get(g, ())] for g in ("params", "state")}
+    if d.static_state:
         manifest["static_state"] = [
-            {"path": list(p), "value": v, "julia_type": t} for p, v, t in static_state
+            {"path": list(p), "value": v, "julia_type": t} for p, v, t in d.static_state
         ]
-    if example_outputs is not None:
-        default_rtol, default_atol = reference_tolerances([s.dtype for s in module.results])
-        rtol = default_rtol if rtol is None else rtol
-        atol = default_atol if atol is None else atol
-        ex_in = []
-        for e in arg_entries:
-            if e["role"] == "input":
-                ds = f"/examples/inputs/{e['index']}"
-                value = np.asarray(arguments[e["index"]].value)
-                arrays[ds] = (value, e["dtype"])
-                digest = dataset_digest(value, e["dtype"], DIGEST)
-                ex_in.append({"argument": e["index"], "dataset": ds, DIGEST: digest})
-        ex_out = []
-        given = (
-            sorted(example_outputs.items())
-            if isinstance(example_outputs, Mapping)
-            else list(enumerate(example_outputs))
-        )
-        for k, out in given:
-            if not 0 <= k < len(module.results):
-                raise SignatureMismatchError(
-                    f"example output for result {k}, but @main has {len(module.results)} results"
-                )
-            out_spec = module.results[k]
-            ds = f"/examples/outputs/{k}"
-            value = np.asarray(out, dtype=dtypes.to_numpy(out_spec.dtype))
-            arrays[ds] = (value, out_spec.dtype)
-            digest = dataset_digest(value, out_spec.dtype, DIGEST)
-            ex_out.append({"result": k, "dataset": ds, DIGEST: digest})
-        manifest["examples"] = {"inputs": ex_in, "outputs": ex_out, "rtol": rtol, "atol": atol}
-    if metadata:
-        manifest["metadata"] = metadata
+    if d.example_outputs is not None:
+        manifest["examples"] = _examples(d, module, arg_entries, arrays)
+    if d.metadata:
+        manifest["metadata"] = dict(d.metadata)
+    return manifest
+
+
+def _write_files(
+    tmp: Path,
+    text: str,
+    manifest: dict[str, Any],
+    arrays: dict[str, tuple[np.ndarray, str]],
+    artifact_bytes: bytes | None,
+) -> None:
+    """Write the module, its artifact, the weights and then the manifest into `tmp`, each
+    synced, the digests filled in as the files are written."""
+    (tmp / MODULE_FILE).write_text(text, encoding="utf-8")
+    atomic.fsync_file(tmp / MODULE_FILE)
+    manifest["module"]["sha256"] = sha256_file(tmp / MODULE_FILE)
+    if artifact_bytes is not None:
+        (tmp / MODULE_ARTIFACT_FILE).write_bytes(artifact_bytes)
+        atomic.fsync_file(tmp / MODULE_ARTIFACT_FILE)
+        manifest["module"]["artifact"]["sha256"] = sha256_file(tmp / MODULE_ARTIFACT_FILE)
+    write_weights(tmp / WEIGHTS_FILE, arrays)
+    parse_manifest(json.loads(json.dumps(manifest)))  # never write what we would not read
+    (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    atomic.fsync_file(tmp / MANIFEST_NAME)
+
+
+def write_bundle(
+    path: str | os.PathLike[str], description: BundleDescription, *, overwrite: bool = False
+) -> Path:
+    """Write the format-3 bundle `description` describes, atomically, and return its path.
+
+    Args:
+        path: the bundle directory to create (or, with `overwrite`, replace).
+        description: the module, its arguments and results, and the manifest's optional
+            sections (BundleDescription's fields say what each holds).
+        overwrite: replace an existing bundle at `path`.
+
+    Returns:
+        `path`.
+
+    Raises:
+        SignatureMismatchError: the specs do not match @main, or an echo in
+            `description.result_echoes` is a result @main computes.
+        ManifestError: the result would not be a valid manifest.
+        BundleError, SaveError: the target exists or cannot be written.
+    """
+    target = Path(path)
+    module = parse_module(description.mlir_text)
+    arrays: dict[str, tuple[np.ndarray, str]] = {}
+    manifest = _manifest(description, module, arrays)
     art_bytes = None
-    if portable_artifact:
+    if description.portable_artifact:
         art_entry, art_bytes = artifact_entry(module.text, MODULE_ARTIFACT_FILE, str(target))
         if art_entry is not None:
             manifest["module"]["artifact"] = art_entry
     tmp = _atomic_dir(target, overwrite)
     try:
-        (tmp / MODULE_FILE).write_text(mlir_text, encoding="utf-8")
-        atomic.fsync_file(tmp / MODULE_FILE)
-        manifest["module"]["sha256"] = sha256_file(tmp / MODULE_FILE)
-        if art_bytes is not None:
-            (tmp / MODULE_ARTIFACT_FILE).write_bytes(art_bytes)
-            atomic.fsync_file(tmp / MODULE_ARTIFACT_FILE)
-            manifest["module"]["artifact"]["sha256"] = sha256_file(tmp / MODULE_ARTIFACT_FILE)
-        write_weights(tmp / WEIGHTS_FILE, arrays)
-        parse_manifest(json.loads(json.dumps(manifest)))  # never write what we would not read
-        (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-        atomic.fsync_file(tmp / MANIFEST_NAME)
+        _write_files(tmp, description.mlir_text, manifest, arrays, art_bytes)
         _commit_dir(tmp, target, overwrite)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -182,7 +182,8 @@ def counted_trips(op: ir.Operation, carry_types: Sequence[ValueType]) -> int | N
     if start is None or step is None:
         return None
     info = np.iinfo(t.dtype)
-    # Constants are decoded as signed; reinterpret unsigned ones.
+    # jaxlib's bindings (0.10, 0.12) decode an unsigned constant as its unsigned value; the
+    # modulo keeps the count right for bindings that decode it as signed.
     if t.dtype.kind == "u":
         width = 1 << (8 * t.dtype.itemsize)
         start, bound = start % width, bound % width

@@ -26,6 +26,7 @@ from jaxlib.mlir.dialects import chlo as chlo_dialect
 
 from ....errors import TransformError
 from ..registry import Impl, OpView, lifts
+from .dot import precision_config
 from .elementwise import (
     Fn,
     binary_fn,
@@ -220,13 +221,6 @@ def top_k(view: OpView) -> Impl:
     return impl
 
 
-_PRECISION = {
-    "DEFAULT": lax.Precision.DEFAULT,
-    "HIGH": lax.Precision.HIGH,
-    "HIGHEST": lax.Precision.HIGHEST,
-}
-
-
 @lifts("chlo.ragged_dot")
 def ragged_dot(view: OpView) -> Impl:
     """chlo.md#chloragged_dot: a dot_general whose lhs ragged dimension is split into groups
@@ -240,10 +234,7 @@ def ragged_dot(view: OpView) -> Impl:
         lhs_ragged_dimensions=tuple(dn.lhs_ragged_dimensions),
         rhs_group_dimensions=tuple(dn.rhs_group_dimensions),
     )
-    names = view.get_enums("precision_config", ("DEFAULT", "DEFAULT"))
-    if len(names) != 2 or any(n not in _PRECISION for n in names):
-        raise view.error(f"precision_config {list(names)}")
-    precision = (_PRECISION[names[0]], _PRECISION[names[1]])
+    precision = precision_config(view)  # (DEFAULT, DEFAULT) defers to JAX's setting, as dot's
     out = view.result.dtype
 
     def impl(lhs: Any, rhs: Any, group_sizes: Any) -> list[Any]:

@@ -42,17 +42,25 @@ _ON_CPU = frozenset({"F16_F16_F16", "F32_F32_F32", "F64_F64_F64", "BF16_BF16_F32
                      "BF16_BF16_F32_X3", "BF16_BF16_F32_X6"})  # fmt: skip
 
 
-def precision_config(view: OpView) -> tuple[lax.Precision, lax.Precision]:
-    """The `precision_config` pair (DEFAULT, DEFAULT when absent) as lax.Precision values."""
+def precision_config(view: OpView) -> tuple[lax.Precision, lax.Precision] | None:
+    """The `precision_config` pair as lax.Precision values; None for (DEFAULT, DEFAULT) or absent.
+
+    None hands the choice to `jax.default_matmul_precision`, as a JAX matmul written without a
+    precision does: DEFAULT is "the fastest" precision the platform has (spec.md#dot_general), and
+    Reactant writes it on every dot, so a model exported from Julia would otherwise be pinned to
+    one bf16 pass per f32 product on TPU, with no way for the user to ask for more. With the
+    setting unset the lowered op is the same as the module's.
+    """
     names = view.get_enums("precision_config", ())
     if not names:
-        return _DEFAULT
+        return None
     if len(names) != 2:
         raise view.error(f"precision_config has {len(names)} entries, expected 2")
     try:
-        return (lax.Precision[names[0]], lax.Precision[names[1]])
+        pair = (lax.Precision[names[0]], lax.Precision[names[1]])
     except KeyError as e:
         raise view.error(f"unknown precision {e.args[0]}") from e
+    return None if pair == _DEFAULT else pair
 
 
 def _algorithm(view: OpView) -> str | None:
@@ -86,7 +94,7 @@ def _precision(view: OpView) -> Any:
     preset = _algorithm(view)
     if preset is None:
         return lambda: pair
-    if pair != _DEFAULT:
+    if pair is not None:
         raise view.error("an algorithm requires precision_config DEFAULT (spec.md C21)")
     chosen = lax.DotAlgorithmPreset[preset]
     return lambda: chosen if preset in _ON_CPU or jax.default_backend() != "cpu" else _DEFAULT
@@ -135,12 +143,12 @@ def einsum(view: OpView) -> Impl:
         raise view.error(f"einsum_config {config!r} is not of the form 'ab,bc->ac'")
     spec = f"{m.group(1)},{m.group(2)}->{m.group(3)}"
     out = view.result.dtype
-    # DEFAULT as the op has no precision of its own (not jax_default_matmul_precision).
+    # No precision of its own: jax.default_matmul_precision decides, as for dot_general's DEFAULT.
     if out == np.bool_:
         return lambda a, b: [
-            jnp.einsum(spec, a, b, precision=_DEFAULT, preferred_element_type=np.int32) != 0
+            jnp.einsum(spec, a, b, precision=None, preferred_element_type=np.int32) != 0
         ]
-    return lambda a, b: [jnp.einsum(spec, a, b, precision=_DEFAULT, preferred_element_type=out)]
+    return lambda a, b: [jnp.einsum(spec, a, b, precision=None, preferred_element_type=out)]
 
 
 @lifts("stablehlo.unary_einsum")

@@ -1,0 +1,228 @@
+"""A model out of juliabridge as ONNX (issue 41): jax2onnx converts, onnxruntime runs.
+
+The shipped LeNet and the benchmarks' 1,018-op conv+BatchNorm network (benchmarks/bench_lax.py,
+42 blocks) are exported and run in onnxruntime; the outputs are checked against references
+independent of the lifted module (LeNet's forward from luxmodels' layer formulas, the
+network's forward written in JAX) and against juliabridge's own call. A module whose lift
+emits a primitive jax2onnx has no rule for gets an OnnxConversionError naming the primitive
+and the op. Skipped where the onnx extra (jax2onnx, onnxruntime) is not installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+import juliabridge
+from juliabridge.errors import CallArgumentError, OnnxConversionError, SaveError
+from juliabridge.examples import lenet_bundle
+from tests.test_export_jax import lenet_reference
+from tests.test_exporting_doc import run_examples
+
+pytest.importorskip("jax2onnx", reason="the onnx extra (jax2onnx) is not installed")
+ort = pytest.importorskip("onnxruntime", reason="the onnx extra (onnxruntime) is not installed")
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "exporting.md"
+CONVBN_BLOCKS = 42  # the benchmark's size: 1,018 StableHLO ops
+
+
+def _run(proto: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    return list(session.run(None, feeds))
+
+
+def _ops(bundle: Path) -> set[str]:
+    return set(re.findall(r"\b(stablehlo\.[a-z_]+)", (bundle / "model.mlir").read_text()))
+
+
+@pytest.fixture(scope="module")
+def lenet() -> juliabridge.LuxModel:
+    return juliabridge.import_lux(lenet_bundle(), backend="lax")
+
+
+@pytest.fixture(scope="module")
+def bench_lax() -> Iterator[ModuleType]:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        yield importlib.import_module("bench_lax")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def test_lenet_runs_in_onnxruntime(lenet: juliabridge.LuxModel) -> None:
+    proto = juliabridge.export_onnx(lenet)
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert [(i.name, i.shape) for i in session.get_inputs()] == [("x", [4, 1, 28, 28])]
+    assert [(o.name, o.shape) for o in session.get_outputs()] == [("output", [4, 10])]
+    # LeNet's max-pools arrive as 3-D pools over (N*C, H, W): onnxruntime runs those.
+    assert {"Conv", "MaxPool", "Gemm"} <= {n.op_type for n in proto.graph.node}
+    for seed in (0, 1):
+        x = np.random.default_rng(seed).standard_normal((4, 1, 28, 28)).astype(np.float32)
+        (got,) = session.run(None, {"x": x})
+        want = np.asarray(lenet_reference(lenet.params, x))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(got, np.asarray(lenet(x)), rtol=1e-4, atol=1e-5)
+
+
+def test_max_pool_ties_and_infinities_match(lenet: juliabridge.LuxModel) -> None:
+    """The folded pool picks the same maxima: ties, -inf and large values."""
+    x = np.zeros((4, 1, 28, 28), np.float32)
+    x[:, :, ::3, ::2] = -np.inf
+    x[1] = 1e30
+    x[2, 0, :14] = np.float32(3.0)
+    (got,) = _run(juliabridge.export_onnx(lenet), {"x": x})
+    want = np.asarray(lenet_reference(lenet.params, x))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_convbn_network_runs_in_onnxruntime(tmp_path: Path, bench_lax: ModuleType) -> None:
+    path, ps, st, x = bench_lax.convbn_bundle(tmp_path, blocks=CONVBN_BLOCKS, channels=16, batch=8)
+    text = (path / "model.mlir").read_text()
+    assert sum(1 for line in text.splitlines() if " = " in line) == 1018
+    model = juliabridge.import_lux(path, backend="lax")
+    (got,) = _run(juliabridge.export_onnx(model), {"x": x})
+    want = np.asarray(bench_lax.convbn_forward(ps, st, x, CONVBN_BLOCKS)[0])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(got, np.asarray(model(x)), rtol=1e-4, atol=1e-6)
+
+
+def _pool_module(body: str, init: str) -> str:
+    return f"""module {{
+  func.func @main(%x: tensor<2x3x4x6xf32>) -> tensor<2x3x2x2xf32> {{
+    %init = stablehlo.constant dense<{init}> : tensor<f32>
+    %r = "stablehlo.reduce_window"(%x, %init) <{{window_dimensions = array<i64: 1, 1, 2, 3>,
+        window_strides = array<i64: 1, 1, 2, 3>}}> ({{
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %m = stablehlo.{body} %a, %b : tensor<f32>
+      stablehlo.return %m : tensor<f32>
+    }}) : (tensor<2x3x4x6xf32>, tensor<f32>) -> tensor<2x3x2x2xf32>
+    return %r : tensor<2x3x2x2xf32>
+  }}
+}}"""
+
+
+@pytest.mark.parametrize(
+    ("body", "init", "reduce"),
+    [("maximum", "0xFF800000", np.max), ("add", "0.000000e+00", np.sum)],
+)
+def test_4d_max_and_sum_windows(body: str, init: str, reduce: Any) -> None:
+    """Windows over H and W of an NCHW array (2x3 windows): numpy's blockwise max and sum."""
+    fn = juliabridge.load_mlir(_pool_module(body, init), backend="lax")
+    x = np.random.default_rng(2).standard_normal((2, 3, 4, 6)).astype(np.float32)
+    proto = juliabridge.export_onnx(fn)
+    (got,) = _run(proto, {proto.graph.input[0].name: x})
+    want = reduce(x.reshape(2, 3, 2, 2, 2, 3), axis=(3, 5))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+MIN_POOL = """module {
+  func.func @main(%x: tensor<2x3x4x4xf32>) -> tensor<2x3x2x2xf32> {
+    %init = stablehlo.constant dense<0x7F800000> : tensor<f32>
+    %r = "stablehlo.reduce_window"(%x, %init) <{window_dimensions = array<i64: 1, 1, 2, 2>,
+        window_strides = array<i64: 1, 1, 2, 2>}> ({
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %m = stablehlo.minimum %a, %b : tensor<f32>
+      stablehlo.return %m : tensor<f32>
+    }) : (tensor<2x3x4x4xf32>, tensor<f32>) -> tensor<2x3x2x2xf32>
+    return %r : tensor<2x3x2x2xf32>
+  }
+}"""
+
+
+def test_a_primitive_without_onnx_rule_is_named_with_its_op() -> None:
+    fn = juliabridge.load_mlir(MIN_POOL, backend="lax")
+    with pytest.raises(OnnxConversionError) as info:
+        juliabridge.export_onnx(fn)
+    e = info.value
+    where = "line 4 of <mlir text>"
+    assert (e.primitive, e.op, e.where) == ("reduce_window_min", "stablehlo.reduce_window", where)
+    assert "'reduce_window_min', emitted by the module's stablehlo.reduce_window at line 4" in str(
+        e
+    )
+    assert "docs/exporting.md" in str(e)
+
+
+def test_min_pool_still_runs_in_jax() -> None:
+    """The refused module is fine otherwise: the values are those of the window's spec."""
+    fn = juliabridge.load_mlir(MIN_POOL, backend="lax")
+    x = np.random.default_rng(3).standard_normal((2, 3, 4, 4)).astype(np.float32)
+    want = x.reshape(2, 3, 2, 2, 2, 2).min(axis=(3, 5))
+    np.testing.assert_array_equal(np.asarray(fn(x)[0]), want)
+
+
+def test_load_mlir_function_exports(lenet: juliabridge.LuxModel) -> None:
+    fn = juliabridge.load_mlir(Path(lenet_bundle()) / "model.mlir", backend="lax")
+    x = np.random.default_rng(5).standard_normal((4, 1, 28, 28)).astype(np.float32)
+    flat = [x] + [np.asarray(v) for v in _lux_order_weights(lenet)]
+    proto = juliabridge.export_onnx(fn)
+    got = _run(proto, dict(zip([i.name for i in proto.graph.input], flat)))
+    want = np.asarray(lenet_reference(lenet.params, x))
+    np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-5)
+
+
+def _lux_order_weights(model: juliabridge.LuxModel) -> list[Any]:
+    out = []
+    for a in model.manifest.arguments:
+        if a.role != "input":
+            tree = model.params if a.role == "parameter" else model.state
+            for key in a.path:
+                tree = tree[key]
+            out.append(tree)
+    return out
+
+
+def test_bad_options_and_backends(lenet: juliabridge.LuxModel, tmp_path: Path) -> None:
+    with pytest.raises(CallArgumentError, match="opset=0"):
+        juliabridge.export_onnx(lenet, opset=0)
+    with pytest.raises(CallArgumentError, match="LuxModel"):
+        juliabridge.export_onnx(object())  # type: ignore[arg-type]
+    xla = juliabridge.import_lux(lenet_bundle(), backend="xla")
+    with pytest.raises(CallArgumentError, match="backend='lax'"):
+        juliabridge.export_onnx(xla)
+    target = tmp_path / "lenet.onnx"
+    assert juliabridge.save_onnx(lenet, target) == target
+    with pytest.raises(SaveError, match="already exists"):
+        juliabridge.save_onnx(lenet, target)
+
+
+def test_cli_writes_a_file_onnxruntime_runs(tmp_path: Path, lenet: juliabridge.LuxModel) -> None:
+    from juliabridge.cli import main
+
+    out = tmp_path / "lenet.onnx"
+    assert main(["export-onnx", str(lenet_bundle()), "--out", str(out)]) == 0
+    x = np.random.default_rng(7).standard_normal((4, 1, 28, 28)).astype(np.float32)
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(
+        got, np.asarray(lenet_reference(lenet.params, x)), rtol=1e-4, atol=1e-5
+    )
+    assert main(["export-onnx", str(lenet_bundle()), "--out", str(out)]) == 20  # SaveError
+
+
+def test_docs_list_the_ops_these_tests_convert(tmp_path: Path, bench_lax: ModuleType) -> None:
+    """docs/exporting.md's list of converted StableHLO ops is the union of the two models'."""
+    path, *_ = bench_lax.convbn_bundle(tmp_path, blocks=1, channels=2, batch=1)
+    tested = _ops(Path(lenet_bundle())) | _ops(path)
+    section = DOC.read_text().split("## ONNX", 1)[1]
+    listed = set(re.findall(r"`(stablehlo\.[a-z_]+)`", section.split("**What converts", 1)[1]))
+    assert listed == tested - {"stablehlo.return"}
+
+
+def test_doc_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ONNX section's examples, in order, in one namespace."""
+    monkeypatch.chdir(tmp_path)
+    ns = run_examples(DOC.read_text().split("\n## ONNX", 1)[1], "ONNX example", at_least=2)
+    model, x = ns["model"], np.asarray(ns["x"])
+    np.testing.assert_allclose(
+        np.asarray(ns["logits"]), np.asarray(lenet_reference(model.params, x)), rtol=1e-4, atol=1e-5
+    )
+    assert (tmp_path / "lenet.onnx").is_file()
