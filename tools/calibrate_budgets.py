@@ -148,11 +148,21 @@ UNITS: dict[str, tuple[str, Callable[[bool], tuple[int, int]]]] = {
 def expansions() -> dict[str, int]:
     """CHLO op -> HLO instructions its lowering expands to (the most over the float types)."""
     import jax
+
+    x64 = bool(jax.config.read("jax_enable_x64"))
+    jax.config.update("jax_enable_x64", True)  # restored: the tests share the process
+    try:
+        return _expansions()
+    finally:
+        jax.config.update("jax_enable_x64", x64)
+
+
+def _expansions() -> dict[str, int]:
+    import jax
     import jax.numpy as jnp
     import numpy as np
     from jax import lax
 
-    jax.config.update("jax_enable_x64", True)
     fns: dict[str, Callable[..., object]] = {
         "acos": lax.acos, "acosh": lax.acosh, "asin": lax.asin, "asinh": lax.asinh,
         "atan": lax.atan, "atanh": lax.atanh, "bessel_i1e": lax.bessel_i1e, "cosh": lax.cosh,
