@@ -22,6 +22,8 @@ import numpy as np
 import pytest
 
 import juliabridge
+from juliabridge.bundle.write.description import ArgumentSpec, BundleDescription
+from juliabridge.bundle.write.writer import write_bundle
 from juliabridge.errors import CallArgumentError, OnnxConversionError, SaveError
 from juliabridge.examples import lenet_bundle
 from tests.test_export_jax import lenet_reference
@@ -149,6 +151,28 @@ def test_a_primitive_without_onnx_rule_is_named_with_its_op() -> None:
         e
     )
     assert "docs/exporting.md" in str(e)
+
+
+def test_cli_names_the_primitive_and_the_bundle_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from juliabridge.cli import main
+
+    x = np.random.default_rng(4).standard_normal((2, 3, 4, 4)).astype(np.float32)
+    bundle = write_bundle(
+        tmp_path / "minpool.bundle",
+        BundleDescription(
+            name="minpool",
+            mlir_text=MIN_POOL,
+            arguments=[ArgumentSpec("input", [], x, 0)],
+            result_paths=[[["output"]]],
+            batch={"size": 2, "samples_independent": True},
+        ),
+    )
+    assert main(["export-onnx", str(bundle), "--out", str(tmp_path / "m.onnx")]) == 23
+    err = capsys.readouterr().err
+    assert "'reduce_window_min'" in err and "stablehlo.reduce_window at line 4 of " in err
+    assert "model.mlir" in err and not (tmp_path / "m.onnx").exists()
 
 
 def test_min_pool_still_runs_in_jax() -> None:
