@@ -70,6 +70,8 @@ RUNS: dict[str, SmokeRun] = {
         ("base", "model", "repeats", "medians", "ratio_working_tree_over_base", "samples"),
     ),
     "bench_parse_memory.py": SmokeRun(("--mb", "0.05"), "parse_memory", ("mb", "results")),
+    # Not a timing (errors per matmul precision); already small: the shipped LeNet bundle.
+    "bench_precision.py": SmokeRun((), "precision", ("platform", "results")),
 }
 
 
@@ -125,5 +127,11 @@ def run_script(script: str, out: Path) -> dict[str, object]:
 
 #: The two halves, one per test file (about equal wall time at the tiny sizes): the scripts
 #: that time in their own process, and those that start a fresh process per sample.
-IN_PROCESS = ("bench_runtime.py", "bench_overhead.py", "bench_lax.py", "bench_parse_memory.py")
+IN_PROCESS = (
+    "bench_runtime.py",
+    "bench_overhead.py",
+    "bench_lax.py",
+    "bench_parse_memory.py",
+    "bench_precision.py",
+)
 FRESH_PROCESSES = ("bench_compile.py", "bench_loading.py", "bench_import_ab.py")
