@@ -15,6 +15,7 @@ from .errors import (
     ManifestError,
     MLIRParseError,
     ModuleContractError,
+    OnnxConversionError,
     ResourceLimitError,
     SaveError,
     SignatureMismatchError,
@@ -25,6 +26,7 @@ from .errors import (
     X64DisabledError,
 )
 from .exporting import export_jax, save_jax
+from .exporting_onnx import export_onnx, save_onnx
 from .function import ImportedFunction
 from .importers import import_lux, load_mlir, load_reactant_export
 from .lux.model import LuxModel
@@ -47,6 +49,7 @@ __all__ = [
     "MLIRParseError",
     "ManifestError",
     "ModuleContractError",
+    "OnnxConversionError",
     "ResourceLimitError",
     "SaveError",
     "SignatureMismatchError",
@@ -59,12 +62,14 @@ __all__ = [
     "__version__",
     "export_jax",
     "export_lux",
+    "export_onnx",
     "import_lux",
     "load_into",
     "load_mlir",
     "load_params",
     "load_reactant_export",
     "save_jax",
+    "save_onnx",
     "save_params",
     "verify",
 ]

@@ -95,6 +95,30 @@ class TransformError(JuliaBridgeError):
     """A JAX transformation (grad, jvp, vmap) is not available for this function and backend."""
 
 
+class OnnxConversionError(JuliaBridgeError):
+    """jax2onnx cannot convert the model to ONNX: it has no rule for a JAX primitive.
+
+    Args:
+        message: what failed and what to do.
+        primitive: the JAX primitive jax2onnx lacks, e.g. ``"reduce_window_min"``.
+        op: the module's op that emitted it (lax backend), e.g. ``"stablehlo.reduce_window"``.
+        where: that op's location in the module (file and line).
+    """
+
+    def __init__(self, message: str, *, primitive: str = "", op: str = "", where: str = "") -> None:
+        super().__init__(message)
+        self.primitive = primitive
+        self.op = op
+        self.where = where
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (_rebuild_onnx_error, (self.args[0], self.primitive, self.op, self.where))
+
+
+def _rebuild_onnx_error(message: str, primitive: str, op: str, where: str) -> OnnxConversionError:
+    return OnnxConversionError(message, primitive=primitive, op=op, where=where)
+
+
 class JuliaUnavailable(JuliaBridgeError):
     """No usable Julia installation was found for driving the Julia side."""
 

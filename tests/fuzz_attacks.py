@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
+from juliabridge.stablehlo import budget
 from tests.mlir_snippets import DTYPES, custom_calls, lowered, mutations
 
 RETURN = "    return %18 : tensor<5x3xf32>\n"
@@ -766,18 +767,21 @@ def reuse_attack(draw: st.DrawFn, base: str) -> Attack:
     )
 
 
-#: CHLO special functions and budget.EXPANSION's weight of each (at least 126).
-_SPECIAL = {"digamma": 126, "lgamma": 549, "erf_inv": 234, "bessel_i1e": 292}
+#: CHLO special functions weighted by memory (digamma... bessel_i1e) or by compile time (asinh,
+#: atanh: budget.COMPILE_SECONDS), unary so one chain shape fits them all.
+_SPECIAL = ("digamma", "lgamma", "erf_inv", "bessel_i1e", "asinh", "atanh")
 
 
 @st.composite
 def expansion_attack(draw: st.DrawFn, base: str) -> Attack:
     """Issue 39: ops whose cost is what they expand to, not one op: chains of CHLO special
-    functions (weighted by their expansion; 900 of any are past the op budget) and
-    select_and_scatter over windows up to the whole operand (lax enumerated every offset)."""
+    functions (weighted by budget.EXPANSION; 900 of any, and one more than the default admits
+    alone, are past the op budget) and select_and_scatter over windows up to the whole operand
+    (lax enumerated every offset)."""
     if draw(st.booleans()):
-        op = draw(st.sampled_from(sorted(_SPECIAL)))
-        n = draw(st.sampled_from([2, 12, 900]))
+        op = draw(st.sampled_from(_SPECIAL))
+        weight = budget.EXPANSION[f"chlo.{op}"]
+        n = draw(st.sampled_from([2, 12, budget.MAX_OPS // weight + 1, 900]))
         f3 = "tensor<3xf32>"
         body = [f"%e0 = chlo.{op} %arg2 : {f3} -> {f3}"]
         body += [f"%e{i} = chlo.{op} %e{i - 1} : {f3} -> {f3}" for i in range(1, n)]
@@ -785,7 +789,7 @@ def expansion_attack(draw: st.DrawFn, base: str) -> Attack:
         return Attack(
             _edit(base, body, sink="%zs"),
             f"a chain of {n} chlo.{op}",
-            BUDGET if n * _SPECIAL[op] > 100_000 else None,
+            BUDGET if n * weight > budget.MAX_OPS else None,
         )
     side = draw(st.sampled_from([8, 512]))
     w = draw(st.sampled_from([2, side]))

@@ -1,28 +1,82 @@
-"""Each op weighted by what it expands to (issue 39).
+"""Each op weighted by what it expands to and how long it takes to compile (issue 39).
 
 A CHLO special function counted as one op but XLA legalizes it into a computation of 36-549
 instructions: 3,000 chained chlo.digamma peaked at 7.6 GB, 1,000 independent polygamma cost
-~1.3 MB each against the 6-18 KB per op the op budget was calibrated on. budget.EXPANSION
-weighs each by the instructions its lowering holds (tools/calibrate_budgets.py --expansions).
+~1.3 MB each against the 6-18 KB per op the op budget was calibrated on, and 800 chained
+digammas (admitted by memory) took about 2 minutes to compile. budget.EXPANSION weighs each by
+the instructions its lowering holds (tools/calibrate_budgets.py --expansions) or, if more, by
+the plain ops that take as long to compile (budget.COMPILE_SECONDS, from --times).
 """
 
 from __future__ import annotations
 
+import math
+import re
+from pathlib import Path
+
+import numpy as np
 import pytest
 
 import juliabridge
+import juliabridge.function
 from juliabridge.errors import ResourceLimitError
 from juliabridge.stablehlo import budget
-from tools.calibrate_budgets import expansions
+from tools.calibrate_budgets import expansions, special_module
+
+RELIABILITY = Path(__file__).resolve().parents[1] / "docs" / "reliability.md"
 
 
 def test_every_weight_covers_what_this_jax_expands_the_op_to() -> None:
     found = expansions()
-    assert set(found) <= set(budget.EXPANSION)
-    short = {k: (budget.EXPANSION[k], n) for k, n in found.items() if budget.EXPANSION[k] < n}
+    assert set(found) <= set(budget.INSTRUCTIONS)
+    short = {k: (budget.INSTRUCTIONS[k], n) for k, n in found.items() if budget.INSTRUCTIONS[k] < n}
     assert not short, short  # re-run tools/calibrate_budgets.py --expansions
     for name in ("next_after", "polygamma", "zeta"):
         assert budget.EXPANSION[f"chlo.broadcast_{name}"] == budget.EXPANSION[f"chlo.{name}"]
+
+
+def test_each_weight_is_the_larger_of_memory_and_compile_time() -> None:
+    assert set(budget.COMPILE_SECONDS) == set(budget.INSTRUCTIONS)
+    for op, instructions in budget.INSTRUCTIONS.items():
+        by_time = budget.MAX_OPS * budget.COMPILE_SECONDS[op] / budget.COMPILE_TARGET_S
+        weight = budget.EXPANSION[op]
+        assert weight == max(instructions, math.ceil(by_time)), op
+        # The most of this op the default admits, at the measured seconds per op, fits the
+        # compile-time target.
+        admitted = budget.MAX_OPS // weight
+        assert admitted * budget.COMPILE_SECONDS[op] <= budget.COMPILE_TARGET_S, op
+
+
+def _doc_weights() -> dict[str, tuple[int, float, int, int]]:
+    """docs/reliability.md's table of weights: op -> (instructions, s/op, weight, admitted)."""
+    rows = {}
+    for line in RELIABILITY.read_text().splitlines():
+        m = re.fullmatch(
+            r"\s*\| `(chlo\.\w+)` \| ([\d,]+) \| ([\d.]+) \| ([\d,]+) \| ([\d,]+) \|", line
+        )
+        if m:
+            rows[m.group(1)] = (
+                int(m.group(2).replace(",", "")),
+                float(m.group(3)),
+                int(m.group(4).replace(",", "")),
+                int(m.group(5).replace(",", "")),
+            )
+    return rows
+
+
+def test_the_documented_weights_are_the_code_s() -> None:
+    code = {
+        op: (
+            n,
+            budget.COMPILE_SECONDS[op],
+            budget.EXPANSION[op],
+            budget.MAX_OPS // budget.EXPANSION[op],
+        )
+        for op, n in budget.INSTRUCTIONS.items()
+    }
+    assert _doc_weights() == code
+    text = RELIABILITY.read_text()
+    assert f"`COMPILE_TARGET_S`, {budget.COMPILE_TARGET_S:.0f} s" in text
 
 
 def _chain(op: str, n: int) -> str:
@@ -32,15 +86,72 @@ def _chain(op: str, n: int) -> str:
 
 
 @pytest.mark.parametrize("backend", ["lax", "xla"])
-def test_special_functions_are_refused_at_what_they_expand_to(
+def test_special_functions_are_refused_at_their_weight(
     backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # 30 digammas are 30 ops in the text and 30 x 126 once XLA legalizes them.
-    monkeypatch.setenv("JULIABRIDGE_MAX_OPS", str(30 * budget.EXPANSION["chlo.digamma"]))
-    juliabridge.load_mlir(_chain("digamma", 29), backend=backend)
-    with pytest.raises(ResourceLimitError, match=r"expands to 3,9\d\d ops"):
+    w = budget.EXPANSION["chlo.digamma"]
+    # 30 digammas are 30 ops in the text and 30 x the weight in the budget (+1: the return).
+    monkeypatch.setenv("JULIABRIDGE_MAX_OPS", str(30 * w + 1))
+    juliabridge.load_mlir(_chain("digamma", 30), backend=backend)
+    with pytest.raises(ResourceLimitError, match=f"expands to {31 * w + 1:,} ops"):
         juliabridge.load_mlir(_chain("digamma", 31), backend=backend)
     # The default budget: 3,000 chained digammas (7.6 GB at load before) are refused at once.
     monkeypatch.delenv("JULIABRIDGE_MAX_OPS")
-    with pytest.raises(ResourceLimitError, match=r"expands to 378,\d\d\d ops"):
+    with pytest.raises(ResourceLimitError, match=f"expands to {3000 * w + 1:,} ops"):
         juliabridge.load_mlir(_chain("digamma", 3000), backend=backend)
+
+
+def test_the_most_digammas_the_default_admits_load_and_one_more_is_refused_before_compiling(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    w = budget.EXPANSION["chlo.digamma"]
+    most = (budget.MAX_OPS - 1) // w  # the return counts 1
+    # Loading parses, checks and builds the backend; XLA compiles at the first call, which
+    # this test never makes (the largest admitted module takes COMPILE_TARGET_S to compile).
+    fn = juliabridge.load_mlir(_chain("digamma", most), backend="lax")
+    assert fn.backend_name == "lax"
+
+    def no_backend(*args: object, **kwargs: object) -> None:
+        pytest.fail("a module past the op budget reached a backend")
+
+    monkeypatch.setattr(juliabridge.function, "make_backend", no_backend)
+    with pytest.raises(ResourceLimitError) as info:
+        juliabridge.load_mlir(_chain("digamma", most + 1), backend="xla")
+    msg = str(info.value)
+    assert f"expands to {(most + 1) * w + 1:,} ops" in msg
+    assert f"more than the {budget.MAX_OPS:,} juliabridge compiles" in msg
+    assert f"{most + 1:,} chlo.digamma weighing {w} each ({(most + 1) * w:,})" in msg
+    assert f"set JULIABRIDGE_MAX_OPS to {(most + 1) * w + 1:,} or more" in msg
+    assert "trust=True" in msg
+
+
+def test_weighted_ops_are_counted_through_calls_and_named_heaviest_first() -> None:
+    t = "tensor<8xf32>"
+    text = (
+        f"func.func private @f(%a: {t}) -> {t} {{\n"
+        f"  %0 = chlo.lgamma %a : {t} -> {t}\n  %1 = chlo.atan %0 : {t} -> {t}\n"
+        f"  return %1 : {t}\n}}\n"
+        f"func.func @main(%a: {t}) -> {t} {{\n"
+        + "".join(f"  %r{k} = func.call @f(%a) : ({t}) -> {t}\n" for k in range(200))
+        + f"  return %r0 : {t}\n}}\n"
+    )
+    lg, at = budget.EXPANSION["chlo.lgamma"], budget.EXPANSION["chlo.atan"]
+    with pytest.raises(ResourceLimitError) as info:
+        juliabridge.load_mlir(text, backend="lax")
+    msg = str(info.value)
+    assert f": 200 chlo.lgamma weighing {lg} each ({200 * lg:,}), 200 chlo.atan weighing" in msg
+    assert f"@main expands to {200 * (lg + at + 1) + 200 + 1:,} ops" in msg
+
+
+def test_the_calibration_modules_load_in_both_shapes() -> None:
+    for op in ("digamma", "polygamma", "zeta", "next_after", "sine"):
+        for shape in ("chain", "independent"):
+            fn = juliabridge.load_mlir(special_module(3, op, shape), backend="lax")
+            assert [s.shape for s in fn.in_specs] == [(8,)]
+    # What they compute, for the op of weight 1 (numpy's sine).
+    x = np.linspace(-2, 2, 8, dtype=np.float32)
+    chain = juliabridge.load_mlir(special_module(3, "sine", "chain"), backend="lax")
+    np.testing.assert_allclose(chain(x)[0], np.sin(np.sin(np.sin(x))), rtol=1e-6)
+    indep = juliabridge.load_mlir(special_module(3, "sine", "independent"), backend="lax")
+    want = x + sum(np.sin(x + np.float32(k + 0.5)) for k in range(3))
+    np.testing.assert_allclose(indep(x)[0], want, rtol=1e-5, atol=1e-6)

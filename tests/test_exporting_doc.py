@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
@@ -12,16 +13,24 @@ import pytest
 DOC = Path(__file__).resolve().parents[1] / "docs" / "exporting.md"
 
 
+def run_examples(text: str, label: str, *, at_least: int) -> dict[str, Any]:
+    """Run the ```python blocks of `text` in order in one namespace (in the current directory);
+    returns the namespace."""
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) >= at_least
+    ns: dict[str, Any] = {}
+    for i, code in enumerate(blocks):
+        exec(compile(code, f"{DOC.name} {label} {i + 1}", "exec"), ns)
+    return ns
+
+
 def test_every_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("orbax.checkpoint", reason="the Orbax examples need orbax-checkpoint")
     pytest.importorskip("flax.nnx", reason="the NNX example needs flax")
     pytest.importorskip("equinox", reason="the Equinox example needs equinox")
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    assert len(blocks) >= 6
+    # The ONNX section's examples need the onnx extra: tests/test_export_onnx.py runs them.
     monkeypatch.chdir(tmp_path)
-    ns: dict[str, object] = {}
-    for i, code in enumerate(blocks):
-        exec(compile(code, f"{DOC.name} example {i + 1}", "exec"), ns)
+    ns = run_examples(DOC.read_text().split("\n## ONNX", 1)[0], "example", at_least=6)
     model = ns["model"]
     x = np.asarray(ns["x"])
     want = np.asarray(model(x))  # type: ignore[operator]

@@ -287,7 +287,7 @@ else:
 @posix_only
 def test_environment_is_set_up_the_juliapkg_way(no_julia: Path, tmp_path: Path) -> None:
     """juliapkg finds juliabridge/juliapkg.json and installs JuliaBridge (dev, the package's
-    julia_project), Lux and Reactant with the Julia we found; run in a fresh interpreter, as
+    jl_package), Lux and Reactant with the Julia we found; run in a fresh interpreter, as
     juliapkg's state is global."""
     pytest.importorskip("juliapkg", reason="needs juliapkg (pip install 'juliabridge[julia]')")
     fake_executable(no_julia / "julia", PKG_JULIA)
@@ -317,7 +317,7 @@ def test_environment_is_set_up_the_juliapkg_way(no_julia: Path, tmp_path: Path) 
     assert project["compat"]["Lux"] in ("1.31", "^1.31")
     assert project["compat"]["Reactant"] == "=0.2.280"
     installed = log.read_text()
-    assert f'path=raw"{REPO / "juliabridge" / "julia_project"}"' in installed
+    assert f'path=raw"{REPO / "juliabridge" / "jl_package"}"' in installed
     assert "Pkg.develop" in installed and "Pkg.precompile()" in installed
     assert "installing JuliaBridge.jl's Julia packages" in proc.stdout
 

@@ -174,8 +174,8 @@ def test_the_wheel_ships_the_julia_package_and_the_plugin(tmp_path: Path) -> Non
         names = set(z.namelist())
         declared = json.loads(z.read("juliabridge/juliapkg.json"))
         entry_points = next(z.read(n).decode() for n in names if n.endswith("entry_points.txt"))
-        project = tomllib.loads(z.read("juliabridge/julia_project/Project.toml").decode())
-    # juliapkg resolves the dev path relative to juliapkg.json: juliabridge/julia_project.
+        project = tomllib.loads(z.read("juliabridge/jl_package/Project.toml").decode())
+    # juliapkg resolves the dev path relative to juliapkg.json: juliabridge/jl_package.
     root = "juliabridge/" + declared["packages"]["JuliaBridge"]["path"]
     assert project["uuid"] == declared["packages"]["JuliaBridge"]["uuid"]
     for jl in (JULIA / "src").glob("*.jl"):

@@ -268,7 +268,7 @@ def test_session_without_juliabridge_says_how_to_install_it(
     message = str(info.value)
     assert "Package JuliaBridge not found" in message
     assert "juliapkg.json" in message and "juliapkg.resolve(force=True)" in message
-    assert "Pkg.develop(path=" in message and "julia_project" in message
+    assert "Pkg.develop(path=" in message and "jl_package" in message
 
 
 def test_options_are_checked_before_julia(

@@ -18,8 +18,15 @@ are set at or below it (docs/reliability.md, "Module checks").
 instructions of JAX's lowering of it once XLA has legalized it (`compiler_ir("hlo")`), the most
 over f16, bf16, f32, f64 and complex64, less the parameter: budget.EXPANSION's weights.
 
+`--times` prints the seconds and peak of loading and first calling n of each weighted CHLO op
+(`special_module`: chained, and independent), each in its own process: with `--counts
+admitted` (the default) n is the most the op budget admits of that op alone, the module the
+compile-time bound (budget.COMPILE_TARGET_S) is about; with `--counts 100,300,900` the sizes
+budget.COMPILE_SECONDS was derived from (docs/logs/compile-times.md).
+
 Usage: python tools/calibrate_budgets.py [--backends lax,xla] [--quick] [--memory 2G]
        python tools/calibrate_budgets.py --expansions
+       python tools/calibrate_budgets.py --times [--ops digamma,zeta] [--counts admitted]
 """
 
 from __future__ import annotations
@@ -95,13 +102,14 @@ _CHILD = """
     sys.setrecursionlimit(100_000)
     import juliabridge
     from tools.calibrate_budgets import {maker}
-    text = {maker}({n})
+    text = {maker}({n}{extra})
     def hwm():
         for line in open("/proc/self/status"):
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) << 10
     args = {{"case_module": (np.int32(1), np.zeros(4, np.float32)),
-            "fanout_module": (np.zeros(8, np.float32),)}}.get({maker!r}, ())
+            "fanout_module": (np.zeros(8, np.float32),),
+            "special_module": (np.full(8, 0.7, np.float32),)}}.get({maker!r}, ())
     t0 = time.monotonic()
     fn = juliabridge.load_mlir(text, backend={backend!r})
     out = fn(*args)
@@ -110,9 +118,12 @@ _CHILD = """
 """
 
 
-def measure(backend: str, maker: str, n: int, env: dict[str, str]) -> dict[str, float]:
-    """Peak bytes and seconds of loading and first calling `maker(n)` on `backend`."""
-    code = textwrap.dedent(_CHILD.format(repo=str(REPO), maker=maker, n=n, backend=backend))
+def measure(backend: str, maker: str, n: int, env: dict[str, str], *extra: str) -> dict[str, float]:
+    """Peak bytes and seconds of loading and first calling `maker(n, *extra)` on `backend`."""
+    more = "".join(f", {e!r}" for e in extra)
+    code = textwrap.dedent(
+        _CHILD.format(repo=str(REPO), maker=maker, n=n, extra=more, backend=backend)
+    )
     proc = subprocess.run(
         [sys.executable, "-c", code],
         env=env,
@@ -137,11 +148,21 @@ UNITS: dict[str, tuple[str, Callable[[bool], tuple[int, int]]]] = {
 def expansions() -> dict[str, int]:
     """CHLO op -> HLO instructions its lowering expands to (the most over the float types)."""
     import jax
+
+    x64 = bool(jax.config.read("jax_enable_x64"))
+    jax.config.update("jax_enable_x64", True)  # restored: the tests share the process
+    try:
+        return _expansions()
+    finally:
+        jax.config.update("jax_enable_x64", x64)
+
+
+def _expansions() -> dict[str, int]:
+    import jax
     import jax.numpy as jnp
     import numpy as np
     from jax import lax
 
-    jax.config.update("jax_enable_x64", True)
     fns: dict[str, Callable[..., object]] = {
         "acos": lax.acos, "acosh": lax.acosh, "asin": lax.asin, "asinh": lax.asinh,
         "atan": lax.atan, "atanh": lax.atanh, "bessel_i1e": lax.bessel_i1e, "cosh": lax.cosh,
@@ -163,6 +184,76 @@ def expansions() -> dict[str, int]:
     return out
 
 
+#: The binary special functions: (operand order, the constant operand) -- polygamma's order n
+#: is the constant 1 (its x the chain), zeta's q the constant 2 (its x the chain).
+_BINARY = {"polygamma": "n", "zeta": "q", "next_after": "y"}
+
+
+def special_module(n: int, op: str = "digamma", shape: str = "chain") -> str:
+    """@main(8xf32): n `op`s (a CHLO function, or any unary stablehlo op), either a chain (each
+    applied to the last's result) or independent (each applied to the argument plus its own
+    constant, the results summed)."""
+    t = "tensor<8xf32>"
+    dialect = "stablehlo" if op in ("sine", "exponential", "log") else "chlo"
+
+    def apply(dst: str, src: str) -> str:
+        if dialect == "stablehlo":
+            return f"    {dst} = stablehlo.{op} {src} : {t}\n"
+        if op not in _BINARY:
+            return f"    {dst} = chlo.{op} {src} : {t} -> {t}\n"
+        a, b = ("%k", src) if _BINARY[op] == "n" else (src, "%k")
+        return f"    {dst} = chlo.{op} {a}, {b} : {t}, {t} -> {t}\n"
+
+    k = 1.0 if _BINARY.get(op) == "n" else 2.0
+    lines = [f"    %k = stablehlo.constant dense<{k}> : {t}\n"]
+    if shape == "chain":
+        lines += [apply(f"%v{i + 1}", f"%v{i}") for i in range(n)]
+        result = f"%v{n}"
+    else:
+        result = "%v0"
+        for i in range(n):
+            lines.append(f"    %c{i} = stablehlo.constant dense<{i}.5> : {t}\n")
+            lines.append(f"    %a{i} = stablehlo.add %v0, %c{i} : {t}\n")
+            lines.append(apply(f"%d{i}", f"%a{i}"))
+            lines.append(f"    %s{i} = stablehlo.add {result}, %d{i} : {t}\n")
+            result = f"%s{i}"
+    return f"func.func @main(%v0: {t}) -> {t} {{\n{''.join(lines)}    return {result} : {t}\n}}\n"
+
+
+#: The ops --times measures: every weighted CHLO function (the broadcast_ forms lower to the
+#: same), and stablehlo.sine, an op of weight 1, for comparison.
+_TIMED = (
+    "acos", "acosh", "asin", "asinh", "atan", "atanh", "bessel_i1e", "cosh", "digamma",
+    "erf_inv", "erfc", "lgamma", "next_after", "polygamma", "sinh", "zeta", "sine",
+)  # fmt: skip
+
+
+def times(backends: list[str], ops: list[str], counts: str, shapes: list[str]) -> None:
+    """Print seconds and peak of loading and first calling n of each op, each size in its own
+    process; with counts 'admitted', n is the most the op budget admits (MAX_OPS // weight):
+    the figure the budget's time bound (docs/reliability.md) is about."""
+    sys.path.insert(0, str(REPO))
+    from juliabridge.stablehlo.budget import EXPANSION, MAX_CHAIN, MAX_OPS
+
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JULIABRIDGE_MAX_OPS=str(1 << 40))
+    print(
+        f"{'backend':8} {'op':12} {'shape':12} {'n':>6} {'weighted':>9} {'seconds':>8} {'peak':>8}"
+    )
+    for op in ops:
+        weight = EXPANSION.get(f"chlo.{op}", 1)
+        admitted = min(MAX_OPS // weight, MAX_CHAIN)
+        sizes = [admitted] if counts == "admitted" else [int(c) for c in counts.split(",")]
+        for shape in shapes:
+            for n in sizes:
+                for backend in backends:
+                    got = measure(backend, "special_module", n, env, op, shape)
+                    print(
+                        f"{backend:8} {op:12} {shape:12} {n:6} {n * weight:9,} "
+                        f"{got['seconds']:8.1f} {int(got['peak']) >> 20:6} MB",
+                        flush=True,
+                    )
+
+
 def _bytes(text: str) -> int:
     mult = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     text = text.strip().upper()
@@ -178,10 +269,23 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller second sizes")
     parser.add_argument("--memory", default="2G", help="the peak memory the budgets keep under")
     parser.add_argument("--expansions", action="store_true", help="CHLO expansion weights")
+    parser.add_argument(
+        "--times",
+        action="store_true",
+        help="seconds to load and first call n special functions (chained and independent)",
+    )
+    parser.add_argument("--ops", default=",".join(_TIMED), help="for --times")
+    parser.add_argument(
+        "--counts", default="admitted", help="for --times: n, comma-separated, or 'admitted'"
+    )
+    parser.add_argument("--shapes", default="chain,independent", help="for --times")
     opts = parser.parse_args()
     if opts.expansions:
         for name, n in expansions().items():
             print(f"{name:20} {n:6}")
+        return
+    if opts.times:
+        times(opts.backends.split(","), opts.ops.split(","), opts.counts, opts.shapes.split(","))
         return
     memory = _bytes(opts.memory)
     # Budgets off in the children: they measure past the limits being calibrated.

@@ -1,5 +1,5 @@
-"""The `juliabridge` command: inspect, verify, vjp, demo, doctor, upgrade, export, export-jax
-and convert.
+"""The `juliabridge` command: inspect, verify, vjp, demo, doctor, upgrade, export, export-jax,
+export-onnx and convert.
 
 Everything a bundle says is printed escaped (exitcodes.safe) and never as rich markup; every
 failure ends in one line on stderr and the exit code of its error class (exitcodes.py).
@@ -298,10 +298,12 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
         rtol=args.rtol,
         atol=args.atol,
         verify_checksums=not args.no_verify,
+        matmul_precision=None if args.matmul_precision == "platform" else args.matmul_precision,
     )
     table = Table(
         title=_t(
             f"verify {result.bundle} [{result.backend}] rtol={result.rtol:g} atol={result.atol:g}"
+            f" matmul_precision={result.matmul_precision or 'platform'}"
         )
     )
     for col in ("result", "max abs err", "max rel err", "ok"):
@@ -367,6 +369,17 @@ def cmd_export_jax(args: argparse.Namespace, console: Console) -> int:
     shapes = ", ".join(f"{a['name']} {a['shape']}" for a in info["arguments"][:4])
     more = ", ..." if len(info["arguments"]) > 4 else ""
     console.print(_t(f"wrote {args.out} and {args.out}.json: ({shapes}{more})"))
+    return OK
+
+
+def cmd_export_onnx(args: argparse.Namespace, console: Console) -> int:
+    """Write a bundle's model as an ONNX file (jax2onnx, the onnx extra)."""
+    from ..exporting_onnx import save_onnx
+    from ..importers import import_lux
+
+    model = import_lux(args.path, backend="lax", verify_checksums=not args.no_verify)
+    out = save_onnx(model, args.out, opset=args.opset, overwrite=args.overwrite)
+    console.print(_t(f"wrote {out} (ONNX opset {args.opset})"))
     return OK
 
 
@@ -492,6 +505,17 @@ _BACKEND = (
 )
 
 
+def _source_and_out(p: argparse.ArgumentParser, out_help: str) -> None:
+    """The export commands' source (a bundle or Reactant export) and their --out FILE."""
+    p.add_argument("path", help="bundle directory, or a Reactant export_to_enzymejax directory")
+    p.add_argument("--out", required=True, help=out_help)
+
+
+def _overwrite_and_verify(p: argparse.ArgumentParser, overwrite_help: str) -> None:
+    p.add_argument("--overwrite", action="store_true", help=overwrite_help)
+    p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
+
+
 def _add_inspect(sub: Subparsers) -> None:
     """``juliabridge inspect PATH``: a bundle's or an export directory's signature."""
     p = sub.add_parser("inspect", help="show a bundle's signature, sizes and producer")
@@ -524,6 +548,13 @@ def _add_verify(sub: Subparsers) -> None:
         default=None,
         help="absolute tolerance (default: the manifest's examples.atol, else the spec's "
         "per-dtype default)",
+    )
+    p.add_argument(
+        "--matmul-precision",
+        default="highest",
+        help="jax.default_matmul_precision to run under (default: highest, Julia's f32 "
+        "arithmetic on every platform; 'platform': the device's own default, e.g. one bf16 "
+        "pass per f32 product on a TPU). It reaches the lax backend only",
     )
     p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     p.set_defaults(func=cmd_verify)
@@ -593,8 +624,7 @@ def _add_export_jax(sub: Subparsers) -> None:
         help="write a bundle's model as a serialized jax.export artifact (FILE) and its "
         "description (FILE.json), runnable with jax alone (docs/exporting.md)",
     )
-    p.add_argument("path", help="bundle directory, or a Reactant export_to_enzymejax directory")
-    p.add_argument("--out", required=True, help="the file to write (and FILE.json beside it)")
+    _source_and_out(p, "the file to write (and FILE.json beside it)")
     p.add_argument(
         "--batch",
         default="b",
@@ -616,9 +646,21 @@ def _add_export_jax(sub: Subparsers) -> None:
         choices=["cpu", "cuda", "rocm", "tpu"],
         help="a platform to lower for (repeatable; default the current one)",
     )
-    p.add_argument("--overwrite", action="store_true", help="replace existing files")
-    p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
+    _overwrite_and_verify(p, "replace existing files")
     p.set_defaults(func=cmd_export_jax)
+
+
+def _add_export_onnx(sub: Subparsers) -> None:
+    """``juliabridge export-onnx PATH --out FILE``: the model as an ONNX file."""
+    p = sub.add_parser(
+        "export-onnx",
+        help="write a bundle's model as an ONNX file at its traced shapes, converted by "
+        "jax2onnx (pip install 'juliabridge[onnx]'; docs/exporting.md)",
+    )
+    _source_and_out(p, "the .onnx file to write")
+    p.add_argument("--opset", type=int, default=23, help="the ONNX opset (default 23)")
+    _overwrite_and_verify(p, "replace an existing file")
+    p.set_defaults(func=cmd_export_onnx)
 
 
 def _add_demo(sub: Subparsers) -> None:
@@ -655,6 +697,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_vjp,
         _add_convert,
         _add_export_jax,
+        _add_export_onnx,
         _add_demo,
         _add_doctor,
     ):

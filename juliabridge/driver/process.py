@@ -12,7 +12,7 @@ How the Julia side is found:
   candidate), juliapkg's own install, juliaup's installed versions, then ``julia`` on PATH.
   None found -> ``JuliaUnavailable`` saying how to install Julia or point to one.
 - **The Julia environment**, the juliapkg way: the package ships ``juliabridge/juliapkg.json``,
-  which declares JuliaBridge.jl (a ``dev`` dependency on ``juliabridge/julia_project``, the
+  which declares JuliaBridge.jl (a ``dev`` dependency on ``juliabridge/jl_package``, the
   Julia package inside the wheel; a symlink to ``julia/`` in a checkout), Lux and Reactant at
   the versions JuliaBridge.jl was written against. ``juliapkg.resolve()`` installs them into
   juliapkg's project (``{venv}/julia_env``) the first time, with the Julia found above
@@ -21,7 +21,7 @@ How the Julia side is found:
   juliapkg and uses a prepared environment (e.g. ``julia/`` itself after
   ``Pkg.instantiate()``).
 - **JuliaBridge.jl's sources** (for error messages and test caches): ``JULIABRIDGE_JULIA_PROJECT``,
-  ``juliabridge/julia_project``, or ``julia/`` next to the package in a source checkout.
+  ``juliabridge/jl_package``, or ``julia/`` next to the package in a source checkout.
 
 The script convention: a ``.jl`` file that defines ``model`` (a Lux layer), ``ps``, ``st``
 (e.g. ``ps, st = Lux.setup(rng, model)``) and ``x`` (the example input: one array in Julia's
@@ -205,7 +205,7 @@ def julia_project_dir() -> Path:
     """JuliaBridge.jl: $JULIABRIDGE_JULIA_PROJECT, the copy in the wheel, or the checkout's."""
     here = Path(__file__).resolve().parent.parent  # the juliabridge package directory
     override = os.environ.get("JULIABRIDGE_JULIA_PROJECT")
-    candidates = [Path(override)] if override else [here / "julia_project", here.parent / "julia"]
+    candidates = [Path(override)] if override else [here / "jl_package", here.parent / "julia"]
     for path in candidates:
         if _is_juliabridge_project(path):
             return path.resolve()

@@ -114,7 +114,7 @@ def _bridge(juliacall: ModuleType) -> Any:
             _BRIDGE[key] = host.JuliaBridge
         except Exception as exc:  # juliacall.JuliaError: the package is not in the project
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            project = JULIAPKG_JSON.parent / "julia_project"
+            project = JULIAPKG_JSON.parent / "jl_package"
             raise JuliaUnavailable(
                 f"JuliaBridge.jl could not be loaded into this juliacall session ({first}). "
                 f"juliabridge declares it in {JULIAPKG_JSON}, which juliapkg installs when "

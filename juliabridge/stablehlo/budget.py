@@ -23,6 +23,7 @@ one (whichever is smallest); ``JULIABRIDGE_MEMORY_LIMIT`` (bytes, or with K/M/G/
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import resource
@@ -40,16 +41,15 @@ from .contracts import check_op, where
 #: passed 3 GB and took minutes). Real Reactant models stay far below.
 #: Ops are weighted by EXPANSION.
 MAX_OPS = 100_000
-#: What one op expands to, in the ops MAX_OPS counts: the CHLO special functions are one op
-#: in the module but XLA legalizes each into a whole computation (3,000 chained chlo.digamma
-#: peaked at 7.6 GB; 1,000 polygamma cost ~1.3 MB each against the 5.7-15.8 KB per op above).
-#: Each weight is the number of HLO instructions JAX's lowering of the op holds once XLA has
-#: legalized it, the most over f16, bf16, f32, f64 and complex64
-#: (`python tools/calibrate_budgets.py --expansions`; the larger of jax 0.10.2 and 0.12.0.1,
-#: whose lgamma is JAX's own 549-instruction decomposition); measured, an expanded
-#: instruction costs 3.5-4.4 KB at the first call (digamma, polygamma: 0.42-0.57 MB per op),
-#: within the per-op cost MAX_OPS was set for. Ops not listed count 1.
-EXPANSION: dict[str, int] = {
+#: HLO instructions one op expands to: the CHLO special functions are one op in the module but
+#: XLA legalizes each into a whole computation (3,000 chained chlo.digamma peaked at 7.6 GB;
+#: 1,000 polygamma cost ~1.3 MB each against the 5.7-15.8 KB per op above). Each figure is the
+#: number of HLO instructions JAX's lowering of the op holds once XLA has legalized it, the
+#: most over f16, bf16, f32, f64 and complex64 (`python tools/calibrate_budgets.py
+#: --expansions`; the larger of jax 0.10.2 and 0.12.0.1, whose lgamma is JAX's own
+#: 549-instruction decomposition); measured, an expanded instruction costs 3.5-4.4 KB at the
+#: first call, within the per-op memory MAX_OPS was set for.
+INSTRUCTIONS: dict[str, int] = {
     "chlo.acos": 140,
     "chlo.acosh": 140,
     "chlo.asin": 140,
@@ -63,13 +63,51 @@ EXPANSION: dict[str, int] = {
     "chlo.erfc": 179,
     "chlo.lgamma": 549,
     "chlo.next_after": 36,
-    "chlo.broadcast_next_after": 36,
     "chlo.polygamma": 390,
-    "chlo.broadcast_polygamma": 390,
     "chlo.sinh": 121,
     "chlo.zeta": 213,
-    "chlo.broadcast_zeta": 213,
 }
+#: Seconds XLA's CPU compiler spends per op, loading and first call included: the most over
+#: the lax and xla backends, of 900 ops chained and 300 independent (each on the argument
+#: plus its own constant, summed), measured with `python tools/calibrate_budgets.py --times
+#: --counts 100,300,900` (jax 0.10.2, the CPU of a 13-core TPU v5e host, 10 measurements at
+#: once, 2026-12-06). Memory does not bound these: 800 chained digammas fit in 0.5 GB but
+#: took about 2 minutes on the shared 2-core development machine.
+COMPILE_SECONDS: dict[str, float] = {
+    "chlo.acos": 0.0102,
+    "chlo.acosh": 0.0227,
+    "chlo.asin": 0.0118,
+    "chlo.asinh": 0.0474,
+    "chlo.atan": 0.0080,
+    "chlo.atanh": 0.0253,
+    "chlo.bessel_i1e": 0.0405,
+    "chlo.cosh": 0.0152,
+    "chlo.digamma": 0.0398,
+    "chlo.erf_inv": 0.0312,
+    "chlo.erfc": 0.0319,
+    "chlo.lgamma": 0.0356,
+    "chlo.next_after": 0.0142,
+    "chlo.polygamma": 0.0527,
+    "chlo.sinh": 0.0201,
+    "chlo.zeta": 0.0489,
+}
+#: The compile time the op budget admits for one kind of weighted op: MAX_OPS // weight of any
+#: one of them compiles and runs its first call in at most about this many seconds on the host
+#: COMPILE_SECONDS was measured on (where the 10,000 chained sines MAX_CHAIN admits take 23.5 s).
+COMPILE_TARGET_S = 15.0
+
+
+def _weight(op: str) -> int:
+    return max(INSTRUCTIONS[op], math.ceil(MAX_OPS * COMPILE_SECONDS[op] / COMPILE_TARGET_S))
+
+
+#: What one op counts in MAX_OPS: the larger of the HLO instructions it expands to (memory) and
+#: the ops of weight 1 that share COMPILE_TARGET_S as it does MAX_OPS // weight (time). The
+#: broadcast_ forms count as their base op. Ops not listed count 1.
+EXPANSION: dict[str, int] = {op: _weight(op) for op in INSTRUCTIONS}
+EXPANSION.update(
+    {f"chlo.broadcast_{n}": EXPANSION[f"chlo.{n}"] for n in ("next_after", "polygamma", "zeta")}
+)
 #: Longest chain of dependent ops in one computation (JULIABRIDGE_MAX_CHAIN); 30,000 crashed
 #: XLA's compiler with an 8 MiB stack, 20,000 compiled.
 MAX_CHAIN = 10_000
@@ -204,6 +242,7 @@ class Cost:
     peak: int  # most bytes live at once, its arguments included
     args: int  # bytes of its arguments
     branches: int = 0  # stablehlo.case branches, calls inlined
+    weighted: dict[str, int] = field(default_factory=dict)  # EXPANSION ops, calls inlined
 
     @property
     def inner_peak(self) -> int:
@@ -342,6 +381,7 @@ class _Analysis:
         args = sum(b for _, _, b in args_defs)
         ops = 0
         branches = 0
+        weighted: dict[str, int] = {}
         ret_chain = 0
         peak = 0
         while frames:
@@ -363,6 +403,11 @@ class _Analysis:
                     peak = done
                 continue
             ops += EXPANSION.get(op.name, 1)
+            if op.name in EXPANSION:
+                weighted[op.name] = weighted.get(op.name, 0) + 1
+            for callee in _callees(op):
+                for name, n in self.costs[callee].weighted.items():
+                    weighted[name] = weighted.get(name, 0) + n
             ops_inlined, chain = self._op(op, frames)
             ops += ops_inlined
             if op.name == "stablehlo.case":
@@ -375,7 +420,7 @@ class _Analysis:
             if blocks:
                 top.pending = blocks[::-1]
                 top.pending_peak = 0
-        return Cost(ops, ret_chain, peak, args, branches)
+        return Cost(ops, ret_chain, peak, args, branches, weighted)
 
     def _open(self, block: ir.Block, owner: ir.Operation | None, level: int) -> _Frame:
         frame = _Frame(_ops(block))
@@ -567,6 +612,30 @@ def _callees(op: ir.Operation) -> list[str]:
     return _references(op) if op.name in ("func.call", "stablehlo.composite") else []
 
 
+def _too_many_ops(op: ir.Operation, name: str, cost: Cost, limits: Limits, origin: str) -> str:
+    """The refusal of a function past MAX_OPS, naming the weighted ops that weigh most."""
+    head = f"{where(op, origin)}: @{name} expands to {cost.ops:,} ops once its calls are inlined"
+    if not cost.weighted:
+        return (
+            f"{head}, more than the {limits.max_ops:,} juliabridge compiles "
+            "(JULIABRIDGE_MAX_OPS raises the limit); XLA would run out of time or memory "
+            "compiling it"
+        )
+    heaviest = sorted(cost.weighted.items(), key=lambda kv: (-kv[1] * EXPANSION[kv[0]], kv[0]))
+    parts = ", ".join(
+        f"{n:,} {kind} weighing {EXPANSION[kind]} each ({n * EXPANSION[kind]:,})"
+        for kind, n in heaviest[:3]
+    )
+    return (
+        f"{head}, more than the {limits.max_ops:,} juliabridge compiles: {parts}. A special "
+        "function weighs the HLO instructions XLA expands it to or, if more, the plain ops that "
+        f"take as long to compile (the most the default admits of any one kind compile in about "
+        f"{COMPILE_TARGET_S:.0f} s on the calibration host, and compile time grows with the "
+        "count). If you trust the file, set JULIABRIDGE_MAX_OPS to "
+        f"{cost.ops:,} or more, or load it with trust=True, and expect compiling to take longer"
+    )
+
+
 def check_budget(
     funcs: dict[str, Function],
     order: list[str],
@@ -587,12 +656,7 @@ def check_budget(
         cost = analysis.run(funcs[name])
         costs[name] = cost
         if cost.ops > limits.max_ops:
-            raise ResourceLimitError(
-                f"{where(funcs[name].op, origin)}: @{name} expands to {cost.ops:,} ops once its "
-                f"calls are inlined, more than the {limits.max_ops:,} juliabridge compiles "
-                "(JULIABRIDGE_MAX_OPS raises the limit); XLA would run out of time or memory "
-                "compiling it"
-            )
+            raise ResourceLimitError(_too_many_ops(funcs[name].op, name, cost, limits, origin))
         if cost.branches > limits.max_case_branches:
             raise ResourceLimitError(
                 f"{where(funcs[name].op, origin)}: @{name} holds {cost.branches:,} "

@@ -49,6 +49,7 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode(20, E.SaveError, "writing a file failed"),
     ExitCode(21, OSError, "reading or writing a file failed (operating-system error)"),
     ExitCode(22, E.UnsupportedOpError, "backend lax: an op of the module does not lift"),
+    ExitCode(23, E.OnnxConversionError, "export-onnx: jax2onnx cannot convert a JAX primitive"),
     ExitCode(29, E.JuliaBridgeError, "any other juliabridge error"),
     ExitCode(70, None, "internal error (a bug in juliabridge: please report it)"),
     ExitCode(130, None, "interrupted (Ctrl-C)"),

@@ -2,19 +2,38 @@
 
 Evaluation is what JAX traces: under jax.jit, grad, vmap... every step emits JAX primitives,
 so JAX's own rules apply to the module. Slots live in a list per function call, so two threads
-(or two nested traces) evaluating the same program never share state.
+(or two nested traces) evaluating the same program never share state. Inside `op_scopes()`
+each step runs under a `jax.named_scope` naming its op and line, so the primitives it emits
+say which op of the module they came from (the ONNX exporter's errors use this).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from typing import Any
 
+import jax
 import numpy as np
 
 from ...errors import JuliaBridgeError, UnsupportedOpError
 from .program import Block, Function, Step
 from .valtypes import TensorType
+
+_SCOPED: ContextVar[bool] = ContextVar("juliabridge_lax_op_scopes", default=False)
+SCOPE_SEPARATOR = " at "
+
+
+@contextlib.contextmanager
+def op_scopes() -> Iterator[None]:
+    """Within: every step traced runs under ``jax.named_scope("OP at WHERE")`` (a ``/`` in
+    WHERE written as U+2215, since JAX joins scopes with ``/``)."""
+    token = _SCOPED.set(True)
+    try:
+        yield
+    finally:
+        _SCOPED.reset(token)
 
 
 def run_function(fn: Function, args: Sequence[Any]) -> list[Any]:
@@ -33,14 +52,16 @@ def run_block(block: Block, slots: list[Any], args: Sequence[Any]) -> list[Any]:
         )
     for slot, value in zip(block.args, args):
         slots[slot] = value
+    scoped = _SCOPED.get()
     for step in block.steps:
         operands = [slots[i] for i in step.operands]
         try:
-            if step.with_regions:
-                bound = tuple(_region(r, slots) for r in step.regions)
-                outs = step.impl(bound, *operands)
+            if scoped:
+                where = step.where.replace("/", "\u2215")
+                with jax.named_scope(f"{step.name}{SCOPE_SEPARATOR}{where}"):
+                    outs = _run_step(step, slots, operands)
             else:
-                outs = step.impl(*operands)
+                outs = _run_step(step, slots, operands)
         except JuliaBridgeError:
             raise
         except Exception as e:
@@ -65,6 +86,12 @@ def run_block(block: Block, slots: list[Any], args: Sequence[Any]) -> list[Any]:
                 _check(step, value, t)
             slots[slot] = value
     return [slots[i] for i in block.returns]
+
+
+def _run_step(step: Step, slots: list[Any], operands: list[Any]) -> Any:
+    if step.with_regions:
+        return step.impl(tuple(_region(r, slots) for r in step.regions), *operands)
+    return step.impl(*operands)
 
 
 def _region(block: Block, slots: list[Any]) -> Callable[..., list[Any]]:
