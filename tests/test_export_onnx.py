@@ -18,10 +18,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import juliabridge
+from juliabridge.bundle.write.description import ArgumentSpec, BundleDescription
+from juliabridge.bundle.write.writer import write_bundle
 from juliabridge.errors import CallArgumentError, OnnxConversionError, SaveError
 from juliabridge.examples import lenet_bundle
 from tests.test_export_jax import lenet_reference
@@ -40,8 +44,12 @@ def _run(proto: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     return list(session.run(None, feeds))
 
 
+def _ops_of(text: str) -> set[str]:
+    return set(re.findall(r"\b(stablehlo\.[a-z_]+)", text))
+
+
 def _ops(bundle: Path) -> set[str]:
-    return set(re.findall(r"\b(stablehlo\.[a-z_]+)", (bundle / "model.mlir").read_text()))
+    return _ops_of((bundle / "model.mlir").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +118,36 @@ def _pool_module(body: str, init: str) -> str:
 }}"""
 
 
+#: Small modules lowered by jax from these functions, with numpy references from the semantics.
+SMALL: dict[str, tuple[Any, Any]] = {
+    "fori_loop": (
+        lambda x: jax.lax.fori_loop(0, 3, lambda i, c: c * 2 + 1, x),
+        lambda x: 8 * x + 7,
+    ),
+    "cond": (
+        lambda x: jax.lax.cond(x.sum() > 0, lambda v: v * 2, lambda v: v - 1, x),
+        lambda x: 2 * x if x.sum() > 0 else x - 1,
+    ),
+    "logsumexp_tanh": (
+        lambda x: jax.nn.logsumexp(jnp.tanh(x), axis=1),
+        lambda x: np.log(np.exp(np.tanh(x.astype(np.float64))).sum(axis=1)),
+    ),
+}
+
+
+def _small_module(name: str) -> str:
+    return str(jax.jit(SMALL[name][0]).lower(np.zeros((2, 3), np.float32)).as_text())
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_small_modules_with_control_flow_and_transcendentals(name: str) -> None:
+    fn = juliabridge.load_mlir(_small_module(name), backend="lax")
+    proto = juliabridge.export_onnx(fn)
+    for x in (np.arange(6, dtype=np.float32).reshape(2, 3) - 1, -np.ones((2, 3), np.float32)):
+        (got,) = _run(proto, {proto.graph.input[0].name: x})
+        np.testing.assert_allclose(got, SMALL[name][1](x), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize(
     ("body", "init", "reduce"),
     [("maximum", "0xFF800000", np.max), ("add", "0.000000e+00", np.sum)],
@@ -149,6 +187,38 @@ def test_a_primitive_without_onnx_rule_is_named_with_its_op() -> None:
         e
     )
     assert "docs/exporting.md" in str(e)
+
+
+def test_sort_is_refused_naming_juliabridges_own_primitive() -> None:
+    text = str(jax.jit(lambda x: jnp.sort(x, axis=1)).lower(np.zeros((2, 3), np.float32)).as_text())
+    with pytest.raises(OnnxConversionError) as info:
+        juliabridge.export_onnx(juliabridge.load_mlir(text, backend="lax"))
+    assert (info.value.primitive, info.value.op) == (
+        "juliabridge_sort_with_comparator",
+        "stablehlo.sort",
+    )
+
+
+def test_cli_names_the_primitive_and_the_bundle_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from juliabridge.cli import main
+
+    x = np.random.default_rng(4).standard_normal((2, 3, 4, 4)).astype(np.float32)
+    bundle = write_bundle(
+        tmp_path / "minpool.bundle",
+        BundleDescription(
+            name="minpool",
+            mlir_text=MIN_POOL,
+            arguments=[ArgumentSpec("input", [], x, 0)],
+            result_paths=[[["output"]]],
+            batch={"size": 2, "samples_independent": True},
+        ),
+    )
+    assert main(["export-onnx", str(bundle), "--out", str(tmp_path / "m.onnx")]) == 23
+    err = capsys.readouterr().err
+    assert "'reduce_window_min'" in err and "stablehlo.reduce_window at line 4 of " in err
+    assert "model.mlir" in err and not (tmp_path / "m.onnx").exists()
 
 
 def test_min_pool_still_runs_in_jax() -> None:
@@ -212,9 +282,12 @@ def test_docs_list_the_ops_these_tests_convert(tmp_path: Path, bench_lax: Module
     """docs/exporting.md's list of converted StableHLO ops is the union of the two models'."""
     path, *_ = bench_lax.convbn_bundle(tmp_path, blocks=1, channels=2, batch=1)
     tested = _ops(Path(lenet_bundle())) | _ops(path)
-    section = DOC.read_text().split("## ONNX", 1)[1]
-    listed = set(re.findall(r"`(stablehlo\.[a-z_]+)`", section.split("**What converts", 1)[1]))
+    small = set().union(*(_ops_of(_small_module(name)) for name in SMALL)) - tested
+    section = DOC.read_text().split("## ONNX", 1)[1].split("**What converts", 1)[1]
+    models, rest = section.split("Small modules", 1)
+    listed = set(re.findall(r"`(stablehlo\.[a-z_]+)`", models))
     assert listed == tested - {"stablehlo.return"}
+    assert set(re.findall(r"`(stablehlo\.[a-z_]+)`", rest.split("\n\n", 1)[0])) == small
 
 
 def test_doc_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -148,6 +148,7 @@ TESTS_FOR = {
     "juliabridge/function.py": ["tests/test_pinned_calls.py", "tests/test_pinned_batch.py"],
     "juliabridge/support/dtypes.py": ["tests/test_pinned_calls.py", "tests/test_pinned_batch.py"],
     "juliabridge/backends/lax/": ["tests/test_pinned_lax.py", "tests/lax/test_framework.py"],
+    "juliabridge/backends/vjp_text.py": ["tests/test_cli_usage.py", "tests/test_cli_errors.py"],
     "juliabridge/backends/lax/ops/elementwise.py": [
         "tests/test_pinned_lax.py",
         "tests/lax/test_framework.py",

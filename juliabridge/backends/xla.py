@@ -38,7 +38,7 @@ _fallback_vjp: VjpDeriver | None = None
 
 def set_fallback_vjp(derive: VjpDeriver | None) -> None:
     """Register the deriver XlaBackend uses, when it was given none, for a VJP the lax backend
-    cannot derive (backends/__init__.py registers Enzyme's).
+    cannot derive (backends/select.py registers Enzyme's).
 
     Args:
         derive: (module, trust) -> VJP module text or None (unavailable); None unregisters.
