@@ -776,9 +776,30 @@ _SPECIAL = ("digamma", "lgamma", "erf_inv", "bessel_i1e", "asinh", "atanh")
 def expansion_attack(draw: st.DrawFn, base: str) -> Attack:
     """Issue 39: ops whose cost is what they expand to, not one op: chains of CHLO special
     functions (weighted by budget.EXPANSION; 900 of any, and one more than the default admits
-    alone, are past the op budget) and select_and_scatter over windows up to the whole operand
-    (lax enumerated every offset)."""
-    if draw(st.booleans()):
+    alone, are past the op budget), a sort of one value passed 3 or 60,000 times (budget.
+    PER_OPERAND: past the budget however short the text) and select_and_scatter over windows
+    up to the whole operand (lax enumerated every offset)."""
+    kind = draw(st.sampled_from(["special", "sort", "window"]))
+    if kind == "sort":
+        n = draw(st.sampled_from([3, 60_000]))
+        f3, s = "tensor<3xf32>", "tensor<f32>"
+        types = ", ".join([f3] * n)
+        body = [
+            f'%so:{n} = "stablehlo.sort"({", ".join(["%arg2"] * n)}) '
+            "<{dimension = 0 : i64, is_stable = true}> ({",
+            f"^bb0({', '.join(f'%sp{i}: {s}, %sq{i}: {s}' for i in range(n))}):",
+            f"  %slt = stablehlo.compare LT, %sp0, %sq0 : ({s}, {s}) -> tensor<i1>",
+            "  stablehlo.return %slt : tensor<i1>",
+            f"}}) : ({types}) -> ({types})",
+            *_sum_f32(f"%so#{n - 1}", f3),
+        ]
+        weight = n * budget.PER_OPERAND["stablehlo.sort"]
+        return Attack(
+            _edit(base, body, sink="%zs"),
+            f"a sort of {n} operands",
+            BUDGET if weight > budget.MAX_OPS else None,
+        )
+    if kind == "special":
         op = draw(st.sampled_from(_SPECIAL))
         weight = budget.EXPANSION[f"chlo.{op}"]
         n = draw(st.sampled_from([2, 12, budget.MAX_OPS // weight + 1, 900]))

@@ -125,3 +125,15 @@ def test_inspect_names_the_op_that_forces_a_fallback(
     assert main(["inspect", str(example_bundle_path("lenet"))]) == 0
     out = capsys.readouterr().out
     assert "because the lax backend cannot lift it: stablehlo.frob at line 7" in out
+
+
+def test_verify_matmul_precision_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    from juliabridge.examples import lenet_bundle
+
+    assert main(["verify", str(lenet_bundle()), "--backend", "lax"]) == 0
+    assert "matmul_precision=highest" in capsys.readouterr().out
+    assert main(["verify", str(lenet_bundle()), "--matmul-precision", "platform"]) == 0
+    assert "matmul_precision=platform" in capsys.readouterr().out
+    # An unknown name is refused with verify's typed error, before the bundle loads.
+    assert main(["verify", str(lenet_bundle()), "--matmul-precision", "fastest"]) != 0
+    assert "is not a precision JAX names" in capsys.readouterr().err

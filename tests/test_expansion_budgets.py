@@ -21,7 +21,7 @@ import juliabridge
 import juliabridge.function
 from juliabridge.errors import ResourceLimitError
 from juliabridge.stablehlo import budget
-from tools.calibrate_budgets import expansions, special_module
+from tools.calibrate_budgets import expansions, sort_module, special_module
 
 RELIABILITY = Path(__file__).resolve().parents[1] / "docs" / "reliability.md"
 
@@ -155,3 +155,32 @@ def test_the_calibration_modules_load_in_both_shapes() -> None:
     indep = juliabridge.load_mlir(special_module(3, "sine", "independent"), backend="lax")
     want = x + sum(np.sin(x + np.float32(k + 0.5)) for k in range(3))
     np.testing.assert_allclose(indep(x)[0], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["lax", "xla"])
+def test_a_sort_counts_its_operands_not_its_text(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One value passed n times: one op and a few bytes per operand in the text, but a
+    # comparator of 2n scalars and n results for XLA.
+    per = budget.PER_OPERAND["stablehlo.sort"]
+    # + the comparator's compare and return, and @main's return
+    monkeypatch.setenv("JULIABRIDGE_MAX_OPS", str(40 * per + 3))
+    juliabridge.load_mlir(sort_module(40), backend=backend)
+    with pytest.raises(ResourceLimitError) as info:
+        juliabridge.load_mlir(sort_module(41), backend=backend)
+    assert f"expands to {41 * per + 3:,} ops" in str(info.value)
+    assert f": 1 stablehlo.sort weighing {41 * per:,} ({per} per operand)." in str(info.value)
+
+
+def test_the_sort_module_sorts() -> None:
+    x = np.array([3, -1, 2, 0, 5, 4, -2, 1], np.float32)
+    fn = juliabridge.load_mlir(sort_module(3), backend="lax")
+    np.testing.assert_array_equal(fn(x)[0], np.sort(x))
+
+
+def test_the_documented_per_operand_weight_is_the_code_s() -> None:
+    per = budget.PER_OPERAND["stablehlo.sort"]
+    assert f"a `stablehlo.sort` counts {per} per operand (`budget.PER_OPERAND`)" in (
+        RELIABILITY.read_text()
+    )

@@ -194,6 +194,8 @@ def special_module(n: int, op: str = "digamma", shape: str = "chain") -> str:
     applied to the last's result) or independent (each applied to the argument plus its own
     constant, the results summed)."""
     t = "tensor<8xf32>"
+    if op == "sort":
+        return sort_module(n)
     dialect = "stablehlo" if op in ("sine", "exponential", "log") else "chlo"
 
     def apply(dst: str, src: str) -> str:
@@ -221,10 +223,11 @@ def special_module(n: int, op: str = "digamma", shape: str = "chain") -> str:
 
 
 #: The ops --times measures: every weighted CHLO function (the broadcast_ forms lower to the
-#: same), and stablehlo.sine, an op of weight 1, for comparison.
+#: same), stablehlo.sine, an op of weight 1, for comparison, and a sort of n operands (n x
+#: budget.PER_OPERAND).
 _TIMED = (
     "acos", "acosh", "asin", "asinh", "atan", "atanh", "bessel_i1e", "cosh", "digamma",
-    "erf_inv", "erfc", "lgamma", "next_after", "polygamma", "sinh", "zeta", "sine",
+    "erf_inv", "erfc", "lgamma", "next_after", "polygamma", "sinh", "zeta", "sine", "sort",
 )  # fmt: skip
 
 
@@ -233,15 +236,16 @@ def times(backends: list[str], ops: list[str], counts: str, shapes: list[str]) -
     process; with counts 'admitted', n is the most the op budget admits (MAX_OPS // weight):
     the figure the budget's time bound (docs/reliability.md) is about."""
     sys.path.insert(0, str(REPO))
-    from juliabridge.stablehlo.budget import EXPANSION, MAX_CHAIN, MAX_OPS
+    from juliabridge.stablehlo.budget import EXPANSION, MAX_CHAIN, MAX_OPS, PER_OPERAND
 
     env = dict(os.environ, JAX_PLATFORMS="cpu", JULIABRIDGE_MAX_OPS=str(1 << 40))
     print(
         f"{'backend':8} {'op':12} {'shape':12} {'n':>6} {'weighted':>9} {'seconds':>8} {'peak':>8}"
     )
     for op in ops:
-        weight = EXPANSION.get(f"chlo.{op}", 1)
-        admitted = min(MAX_OPS // weight, MAX_CHAIN)
+        weight = EXPANSION.get(f"chlo.{op}", PER_OPERAND["stablehlo.sort"] if op == "sort" else 1)
+        # A sort is one op, not a chain; a chain of ops of weight 1 stops at MAX_CHAIN.
+        admitted = MAX_OPS // weight if op == "sort" else min(MAX_OPS // weight, MAX_CHAIN)
         sizes = [admitted] if counts == "admitted" else [int(c) for c in counts.split(",")]
         for shape in shapes:
             for n in sizes:
@@ -252,6 +256,24 @@ def times(backends: list[str], ops: list[str], counts: str, shapes: list[str]) -
                         f"{got['seconds']:8.1f} {int(got['peak']) >> 20:6} MB",
                         flush=True,
                     )
+
+
+def sort_module(n: int) -> str:
+    """@main(8xf32): one stablehlo.sort of the argument passed n times, ordered by the first
+    (one op in the text, n operands and results, 2n comparator arguments)."""
+    t, s = "tensor<8xf32>", "tensor<f32>"
+    types = ", ".join([t] * n)
+    args = ", ".join(f"%p{i}: {s}, %q{i}: {s}" for i in range(n))
+    return (
+        f"func.func @main(%v0: {t}) -> {t} {{\n"
+        f'  %r:{n} = "stablehlo.sort"({", ".join(["%v0"] * n)}) '
+        "<{dimension = 0 : i64, is_stable = true}> ({\n"
+        f"  ^bb0({args}):\n"
+        f"    %lt = stablehlo.compare LT, %p0, %q0 : ({s}, {s}) -> tensor<i1>\n"
+        "    stablehlo.return %lt : tensor<i1>\n"
+        f"  }}) : ({types}) -> ({types})\n"
+        f"  return %r#{n - 1} : {t}\n}}\n"
+    )
 
 
 def _bytes(text: str) -> int:

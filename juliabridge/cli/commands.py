@@ -298,10 +298,12 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
         rtol=args.rtol,
         atol=args.atol,
         verify_checksums=not args.no_verify,
+        matmul_precision=None if args.matmul_precision == "platform" else args.matmul_precision,
     )
     table = Table(
         title=_t(
             f"verify {result.bundle} [{result.backend}] rtol={result.rtol:g} atol={result.atol:g}"
+            f" matmul_precision={result.matmul_precision or 'platform'}"
         )
     )
     for col in ("result", "max abs err", "max rel err", "ok"):
@@ -546,6 +548,13 @@ def _add_verify(sub: Subparsers) -> None:
         default=None,
         help="absolute tolerance (default: the manifest's examples.atol, else the spec's "
         "per-dtype default)",
+    )
+    p.add_argument(
+        "--matmul-precision",
+        default="highest",
+        help="jax.default_matmul_precision to run under (default: highest, Julia's f32 "
+        "arithmetic on every platform; 'platform': the device's own default, e.g. one bf16 "
+        "pass per f32 product on a TPU). It reaches the lax backend only",
     )
     p.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     p.set_defaults(func=cmd_verify)

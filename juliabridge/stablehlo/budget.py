@@ -108,6 +108,24 @@ EXPANSION: dict[str, int] = {op: _weight(op) for op in INSTRUCTIONS}
 EXPANSION.update(
     {f"chlo.broadcast_{n}": EXPANSION[f"chlo.{n}"] for n in ("next_after", "polygamma", "zeta")}
 )
+#: Ops whose cost grows with their operand count, which the module's size does not bound (one
+#: value may be passed any number of times), and what each operand counts in MAX_OPS: a sort's
+#: comparator takes two scalars per operand, and 16,384 operands (one value repeated: one op
+#: in the text) took 13 s to load and first call on lax and 7 s on xla, linear from 4,096
+#: (the shared 2-core development machine, load average 7, 2026-12-06); at 2 per operand the
+#: largest sort the op budget admits compiles about as long as its largest special functions.
+PER_OPERAND: dict[str, int] = {"stablehlo.sort": 2}
+
+
+def op_weight(op: ir.Operation) -> int:
+    """What `op` itself counts in MAX_OPS (its callees not included)."""
+    name = op.name
+    per = PER_OPERAND.get(name)
+    if per is not None:
+        return max(1, per * len(op.operands))
+    return EXPANSION.get(name, 1)
+
+
 #: Longest chain of dependent ops in one computation (JULIABRIDGE_MAX_CHAIN); 30,000 crashed
 #: XLA's compiler with an 8 MiB stack, 20,000 compiled.
 MAX_CHAIN = 10_000
@@ -242,7 +260,8 @@ class Cost:
     peak: int  # most bytes live at once, its arguments included
     args: int  # bytes of its arguments
     branches: int = 0  # stablehlo.case branches, calls inlined
-    weighted: dict[str, int] = field(default_factory=dict)  # EXPANSION ops, calls inlined
+    #: ops weighing more than 1 (EXPANSION, PER_OPERAND), calls inlined: name -> [count, weight]
+    weighted: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def inner_peak(self) -> int:
@@ -381,7 +400,7 @@ class _Analysis:
         args = sum(b for _, _, b in args_defs)
         ops = 0
         branches = 0
-        weighted: dict[str, int] = {}
+        weighted: dict[str, list[int]] = {}
         ret_chain = 0
         peak = 0
         while frames:
@@ -402,12 +421,13 @@ class _Analysis:
                 else:
                     peak = done
                 continue
-            ops += EXPANSION.get(op.name, 1)
-            if op.name in EXPANSION:
-                weighted[op.name] = weighted.get(op.name, 0) + 1
+            weight = op_weight(op)
+            ops += weight
+            if weight > 1:
+                _tally(weighted, op.name, 1, weight)
             for callee in _callees(op):
-                for name, n in self.costs[callee].weighted.items():
-                    weighted[name] = weighted.get(name, 0) + n
+                for name, (n, w) in self.costs[callee].weighted.items():
+                    _tally(weighted, name, n, w)
             ops_inlined, chain = self._op(op, frames)
             ops += ops_inlined
             if op.name == "stablehlo.case":
@@ -496,6 +516,12 @@ class _Analysis:
             live += diff[p]
             peak = max(peak, live + frame.extra.get(p, 0))
         return peak
+
+
+def _tally(weighted: dict[str, list[int]], name: str, count: int, weight: int) -> None:
+    entry = weighted.setdefault(name, [0, 0])
+    entry[0] += count
+    entry[1] += weight
 
 
 class AttributeData:
@@ -621,17 +647,19 @@ def _too_many_ops(op: ir.Operation, name: str, cost: Cost, limits: Limits, origi
             "(JULIABRIDGE_MAX_OPS raises the limit); XLA would run out of time or memory "
             "compiling it"
         )
-    heaviest = sorted(cost.weighted.items(), key=lambda kv: (-kv[1] * EXPANSION[kv[0]], kv[0]))
+    heaviest = sorted(cost.weighted.items(), key=lambda kv: (-kv[1][1], kv[0]))
     parts = ", ".join(
-        f"{n:,} {kind} weighing {EXPANSION[kind]} each ({n * EXPANSION[kind]:,})"
-        for kind, n in heaviest[:3]
+        f"{n:,} {kind} weighing {EXPANSION[kind]} each ({w:,})"
+        if kind in EXPANSION
+        else f"{n:,} {kind} weighing {w:,} ({PER_OPERAND[kind]} per operand)"
+        for kind, (n, w) in heaviest[:3]
     )
     return (
         f"{head}, more than the {limits.max_ops:,} juliabridge compiles: {parts}. A special "
         "function weighs the HLO instructions XLA expands it to or, if more, the plain ops that "
-        f"take as long to compile (the most the default admits of any one kind compile in about "
-        f"{COMPILE_TARGET_S:.0f} s on the calibration host, and compile time grows with the "
-        "count). If you trust the file, set JULIABRIDGE_MAX_OPS to "
+        "take as long to compile, and a sort counts its operands (the most the default admits "
+        f"of any one kind compile in about {COMPILE_TARGET_S:.0f} s on the calibration host, "
+        "and compile time grows with the count). If you trust the file, set JULIABRIDGE_MAX_OPS to "
         f"{cost.ops:,} or more, or load it with trust=True, and expect compiling to take longer"
     )
 

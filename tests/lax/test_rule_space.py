@@ -204,9 +204,13 @@ def loops(draw: st.DrawFn) -> tuple:
 def test_loops_in_any_direction_and_step_form_run_their_trips(case: tuple) -> None:
     ty, start, direction, bound, step, c, iv_first = case
     dtype = TYPES[ty]
-    info = np.iinfo(dtype)
-    if not (info.min <= start <= info.max and info.min <= bound <= info.max):
-        start, bound = int(np.array(start).astype(dtype)), int(np.array(bound).astype(dtype))
+    bits = 8 * dtype.itemsize
+
+    def wrap(v: int) -> int:  # a drawn value outside the type (start - 8, c = -1) as it wraps
+        v %= 1 << bits
+        return v - (1 << bits) if dtype.kind == "i" and v >= 1 << (bits - 1) else v
+
+    start, bound, c = wrap(start), wrap(bound), wrap(c)
     want = _simulate(dtype, start, direction, bound, step, c, iv_first)
     if want is None:
         return  # a loop that runs until a 32- or 64-bit counter wraps: too long to run here

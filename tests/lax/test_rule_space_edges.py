@@ -13,7 +13,10 @@ outside what the spec allows (issue 38; tests/lax/test_rule_space.py has the com
   axes computes spec.md#convolution (numpy), anything else is a typed refusal at load;
 - gather and scatter batching dims at every position of the indices, the index vector's own
   included: valid ones follow spec.md's formulas (numpy), the index vector dim (which
-  spec.md#gather C and #scatter C exclude) is a typed refusal.
+  spec.md#gather C and #scatter C exclude) is a typed refusal;
+- counted loops whose unsigned counter crosses the signed maximum (ui8 to ui64, up and down),
+  and loops walking away from their bound until the counter wraps at the end of its range
+  (signed and unsigned, either compare side), against test_rule_space.py's simulation.
 
 The sizes are test_rule_space.py's (JULIABRIDGE_SPACE_EXAMPLES, default 20 per generated test).
 """
@@ -33,7 +36,7 @@ from juliabridge.errors import JuliaBridgeError
 from . import indexing_reference as ix
 from .oracles import assert_same, run_lax, run_xla
 from .test_conv import Conv, conv_reference, conv_text
-from .test_rule_space import SPACE, _t
+from .test_rule_space import SPACE, _loop_text, _simulate, _t
 from .test_sort import sort_module
 
 pytestmark = pytest.mark.usefixtures("x64")
@@ -258,3 +261,50 @@ def test_gather_and_scatter_batching_dims_at_every_position_of_the_indices(layou
     want = ix.np_scatter([x], idx, [u], s, lambda a, b: [a + b])
     got = run_lax(scatter.text(), [x, idx, u])
     assert_same(got, want, rtol=1e-12, atol=1e-12, what=f"scatter {layout}")
+
+
+# --- counted loops whose unsigned counter crosses the signed maximum ----------------------------
+
+
+@pytest.mark.parametrize("ty", ["ui8", "ui16", "ui32", "ui64"])
+@pytest.mark.parametrize(
+    ("direction", "step", "down"),
+    [("LT", "iv + 1", False), ("LE", "1 + iv", False), ("NE", "iv + 1", False),
+     ("GT", "iv - 1", True), ("GE", "iv - 1", True), ("NE", "iv - 1", True)],
+)  # fmt: skip
+def test_an_unsigned_counter_crossing_the_signed_maximum_runs_its_trips(ty, direction, step, down):
+    # Start and bound on either side of 2**(bits-1): read as signed numbers they would be
+    # on the wrong sides of each other.
+    dtype = np.dtype(ty.replace("ui", "uint"))
+    half = 1 << (8 * dtype.itemsize - 1)
+    start, bound = (half + 2, half - 3) if down else (half - 3, half + 2)
+    want = _simulate(dtype, start, direction, bound, step, 1, True)
+    assert want is not None and want[1] >= 5
+    iv, acc = run_lax(_loop_text(ty, start, direction, bound, step, 1, True), [np.float64(0.0)])
+    assert (int(iv), float(acc)) == (want[0], float(want[1])), (ty, direction, want)
+
+
+_WIDE = {"ui8": np.uint8, "ui16": np.uint16, "ui32": np.uint32, "ui64": np.uint64,
+         "i8": np.int8, "i32": np.int32, "i64": np.int64}  # fmt: skip
+_AWAY = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE"}  # the same compare, bound on the left
+
+
+@pytest.mark.parametrize("ty", sorted(_WIDE))
+@pytest.mark.parametrize("direction", ["LT", "LE", "GT", "GE"])
+@pytest.mark.parametrize("iv_first", [True, False])
+def test_a_loop_walking_away_from_its_bound_runs_until_its_counter_wraps(ty, direction, iv_first):
+    # `iv < b` counting down (`iv > b` counting up) runs to the end of the counter's range and
+    # wraps to the other end, where it stops: a few trips from near that end. (jaxlib 0.10's
+    # XLA ran such an unsigned while loop 0 times.)
+    dtype = np.dtype(_WIDE[ty])
+    info = np.iinfo(dtype)
+    lo, hi = int(info.min), int(info.max)
+    down = direction in ("LT", "LE")
+    start, bound = (lo + 2, hi - 1) if down else (hi - 2, lo + 1)
+    step = "iv - 1" if down else "iv + 1"
+    written = direction if iv_first else _AWAY[direction]
+    want = _simulate(dtype, start, written, bound, step, 1, iv_first)
+    assert want is not None and want[1] == 3, want
+    text = _loop_text(ty, start, written, bound, step, 1, iv_first)
+    iv, acc = run_lax(text, [np.float64(0.0)])
+    assert (int(iv), float(acc)) == (want[0], float(want[1])), (ty, written, iv_first, want)

@@ -4,7 +4,9 @@ A `stablehlo.while` is a *counted* loop when its trip count is known at load tim
 0-d integer (the induction variable) starts at a constant, the condition is exactly
 ``compare DIR, iv, constant`` (either operand order) and the body returns ``iv + 1`` or
 ``iv - 1``. Reactant emits its loops this way (see sine_loop_while.mlir). Such a loop runs the
-body a fixed number of times, so it can be a `lax.scan`, which JAX reverse-differentiates.
+body a fixed number of times, so it can be a `lax.scan`, which JAX reverse-differentiates. The
+counter wraps as its type does (spec.md#add): a loop walking away from its bound runs to the end
+of the counter's range, wraps, and is counted too.
 
 JAX control flow carries only pytrees of arrays; tokens have no array value, so they travel as
 `None` (an empty pytree) and are restored from the MLIR types afterwards.
@@ -163,7 +165,15 @@ def _trips(start: int, direction: str, bound: int, step: int, lo: int, hi: int) 
         ok = start < bound if step == 1 else start > bound
         return abs(bound - start) if ok else None
     table = up if step == 1 else down
-    return table.get(direction)
+    if direction in table:
+        return table[direction]
+    # Walking away from the bound (`iv < b` counting down, `iv > b` counting up): the counter
+    # runs to the end of its range and wraps to the other end, where the compare fails, unless
+    # an inclusive bound is that end (an endless loop). Counting these here keeps them off
+    # XLA's while loop, whose simplifier in jaxlib 0.10 ran such an unsigned loop 0 times.
+    if step == -1:
+        return None if direction == "LE" and bound == hi else start - lo + 1
+    return None if direction == "GE" and bound == lo else hi - start + 1
 
 
 def counted_trips(op: ir.Operation, carry_types: Sequence[ValueType]) -> int | None:
