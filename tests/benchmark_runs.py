@@ -79,11 +79,19 @@ def _tail(text: str, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def run_script(script: str, out: Path) -> dict[str, object]:
-    """Run `script` at its tiny size with results in `out`; its results JSON, or an
-    AssertionError naming the script, with its exit status and the tail of its stderr."""
-    run = RUNS[script]
-    command = [sys.executable, str(BENCHMARKS / script), *run.args, "--out", str(out)]
+def run_script(
+    script: str,
+    out: Path,
+    *,
+    run: SmokeRun | None = None,
+    folder: Path = BENCHMARKS,
+    timeout_s: float = TIMEOUT_S,
+) -> dict[str, object]:
+    """Run `script` (in `folder`) at its tiny size (`run`, by default its RUNS entry) with
+    results in `out`; its results JSON, or an AssertionError naming the script, with its exit
+    status and the tail of its stderr."""
+    run = RUNS[script] if run is None else run
+    command = [sys.executable, str(folder / script), *run.args, "--out", str(out)]
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     # A session of its own, so a timeout ends the script's child processes too.
     proc = subprocess.Popen(
@@ -96,12 +104,12 @@ def run_script(script: str, out: Path) -> dict[str, object]:
         start_new_session=True,
     )
     try:
-        stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+        stdout, stderr = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         stdout, stderr = proc.communicate()
         raise AssertionError(
-            f"benchmarks/{script} ran over {TIMEOUT_S} s at its tiny size "
+            f"benchmarks/{script} ran over {timeout_s} s at its tiny size "
             f"({' '.join(run.args)}); stderr tail:\n{_tail(stderr)}"
         ) from None
     shown = f"benchmarks/{script} {' '.join(run.args)}"
