@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 from jax import lax
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
 
@@ -45,6 +46,7 @@ from .errors import (
 from .exporting import _program, _write_atomic
 from .function import ImportedFunction
 from .lux.model import LuxModel
+from .support.jaxinternals import x64_scope
 
 EXTRA_HINT = "pip install 'juliabridge[onnx]' (jax2onnx and onnxruntime)"
 #: The opset asked of jax2onnx unless told otherwise (its own default).
@@ -205,26 +207,26 @@ def _sources(closed: ClosedJaxpr, primitive: str) -> list[str]:
     """'OP at WHERE' of each module op whose lift emitted `primitive` (innermost scope), in
     order of first appearance; empty when the trace recorded none."""
     found: list[str] = []
-
-    def walk(jaxpr: Jaxpr) -> None:
-        for eqn in jaxpr.eqns:
-            if eqn.primitive.name == primitive:
-                scopes = [
-                    s for s in str(eqn.source_info.name_stack).split("/") if SCOPE_SEPARATOR in s
-                ]
-                if scopes:
-                    here = scopes[-1].replace("\u2215", "/")
-                    if here not in found:
-                        found.append(here)
-            for value in eqn.params.values():
-                for sub in value if isinstance(value, (tuple, list)) else (value,):
-                    if isinstance(sub, ClosedJaxpr):
-                        walk(sub.jaxpr)
-                    elif isinstance(sub, Jaxpr):
-                        walk(sub)
-
-    walk(closed.jaxpr)
+    for eqn in _eqns(closed.jaxpr):
+        if eqn.primitive.name == primitive:
+            scopes = [s for s in str(eqn.source_info.name_stack).split("/") if SCOPE_SEPARATOR in s]
+            if scopes:
+                here = scopes[-1].replace("\u2215", "/")
+                if here not in found:
+                    found.append(here)
     return found
+
+
+def _eqns(jaxpr: Jaxpr) -> Iterator[Any]:
+    """Every eqn of `jaxpr` and of the jaxprs in its eqns' params, depth first."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(sub, ClosedJaxpr):
+                    yield from _eqns(sub.jaxpr)
+                elif isinstance(sub, Jaxpr):
+                    yield from _eqns(sub)
 
 
 def _conversion_error(what: str, closed: ClosedJaxpr, e: Exception) -> OnnxConversionError:
@@ -252,6 +254,15 @@ def _conversion_error(what: str, closed: ClosedJaxpr, e: Exception) -> OnnxConve
     )
 
 
+def _has_float64(closed: ClosedJaxpr) -> bool:
+    """Whether any value of the program is a 64-bit float: jax2onnx then converts with double
+    precision (else it traces with jax_enable_x64 off and f64 values become f32)."""
+    wide = (np.dtype(np.float64), np.dtype(np.complex128))
+    avals = [*closed.in_avals, *closed.out_avals]
+    avals += [v.aval for eqn in _eqns(closed.jaxpr) for v in eqn.outvars]
+    return any(np.dtype(getattr(a, "dtype", np.float32)) in wide for a in avals)
+
+
 # --- the API --------------------------------------------------------------------------------
 
 
@@ -277,7 +288,10 @@ def _traced(
     flat_out = [str(n) for n in jax.tree.leaves(out_names)]
 
     def rewritten(*args: Any) -> list[Any]:
-        return _evaluate(closed, args)
+        # As the lax backend evaluates (its 64-bit values kept exactly), whatever jax2onnx
+        # sets jax_enable_x64 to while it traces.
+        with x64_scope():
+            return _evaluate(closed, args)
 
     return rewritten, closed, list(sig.specs), list(sig.names), flat_out, what
 
@@ -316,6 +330,7 @@ def export_onnx(model: LuxModel | ImportedFunction, *, opset: int = DEFAULT_OPSE
                 opset=opset,
                 input_names=in_names,
                 output_names=out_names,
+                enable_double_precision=_has_float64(closed),
             )
     except JuliaBridgeError:
         raise

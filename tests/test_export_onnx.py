@@ -148,6 +148,25 @@ def test_small_modules_with_control_flow_and_transcendentals(name: str) -> None:
         np.testing.assert_allclose(got, SMALL[name][1](x), rtol=1e-5, atol=1e-6)
 
 
+def test_64_bit_values_keep_their_types() -> None:
+    """A float64 module (jax_enable_x64 on) converts in double precision; an f32 module with
+    i64 loop counters (as Reactant writes them) converts with x64 off."""
+    with jax.enable_x64(True):
+        wide = jax.jit(lambda x: jnp.tanh(x) * 3 + 1e-12).lower(np.zeros((2, 3))).as_text()
+        loop = jax.jit(lambda x: jax.lax.fori_loop(0, 3, lambda i, c: c * 2 + 1, x))
+        counters = loop.lower(np.zeros((2, 3), np.float32)).as_text()
+    assert "tensor<i64>" in counters
+    x = np.linspace(-2, 2, 6).reshape(2, 3)
+    with jax.enable_x64(True):  # a 64-bit model needs it, in juliabridge as always
+        proto = juliabridge.export_onnx(juliabridge.load_mlir(str(wide), backend="lax"))
+    (got,) = _run(proto, {proto.graph.input[0].name: x})
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, np.tanh(x) * 3 + 1e-12, rtol=1e-14, atol=1e-15)
+    proto = juliabridge.export_onnx(juliabridge.load_mlir(str(counters), backend="lax"))
+    (got,) = _run(proto, {proto.graph.input[0].name: x.astype(np.float32)})
+    np.testing.assert_allclose(got, 8 * x.astype(np.float32) + 7, rtol=1e-6)
+
+
 @pytest.mark.parametrize(
     ("body", "init", "reduce"),
     [("maximum", "0xFF800000", np.max), ("add", "0.000000e+00", np.sum)],
