@@ -218,3 +218,12 @@ def test_a_ragged_dot_counts_its_lhs_once_per_group(monkeypatch: pytest.MonkeyPa
     np.testing.assert_array_equal(out[0], np.full((512, 1), 512, np.float32))
     with pytest.raises(ResourceLimitError, match=r"needs about 257\.\d MiB of live values"):
         juliabridge.load_mlir(_ragged_dot(512, 512, 256), backend="lax")
+
+
+def test_the_xla_backend_refuses_ragged_dot_on_a_cpu_at_load() -> None:
+    from juliabridge.support.jaxinternals import current_platform
+
+    if current_platform() != "cpu":
+        pytest.skip("XLA compiles ragged-dot on TPU and GPU")
+    with pytest.raises(juliabridge.UnsupportedModuleError, match="backend='lax'"):
+        juliabridge.load_mlir(_ragged_dot(4, 3, 2), backend="xla")
