@@ -1,6 +1,7 @@
 """`import_lux` of one bundle under two juliabridge revisions, alternating fresh processes.
 
-    python benchmarks/bench_import_ab.py --base REV [--repeats 24] [--model mlp|lenet]
+    python benchmarks/bench_import_ab.py --base REV [--repeats 24] [--model mlp|lenet] [--quick]
+        [--out DIR]
 
 What a change to the loading code buys is a few milliseconds of a load that varies by more
 than that from one process to the next on a shared machine (and from one minute to the next),
@@ -12,7 +13,9 @@ forward call, after the same warm-up in both (imports, one unrelated jitted func
 the same bundle, written once by the working tree's writer (so `--base` must read its format).
 
 Reported: the median, first quartile and spread of each phase per revision, the process CPU
-time of `import_lux`, and the ratio working tree / base of the medians.
+time of `import_lux`, and the ratio working tree / base of the medians; every sample goes to
+`benchmarks/results/import_ab.json` (`--out DIR` elsewhere). `--quick` uses a small model, for
+a smoke test.
 """
 
 from __future__ import annotations
@@ -74,12 +77,14 @@ def main() -> None:
         child(*sys.argv[2:5])
         return
     import numpy as np
-    from common import lenet_case, mlp_case, table
+    from common import lenet_case, mlp_case, table, write_json
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", required=True, help="git revision to compare against")
     parser.add_argument("--repeats", type=int, default=24, help="fresh processes per side")
     parser.add_argument("--model", choices=["mlp", "lenet"], default="mlp")
+    parser.add_argument("--quick", action="store_true", help="a small model, for a smoke test")
+    parser.add_argument("--out", type=Path, default=None, help="results directory")
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
@@ -95,9 +100,13 @@ def main() -> None:
         if added.returncode != 0:
             raise SystemExit(f"cannot check out {args.base!r}: {added.stderr.strip()}")
         case = (
-            mlp_case(work, widths=[784, 1024, 1024, 10], batch=128)
+            mlp_case(
+                work,
+                widths=[64, 128, 10] if args.quick else [784, 1024, 1024, 10],
+                batch=16 if args.quick else 128,
+            )
             if args.model == "mlp"
-            else lenet_case(work, batch=64)
+            else lenet_case(work, batch=8 if args.quick else 64)
         )
         data = work / "data.npz"
         np.savez(data, x=case.x)
@@ -134,11 +143,11 @@ def main() -> None:
             + [ms([r[k] for r in runs]) for k in ("import", "import_cpu", "first_call")]
             + [f"{1e3 * statistics.median(r['import'] + r['first_call'] for r in runs):.2f}"]
         )
-    ratio = [
-        f"{medians['working tree'][k] / medians['base'][k]:.3f}"
+    ratios = {
+        k: medians["working tree"][k] / medians["base"][k]
         for k in ("import", "import_cpu", "first_call")
-    ]
-    rows.append(["working tree / base", *ratio, ""])
+    }
+    rows.append(["working tree / base", *(f"{v:.3f}" for v in ratios.values()), ""])
     print(
         table(
             ["revision", "import_lux ms", "import_lux CPU ms", "first call ms", "sum ms"],
@@ -147,6 +156,19 @@ def main() -> None:
             f"{args.repeats} alternating fresh processes each",
         )
     )
+    path = write_json(
+        "import_ab",
+        {
+            "base": args.base,
+            "model": case.description,
+            "repeats": args.repeats,
+            "medians": medians,
+            "ratio_working_tree_over_base": ratios,
+            "samples": samples,
+        },
+        args.out,
+    )
+    print(f"\nwrote {path}")
 
 
 if __name__ == "__main__":

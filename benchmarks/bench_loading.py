@@ -1,6 +1,6 @@
 """Loading: a bundle with ~500 MB of weights read into JAX arrays, vs NPZ and vs a raw read.
 
-    python benchmarks/bench_loading.py [--mb 512] [--repeats 5] [--workdir DIR]
+    python benchmarks/bench_loading.py [--mb 512] [--repeats 5] [--workdir DIR] [--quick]
 
 It writes a bundle of a wide MLP (Lux ``Chain(Dense(4096 => 4096, relu), ...)``, float32)
 whose weights total about `--mb` MiB (bundle format 3, as the writers make it: every dataset's
@@ -37,7 +37,8 @@ cost is not loading. Files are read from the page cache (a warm-up round runs fi
 process touches (then frees) 3x the weights' size of memory before the clock starts
 (``--no-prefault`` turns this off; see ``child``). Targets (issue 13): format 3 within 1.25x of
 the raw read + memcpy of the same run, peak RSS of all processes <= 1.1x the weights. The big
-files are deleted at the end (``--keep`` keeps them).
+files are deleted at the end (``--keep`` keeps them). ``--quick`` (a smoke test, with e.g.
+``--mb 1 --repeats 1``) skips the warm-up round and profiles each mode once.
 """
 
 from __future__ import annotations
@@ -389,6 +390,12 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the bundle and NPZ")
     parser.add_argument("--no-npz", action="store_true", help="skip the (slow) NPZ variant")
     parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke test (with e.g. --mb 1 --repeats 1): no warm-up round, each mode of "
+        "the phase profile run once",
+    )
+    parser.add_argument(
         "--no-prefault",
         dest="prefault",
         action="store_false",
@@ -418,15 +425,18 @@ def main() -> None:
             + ", ".join(f"{k} {v:.1f} s" for k, v in build_s.items())
             + ")"
         )
-        for v in variants:  # warm-up round: page cache, .pyc files
+        for v in () if args.quick else variants:  # warm-up round: page cache, .pyc files
             run_child(v, bundles, npz, args.prefault)
         samples: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
         for r in range(args.repeats):
             order = variants[r % len(variants) :] + variants[: r % len(variants)]
             for v in order:
                 samples[v].append(run_child(v, bundles, npz, args.prefault))
+        profiles = 1 if args.quick else 3
         prof = {
-            mode: [run_child("profile", {"v1": b}, npz, args.prefault, fast) for _ in range(3)]
+            mode: [
+                run_child("profile", {"v1": b}, npz, args.prefault, fast) for _ in range(profiles)
+            ]
             for mode, b, fast in (
                 ("format 1", bundles["v1"], True),
                 ("format 2", bundles["v2"], True),
@@ -506,7 +516,7 @@ def main() -> None:
     print()
     print(
         table(
-            ["phase of import_lux (profiled separately), seconds (median of 3)", *modes],
+            [f"phase of import_lux (profiled separately), seconds (median of {profiles})", *modes],
             phase_rows,
             title="Where import_lux's time goes",
         )
