@@ -184,3 +184,37 @@ def test_the_documented_per_operand_weight_is_the_code_s() -> None:
     assert f"a `stablehlo.sort` counts {per} per operand (`budget.PER_OPERAND`)" in (
         RELIABILITY.read_text()
     )
+
+
+def _ragged_dot(m: int, k: int, g: int) -> str:
+    a, b, gs, r = (
+        f"tensor<{m}x{k}xf32>",
+        f"tensor<{g}x{k}x1xf32>",
+        f"tensor<{g}xi32>",
+        (f"tensor<{m}x1xf32>"),
+    )
+    dims = (
+        "lhs_batching_dimensions = [], rhs_batching_dimensions = [], "
+        "lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1], "
+        "lhs_ragged_dimensions = [0], rhs_group_dimensions = [0]"
+    )
+    return (
+        f"func.func @main(%a: {a}, %b: {b}, %g: {gs}) -> {r} {{\n"
+        f'  %0 = "chlo.ragged_dot"(%a, %b, %g) {{ragged_dot_dimension_numbers = '
+        f"#chlo.ragged_dot<{dims}>, precision_config = [#chlo<precision DEFAULT>, "
+        f"#chlo<precision DEFAULT>]}} : ({a}, {b}, {gs}) -> {r}\n"
+        f"  return %0 : {r}\n}}\n"
+    )
+
+
+def test_a_ragged_dot_counts_its_lhs_once_per_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The lax backend's lowering (JAX's, outside TPU and GPU) masks a copy of the 1 MiB lhs
+    # per group: 256 groups took 256 MB more at the first call, 8 groups 8 MB.
+    monkeypatch.setenv("JULIABRIDGE_MEMORY_LIMIT", "64M")
+    fn = juliabridge.load_mlir(_ragged_dot(512, 512, 8), backend="lax")
+    out = fn(
+        np.ones((512, 512), np.float32), np.ones((8, 512, 1), np.float32), np.full(8, 64, np.int32)
+    )
+    np.testing.assert_array_equal(out[0], np.full((512, 1), 512, np.float32))
+    with pytest.raises(ResourceLimitError, match=r"needs about 257\.\d MiB of live values"):
+        juliabridge.load_mlir(_ragged_dot(512, 512, 256), backend="lax")
