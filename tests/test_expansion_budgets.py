@@ -227,3 +227,35 @@ def test_the_xla_backend_refuses_ragged_dot_on_a_cpu_at_load() -> None:
         pytest.skip("XLA compiles ragged-dot on TPU and GPU")
     with pytest.raises(juliabridge.UnsupportedModuleError, match="backend='lax'"):
         juliabridge.load_mlir(_ragged_dot(4, 3, 2), backend="xla")
+
+
+def _max_pool(n: int, w: int, calls: int = 1) -> str:
+    o = n - w + 1
+    t, r, s = f"tensor<{n}x{n}xf32>", f"tensor<{o}x{o}xf32>", "tensor<f32>"
+    pool = (
+        f"func.func private @pool(%a: {t}) -> {r} {{\n"
+        f"  %z = stablehlo.constant dense<0xFF800000> : {s}\n"
+        f'  %r = "stablehlo.reduce_window"(%a, %z) <{{window_dimensions = array<i64: {w}, {w}>}}>'
+        f" ({{\n  ^bb0(%p: {s}, %q: {s}):\n    %x = stablehlo.maximum %p, %q : {s}\n"
+        f"    stablehlo.return %x : {s}\n  }}) : ({t}, {s}) -> {r}\n  return %r : {r}\n}}\n"
+    )
+    body = "".join(f"  %c{i} = func.call @pool(%a) : ({t}) -> {r}\n" for i in range(calls))
+    return pool + f"func.func @main(%a: {t}) -> {r} {{\n{body}  return %c0 : {r}\n}}\n"
+
+
+@pytest.mark.parametrize("backend", ["lax", "xla"])
+def test_a_window_is_counted_as_the_elements_it_visits(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 6 x 6 windows over 8 x 8: 3 x 3 outputs, 324 elements visited per call.
+    x = np.arange(64, dtype=np.float32).reshape(8, 8)
+    want = np.array([[x[i : i + 6, j : j + 6].max() for j in range(3)] for i in range(3)])
+    monkeypatch.setenv("JULIABRIDGE_MAX_WINDOW_WORK", str(2 * 324))
+    fn = juliabridge.load_mlir(_max_pool(8, 6, calls=2), backend=backend)
+    np.testing.assert_array_equal(fn(x)[0], want)
+    with pytest.raises(ResourceLimitError, match=r"visit 972 window elements per call"):
+        juliabridge.load_mlir(_max_pool(8, 6, calls=3), backend=backend)
+    # The default: a 2048 x 2048 window over 4096 x 4096 (1.8e13, hours) is refused at load.
+    monkeypatch.delenv("JULIABRIDGE_MAX_WINDOW_WORK")
+    with pytest.raises(ResourceLimitError, match="JULIABRIDGE_MAX_WINDOW_WORK to 17,"):
+        juliabridge.load_mlir(_max_pool(4096, 2048), backend=backend)
