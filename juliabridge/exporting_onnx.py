@@ -14,8 +14,9 @@ emitted it, and that jaxpr is what jax2onnx converts, after two rewrites that ke
   LeNet's 4-D max-pool (window 1x1x2x2) would not run; folded it is a 3-D window 1x2x2 over
   (N*C, H, W) that does. The windows are the same, so the values are.
 
-A primitive jax2onnx has no rule for is an `OnnxConversionError` naming it and the op of the
-module it came from. docs/exporting.md lists what converts.
+A program with 64-bit floats converts in double precision. A primitive jax2onnx has no rule
+for is an `OnnxConversionError` naming it and the op of the module it came from.
+docs/exporting.md lists what converts.
 """
 
 from __future__ import annotations
@@ -301,7 +302,7 @@ def export_onnx(model: LuxModel | ImportedFunction, *, opset: int = DEFAULT_OPSE
 
     The graph takes the inputs at the traced shapes (in the model's layout, named as in the
     manifest, e.g. ``x``) and returns the outputs (named ``output``, ``output.1``...); params
-    and state are initializers. Run it with onnxruntime:
+    and state are initializers; 64-bit floats stay 64-bit. Run it with onnxruntime:
     ``InferenceSession(proto.SerializeToString()).run(None, {"x": x})``.
 
     Args:

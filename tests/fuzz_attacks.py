@@ -777,9 +777,31 @@ def expansion_attack(draw: st.DrawFn, base: str) -> Attack:
     """Issue 39: ops whose cost is what they expand to, not one op: chains of CHLO special
     functions (weighted by budget.EXPANSION; 900 of any, and one more than the default admits
     alone, are past the op budget), a sort of one value passed 3 or 60,000 times (budget.
-    PER_OPERAND: past the budget however short the text) and select_and_scatter over windows
+    PER_OPERAND: past the budget however short the text), a max pool whose windows visit 10^13
+    elements (past MAX_WINDOW_WORK) or few, and select_and_scatter over windows
     up to the whole operand (lax enumerated every offset)."""
-    kind = draw(st.sampled_from(["special", "sort", "window"]))
+    kind = draw(st.sampled_from(["special", "sort", "pool", "window"]))
+    if kind == "pool":
+        n, w = draw(st.sampled_from([(64, 2), (4096, 2048)]))
+        o, s = n - w + 1, "tensor<f32>"
+        t, r, flat = f"tensor<{n}x{n}xf32>", f"tensor<{o}x{o}xf32>", f"tensor<{n * n}xf32>"
+        body = [
+            f"%pi = stablehlo.iota dim = 0 : {flat}",
+            f"%px = stablehlo.reshape %pi : ({flat}) -> {t}",
+            f"%pz = stablehlo.constant dense<0.0> : {s}",
+            f'%pr = "stablehlo.reduce_window"(%px, %pz) <{{window_dimensions = '
+            f"array<i64: {w}, {w}>}}> ({{",
+            f"^bb0(%pa: {s}, %pb: {s}):",
+            f"  %pc = stablehlo.maximum %pa, %pb : {s}",
+            f"  stablehlo.return %pc : {s}",
+            f"}}) : ({t}, {s}) -> {r}",
+            *_sum_f32("%pr", r),
+        ]
+        return Attack(
+            _edit(base, body, sink="%zs"),
+            f"a {w}x{w} max pool over {n}x{n}",
+            BUDGET if o * o * w * w > budget.MAX_WINDOW_WORK else None,
+        )
     if kind == "sort":
         n = draw(st.sampled_from([3, 60_000]))
         f3, s = "tensor<3xf32>", "tensor<f32>"

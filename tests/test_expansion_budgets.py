@@ -184,3 +184,78 @@ def test_the_documented_per_operand_weight_is_the_code_s() -> None:
     assert f"a `stablehlo.sort` counts {per} per operand (`budget.PER_OPERAND`)" in (
         RELIABILITY.read_text()
     )
+
+
+def _ragged_dot(m: int, k: int, g: int) -> str:
+    a, b, gs, r = (
+        f"tensor<{m}x{k}xf32>",
+        f"tensor<{g}x{k}x1xf32>",
+        f"tensor<{g}xi32>",
+        (f"tensor<{m}x1xf32>"),
+    )
+    dims = (
+        "lhs_batching_dimensions = [], rhs_batching_dimensions = [], "
+        "lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1], "
+        "lhs_ragged_dimensions = [0], rhs_group_dimensions = [0]"
+    )
+    return (
+        f"func.func @main(%a: {a}, %b: {b}, %g: {gs}) -> {r} {{\n"
+        f'  %0 = "chlo.ragged_dot"(%a, %b, %g) {{ragged_dot_dimension_numbers = '
+        f"#chlo.ragged_dot<{dims}>, precision_config = [#chlo<precision DEFAULT>, "
+        f"#chlo<precision DEFAULT>]}} : ({a}, {b}, {gs}) -> {r}\n"
+        f"  return %0 : {r}\n}}\n"
+    )
+
+
+def test_a_ragged_dot_counts_its_lhs_once_per_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The lax backend's lowering (JAX's, outside TPU and GPU) masks a copy of the 1 MiB lhs
+    # per group: 256 groups took 256 MB more at the first call, 8 groups 8 MB.
+    monkeypatch.setenv("JULIABRIDGE_MEMORY_LIMIT", "64M")
+    fn = juliabridge.load_mlir(_ragged_dot(512, 512, 8), backend="lax")
+    out = fn(
+        np.ones((512, 512), np.float32), np.ones((8, 512, 1), np.float32), np.full(8, 64, np.int32)
+    )
+    np.testing.assert_array_equal(out[0], np.full((512, 1), 512, np.float32))
+    with pytest.raises(ResourceLimitError, match=r"needs about 257\.\d MiB of live values"):
+        juliabridge.load_mlir(_ragged_dot(512, 512, 256), backend="lax")
+
+
+def test_the_xla_backend_refuses_ragged_dot_on_a_cpu_at_load() -> None:
+    from juliabridge.support.jaxinternals import current_platform
+
+    if current_platform() != "cpu":
+        pytest.skip("XLA compiles ragged-dot on TPU and GPU")
+    with pytest.raises(juliabridge.UnsupportedModuleError, match="backend='lax'"):
+        juliabridge.load_mlir(_ragged_dot(4, 3, 2), backend="xla")
+
+
+def _max_pool(n: int, w: int, calls: int = 1) -> str:
+    o = n - w + 1
+    t, r, s = f"tensor<{n}x{n}xf32>", f"tensor<{o}x{o}xf32>", "tensor<f32>"
+    pool = (
+        f"func.func private @pool(%a: {t}) -> {r} {{\n"
+        f"  %z = stablehlo.constant dense<0xFF800000> : {s}\n"
+        f'  %r = "stablehlo.reduce_window"(%a, %z) <{{window_dimensions = array<i64: {w}, {w}>}}>'
+        f" ({{\n  ^bb0(%p: {s}, %q: {s}):\n    %x = stablehlo.maximum %p, %q : {s}\n"
+        f"    stablehlo.return %x : {s}\n  }}) : ({t}, {s}) -> {r}\n  return %r : {r}\n}}\n"
+    )
+    body = "".join(f"  %c{i} = func.call @pool(%a) : ({t}) -> {r}\n" for i in range(calls))
+    return pool + f"func.func @main(%a: {t}) -> {r} {{\n{body}  return %c0 : {r}\n}}\n"
+
+
+@pytest.mark.parametrize("backend", ["lax", "xla"])
+def test_a_window_is_counted_as_the_elements_it_visits(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 6 x 6 windows over 8 x 8: 3 x 3 outputs, 324 elements visited per call.
+    x = np.arange(64, dtype=np.float32).reshape(8, 8)
+    want = np.array([[x[i : i + 6, j : j + 6].max() for j in range(3)] for i in range(3)])
+    monkeypatch.setenv("JULIABRIDGE_MAX_WINDOW_WORK", str(2 * 324))
+    fn = juliabridge.load_mlir(_max_pool(8, 6, calls=2), backend=backend)
+    np.testing.assert_array_equal(fn(x)[0], want)
+    with pytest.raises(ResourceLimitError, match=r"visit 972 window elements per call"):
+        juliabridge.load_mlir(_max_pool(8, 6, calls=3), backend=backend)
+    # The default: a 2048 x 2048 window over 4096 x 4096 (1.8e13, hours) is refused at load.
+    monkeypatch.delenv("JULIABRIDGE_MAX_WINDOW_WORK")
+    with pytest.raises(ResourceLimitError, match="JULIABRIDGE_MAX_WINDOW_WORK to 17,"):
+        juliabridge.load_mlir(_max_pool(4096, 2048), backend=backend)

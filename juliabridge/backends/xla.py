@@ -84,6 +84,14 @@ class XlaBackend:
                 "resource section), which XLA's converter does not read; load it with "
                 "backend='lax', which decodes each blob once"
             )
+        if "chlo.ragged_dot" in module.ops and current_platform() == "cpu":
+            # XLA's CPU compiler has no ragged-dot kernel: an ExecutionError at the first call
+            # ("HLO opcode `ragged-dot` is not supported by XLA:CPU ThunkEmitter") before.
+            raise UnsupportedModuleError(
+                f"{module.origin}: the module holds chlo.ragged_dot, which XLA's CPU compiler "
+                "cannot compile; load it with backend='lax', which computes it as JAX does "
+                "off TPU and GPU (one masked dot per group)"
+            )
         if any(t.startswith("lapack_") for t in module.custom_calls):
             initialize_lapack()  # jaxlib fills the kernels' LAPACK pointers lazily
         self.module = module

@@ -126,6 +126,14 @@ def op_weight(op: ir.Operation) -> int:
     return EXPANSION.get(name, 1)
 
 
+#: Window elements visited by every reduce_window and select_and_scatter once calls are inlined
+#: (JULIABRIDGE_MAX_WINDOW_WORK): result (select_and_scatter: source) elements times window
+#: elements. One op in the text, but XLA visits each window of each output at every call: a
+#: 1024x1024 max-pool with 512x512 windows (7e10) took 7.7 s on lax, so 10^12 is about two
+#: minutes per call on the shared 2-core development machine (2026-12-06), and a 12000x12000
+#: window (issue 39) is refused. Reactant writes a cumulative sum over n elements as a window
+#: of n (n^2): 10^12 admits n = 1,000,000.
+MAX_WINDOW_WORK = 10**12
 #: Longest chain of dependent ops in one computation (JULIABRIDGE_MAX_CHAIN); 30,000 crashed
 #: XLA's compiler with an 8 MiB stack, 20,000 compiled.
 MAX_CHAIN = 10_000
@@ -235,6 +243,7 @@ class Limits:
     live_bytes: int
     memory_source: str
     max_case_branches: int = MAX_CASE_BRANCHES
+    max_window_work: int = MAX_WINDOW_WORK
 
     @staticmethod
     def current() -> Limits:
@@ -248,6 +257,7 @@ class Limits:
             live_bytes=mem,
             memory_source=source,
             max_case_branches=_env_int("JULIABRIDGE_MAX_CASE_BRANCHES", MAX_CASE_BRANCHES),
+            max_window_work=_env_int("JULIABRIDGE_MAX_WINDOW_WORK", MAX_WINDOW_WORK),
         )
 
 
@@ -260,6 +270,7 @@ class Cost:
     peak: int  # most bytes live at once, its arguments included
     args: int  # bytes of its arguments
     branches: int = 0  # stablehlo.case branches, calls inlined
+    window_work: int = 0  # window elements reduce_window/select_and_scatter visit, calls inlined
     #: ops weighing more than 1 (EXPANSION, PER_OPERAND), calls inlined: name -> [count, weight]
     weighted: dict[str, list[int]] = field(default_factory=dict)
 
@@ -401,6 +412,7 @@ class _Analysis:
         ops = 0
         branches = 0
         weighted: dict[str, list[int]] = {}
+        work = 0
         ret_chain = 0
         peak = 0
         while frames:
@@ -425,9 +437,11 @@ class _Analysis:
             ops += weight
             if weight > 1:
                 _tally(weighted, op.name, 1, weight)
+            work += window_work(op)
             for callee in _callees(op):
                 for name, (n, w) in self.costs[callee].weighted.items():
                     _tally(weighted, name, n, w)
+                work += self.costs[callee].window_work
             ops_inlined, chain = self._op(op, frames)
             ops += ops_inlined
             if op.name == "stablehlo.case":
@@ -440,7 +454,7 @@ class _Analysis:
             if blocks:
                 top.pending = blocks[::-1]
                 top.pending_peak = 0
-        return Cost(ops, ret_chain, peak, args, branches, weighted)
+        return Cost(ops, ret_chain, peak, args, branches, work, weighted)
 
     def _open(self, block: ir.Block, owner: ir.Operation | None, level: int) -> _Frame:
         frame = _Frame(_ops(block))
@@ -494,9 +508,33 @@ class _Analysis:
             self.level[r] = here
             self.chain[r] = chain
             top.defs.append((r, top.pos, self.types.bytes(r.type, op)))
+        if op.name == "chlo.ragged_dot":
+            top.extra[top.pos] = max(top.extra.get(top.pos, 0), self._ragged_dense_bytes(op))
         if chain > self.max_chain:
             self.max_chain, self.max_chain_op = chain, op
         return inlined, chain
+
+    def _ragged_dense_bytes(self, op: ir.Operation) -> int:
+        """Bytes a chlo.ragged_dot adds while it runs: JAX's lowering outside TPU and GPU
+        (the lax backend's) makes the ragged operand dense per group, one masked copy of
+        the lhs per group (and of the rhs and the result too when the ragged dimension is
+        contracted): 256 groups of a 1 MiB lhs took 256 MB more."""
+        operands = list(op.operands)
+        if len(operands) != 3 or "ragged_dot_dimension_numbers" not in op.attributes:
+            return 0  # MLIR's verifier refuses such an op before this walk
+        groups = ir.ShapedType(operands[2].type)
+        if not groups.has_static_shape or groups.rank == 0:
+            return 0
+        g = int(groups.shape[-1])
+        numbers = str(op.attributes["ragged_dot_dimension_numbers"])
+        ragged = _dims(numbers, "lhs_ragged_dimensions")
+        if ragged & _dims(numbers, "lhs_batching_dimensions"):
+            return 0  # ragged batch: a plain dot_general
+        lhs = self.types.bytes(operands[0].type, op)
+        if not ragged & _dims(numbers, "lhs_contracting_dimensions"):
+            return g * lhs
+        rhs = self.types.bytes(operands[1].type, op)
+        return g * (lhs + rhs + sum(self.types.bytes(r.type, op) for r in op.results))
 
     def _close(self, frame: _Frame, keep: int) -> int:
         """Peak live bytes of a finished block (its first `keep` values live to the end);
@@ -516,6 +554,32 @@ class _Analysis:
             live += diff[p]
             peak = max(peak, live + frame.extra.get(p, 0))
         return peak
+
+
+def window_work(op: ir.Operation) -> int:
+    """Window elements `op` visits per call: result elements (select_and_scatter: source
+    elements) times window elements, for reduce_window and select_and_scatter; else 0."""
+    if op.name not in ("stablehlo.reduce_window", "stablehlo.select_and_scatter"):
+        return 0
+    if "window_dimensions" not in op.attributes:
+        return 0
+    window = 1
+    for d in ir.DenseI64ArrayAttr(op.attributes["window_dimensions"]):
+        window *= max(int(d), 0)
+    visited = op.operands[1] if op.name == "stablehlo.select_and_scatter" else op.results[0]
+    shaped = ir.ShapedType(visited.type)
+    if not shaped.has_static_shape:
+        return 0
+    n = 1
+    for d in shaped.shape:
+        n *= int(d)
+    return n * window
+
+
+def _dims(numbers: str, key: str) -> set[int]:
+    """The dimensions `key = [..]` lists in a printed #chlo.ragged_dot attribute."""
+    m = re.search(rf"{key} = \[([\d, ]*)\]", numbers)
+    return {int(d) for d in m.group(1).split(",") if d.strip()} if m else set()
 
 
 def _tally(weighted: dict[str, list[int]], name: str, count: int, weight: int) -> None:
@@ -676,7 +740,7 @@ def check_budget(
 
     Returns @main's cost when limits were given.
     """
-    limits = limits or Limits(1 << 62, 1 << 62, MAX_VALUE_BYTES, 1 << 62, "", 1 << 62)
+    limits = limits or Limits(1 << 62, 1 << 62, MAX_VALUE_BYTES, 1 << 62, "", 1 << 62, 1 << 62)
     types = _Types(origin, limits, strict=check_contracts)
     costs: dict[str, Cost] = {}
     analysis = _Analysis(costs, types, origin, check_contracts)
@@ -692,6 +756,15 @@ def check_budget(
                 f"{limits.max_case_branches:,} juliabridge compiles "
                 "(JULIABRIDGE_MAX_CASE_BRANCHES raises the limit); XLA's compiler spends more "
                 "than linear time and memory per branch (1,000 one-op branches peaked near 2 GB)"
+            )
+        if cost.window_work > limits.max_window_work:
+            raise ResourceLimitError(
+                f"{where(funcs[name].op, origin)}: @{name}'s reduce_window and "
+                f"select_and_scatter ops visit {cost.window_work:,} window elements per call "
+                f"(output elements x window elements, calls inlined), more than the "
+                f"{limits.max_window_work:,} juliabridge runs (about two minutes on a 2-core "
+                "machine); if you trust the file, set JULIABRIDGE_MAX_WINDOW_WORK to "
+                f"{cost.window_work:,} or more, or load it with trust=True"
             )
         if analysis.max_chain > limits.max_chain:
             op = analysis.max_chain_op
