@@ -130,9 +130,9 @@ def op_weight(op: ir.Operation) -> int:
 #: (JULIABRIDGE_MAX_WINDOW_WORK): result (select_and_scatter: source) elements times window
 #: elements. One op in the text, but XLA visits each window of each output at every call: a
 #: 1024x1024 max-pool with 512x512 windows (7e10) took 7.7 s on lax, so 10^12 is about two
-#: minutes per call on the shared 2-core development machine (2026-12-06), and a 12000x12000
-#: window (issue 39) is refused. Reactant writes a cumulative sum over n elements as a window
-#: of n (n^2): 10^12 admits n = 1,000,000.
+#: minutes per call on the shared 2-core development machine (2026-12-06). Reactant writes a
+#: cumulative sum over n elements as a window of n padded by n - 1 (n^2 visits; the shared
+#: fixture reactant/cumsum_reduce_window.mlir): 10^12 admits n = 1,000,000.
 MAX_WINDOW_WORK = 10**12
 #: Longest chain of dependent ops in one computation (JULIABRIDGE_MAX_CHAIN); 30,000 crashed
 #: XLA's compiler with an 8 MiB stack, 20,000 compiled.
