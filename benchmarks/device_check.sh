@@ -7,7 +7,8 @@
 #     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl-tpu \
 #     blake3 flatbuffers rich markdown-it-py mdurl pygments 'h5py==3.12.1'
 #   bash benchmarks/device_check.sh        (OUT=DIR for the results; one process holds the chip)
-set -u
+set -u -o pipefail
+failed=0
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/device-check}
 mkdir -p "$OUT"
@@ -19,9 +20,10 @@ else
   export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 fi
 python3 -c 'import jax, juliabridge; print("jax", jax.__version__, jax.devices())' | tee "$OUT/devices.txt" || exit 1
-step() { echo "== $*"; timeout "$1" python3 "${@:2}" 2>&1 | tee -a "$OUT/device-check.log" | tail -40; }
+step() { echo "== $*"; timeout "$1" python3 "${@:2}" 2>&1 | tee -a "$OUT/device-check.log" | tail -40 || failed=1; }
 step 170 benchmarks/bench_runtime.py --backends lax xla --repeats 21 --out "$OUT"
 step 150 benchmarks/bench_lax.py --quick --out "$OUT"
 step 120 benchmarks/bench_precision.py --backends lax xla --out "$OUT"
 step 200 -m pytest -q -rs -p no:cacheprovider --tb=line tests/lax/test_matmul_precision.py \
   tests/test_readme.py tests/test_batchnorm_backends.py -k "not complex and not f64"
+exit "$failed"

@@ -14,6 +14,8 @@ emitted it, and that jaxpr is what jax2onnx converts, after two rewrites that ke
   LeNet's 4-D max-pool (window 1x1x2x2) would not run; folded it is a 3-D window 1x2x2 over
   (N*C, H, W) that does. The windows are the same, so the values are.
 
+Neither rewrite enters the bodies of ``while``, ``cond`` or ``scan``.
+
 A program with 64-bit floats converts in double precision. A primitive jax2onnx has no rule
 for is an `OnnxConversionError` naming it and the op of the module it came from.
 docs/exporting.md lists what converts.
@@ -43,11 +45,12 @@ from .errors import (
     CallArgumentError,
     JuliaBridgeError,
     OnnxConversionError,
+    SaveError,
 )
 from .exporting import _program, _write_atomic
 from .function import ImportedFunction
 from .lux.model import LuxModel
-from .support.jaxinternals import x64_scope
+from .support.jaxinternals import global_x64_kept, x64_scope
 
 EXTRA_HINT = "pip install 'juliabridge[onnx]' (jax2onnx and onnxruntime)"
 #: The opset asked of jax2onnx unless told otherwise (its own default).
@@ -58,7 +61,8 @@ _INLINED = frozenset(
 _FOLDABLE = frozenset({"reduce_window_max", "reduce_window_sum"})
 #: onnxruntime's MaxPool/AveragePool/LpPool: at most three spatial axes.
 _MAX_POOLED_AXES = 3
-_MISSING = re.compile(r"primitive '([^']+)'")
+#: jax2onnx 0.17's message for a primitive without a rule (converter/lowering_dispatch.py).
+_MISSING = re.compile(r"No plugins registered for primitive '([^']+)'")
 
 
 def _jax2onnx() -> Any:
@@ -68,6 +72,12 @@ def _jax2onnx() -> Any:
     except ImportError as e:
         raise BackendUnavailableError(
             f"ONNX export needs jax2onnx, which is not installed ({e}); {EXTRA_HINT}"
+        ) from e
+    except Exception as e:  # a jax2onnx built for another jax fails at import in many ways
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise BackendUnavailableError(
+            f"jax2onnx is installed but does not import with this jax {jax.__version__} "
+            f"({type(e).__name__}: {first}); install a jax2onnx made for it: {EXTRA_HINT}"
         ) from e
     return jax2onnx
 
@@ -100,7 +110,10 @@ def _primitive_rules_only() -> Iterator[None]:
     if system is None or not hasattr(system, flag):
         yield
         return
-    for package in ("jax2onnx.plugins.jax.lax", "jax2onnx.plugins.jax.core"):
+    # The rules of JAX's own primitives: lax and core, and random's (random_bits,
+    # random_wrap, ...), which a jaxpr can hold too. Not nn: its plugins need flax.nnx.
+    packages = ("lax", "core", "random")
+    for package in (f"jax2onnx.plugins.jax.{name}" for name in packages):
         try:
             paths = importlib.import_module(package).__path__
         except ImportError:
@@ -259,7 +272,8 @@ def _has_float64(closed: ClosedJaxpr) -> bool:
     """Whether any value of the program is a 64-bit float: jax2onnx then converts with double
     precision (else it traces with jax_enable_x64 off and f64 values become f32)."""
     wide = (np.dtype(np.float64), np.dtype(np.complex128))
-    avals = [*closed.in_avals, *closed.out_avals]
+    avals = [*closed.in_avals, *closed.out_avals, *(v.aval for v in closed.jaxpr.constvars)]
+    avals += [c for c in closed.consts if hasattr(c, "dtype")]  # their dtype, not a copy
     avals += [v.aval for eqn in _eqns(closed.jaxpr) for v in eqn.outvars]
     return any(np.dtype(getattr(a, "dtype", np.float32)) in wide for a in avals)
 
@@ -323,7 +337,7 @@ def export_onnx(model: LuxModel | ImportedFunction, *, opset: int = DEFAULT_OPSE
     jax2onnx = _jax2onnx()
     fn, closed, specs, in_names, out_names, what = _traced(model)
     try:
-        with _quiet(), _primitive_rules_only():
+        with _quiet(), _primitive_rules_only(), global_x64_kept():
             return jax2onnx.to_onnx(
                 fn,
                 specs,
@@ -360,9 +374,20 @@ def save_onnx(
         SaveError: the file exists (without overwrite) or cannot be written.
         BackendUnavailableError / CallArgumentError / OnnxConversionError: as for `export_onnx`.
     """
-    proto = export_onnx(model, opset=opset)
     target = Path(path)
-    _write_atomic(target, proto.SerializeToString(), overwrite)
+    if target.exists() and not overwrite:  # before the conversion, not after it
+        raise SaveError(f"{target}: already exists; pass overwrite=True (--overwrite) to replace")
+    proto = export_onnx(model, opset=opset)
+    try:
+        data = proto.SerializeToString()
+    except Exception as e:  # protobuf refuses a message over 2 GB (ValueError / EncodeError)
+        raise SaveError(
+            f"{target}: the ONNX model does not serialize as one protobuf ({type(e).__name__}: "
+            f"{str(e)[:200]}); a model over 2 GB needs ONNX's external data, which save_onnx "
+            "does not write: export a smaller model, or write the initializers out yourself "
+            "with onnx.save_model(proto, path, save_as_external_data=True)"
+        ) from e
+    _write_atomic(target, data, overwrite)
     return target
 
 

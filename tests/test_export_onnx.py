@@ -318,3 +318,55 @@ def test_doc_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         np.asarray(ns["logits"]), np.asarray(lenet_reference(model.params, x)), rtol=1e-4, atol=1e-5
     )
     assert (tmp_path / "lenet.onnx").is_file()
+
+
+def test_save_refuses_an_existing_file_before_converting(
+    tmp_path: Path, lenet: juliabridge.LuxModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import juliabridge.exporting_onnx as eo
+
+    target = tmp_path / "there.onnx"
+    target.write_bytes(b"x")
+
+    def never(*a: Any, **k: Any) -> Any:
+        raise AssertionError("converted before refusing")
+
+    monkeypatch.setattr(eo, "export_onnx", never)
+    with pytest.raises(SaveError, match="already exists"):
+        eo.save_onnx(lenet, target)
+    assert target.read_bytes() == b"x"
+
+
+def test_a_model_protobuf_cannot_hold_is_a_save_error(
+    tmp_path: Path, lenet: juliabridge.LuxModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import juliabridge.exporting_onnx as eo
+
+    class TooBig:
+        def SerializeToString(self) -> bytes:
+            raise ValueError("Message onnx.ModelProto exceeds maximum protobuf size of 2GB")
+
+    monkeypatch.setattr(eo, "export_onnx", lambda *a, **k: TooBig())
+    with pytest.raises(SaveError, match="over 2 GB needs ONNX's external data"):
+        eo.save_onnx(lenet, tmp_path / "big.onnx")
+    assert not (tmp_path / "big.onnx").exists()
+
+
+def test_export_leaves_the_global_x64_flag_as_it_was(lenet: juliabridge.LuxModel) -> None:
+    from jax._src import config as c
+
+    before = bool(c.enable_x64.get_global())
+    try:
+        jax.config.update("jax_enable_x64", True)
+        with jax.enable_x64(True):
+            juliabridge.export_onnx(lenet)  # f32: jax2onnx converts with x64 off
+        assert c.enable_x64.get_global() is True
+    finally:
+        jax.config.update("jax_enable_x64", before)
+
+
+def test_only_a_missing_rule_is_reported_as_one() -> None:
+    import juliabridge.exporting_onnx as eo
+
+    assert eo._MISSING.search("[x] No plugins registered for primitive 'foo_p' (scope)")
+    assert not eo._MISSING.search("Unsupported plugin type for primitive 'foo_p'")

@@ -155,3 +155,26 @@ def test_array_impl_is_the_class_of_concrete_arrays_only() -> None:
     kinds: list[type] = []
     jax.jit(lambda t: kinds.append(type(t)) or t)(np.ones(2, np.float32))
     assert kinds and kinds[0] is not ji.ARRAY_IMPL
+
+
+def test_global_x64_kept_restores_what_a_body_changed_under_a_context() -> None:
+    from jax._src import config as c
+
+    from juliabridge.support.jaxinternals import global_x64_kept
+
+    before = bool(c.enable_x64.get_global())
+    try:
+        jax.config.update("jax_enable_x64", True)
+        # jax2onnx's way: read the (context's) value, set the global flag, "restore" the value
+        # it read, which leaves the global False when the context said True.
+        with jax.enable_x64(True), global_x64_kept():
+            seen = jax.config.jax_enable_x64
+            jax.config.update("jax_enable_x64", False)
+            if jax.config.jax_enable_x64 != seen:
+                jax.config.update("jax_enable_x64", seen)
+        assert c.enable_x64.get_global() is True
+        with global_x64_kept():
+            jax.config.update("jax_enable_x64", False)
+        assert c.enable_x64.get_global() is True
+    finally:
+        jax.config.update("jax_enable_x64", before)

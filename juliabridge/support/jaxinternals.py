@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import jax
 from jax import export as jax_export
@@ -57,6 +57,24 @@ def x64_scope() -> contextlib.AbstractContextManager[None]:
     (Reactant's i64 loop counters and indices) keep their StableHLO types exactly.
     """
     return jax.enable_x64(True)  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def global_x64_kept() -> Iterator[None]:
+    """Restore the process-wide jax_enable_x64 on exit, whatever the body set it to.
+
+    For code that sets the flag with ``jax.config.update`` and restores the value it *saw*,
+    which under a ``jax.enable_x64`` context is the context's, not the global one (jax2onnx's
+    converter does this); JAX has no public reader of the global value.
+    """
+    from jax._src import config as _config
+
+    before = bool(_config.enable_x64.get_global())
+    try:
+        yield
+    finally:
+        if bool(_config.enable_x64.get_global()) != before:
+            jax.config.update("jax_enable_x64", before)
 
 
 def make_primitive(name: str) -> Primitive:

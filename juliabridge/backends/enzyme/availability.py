@@ -1,5 +1,6 @@
-"""Whether enzyme-ad is importable here: the one place the enzyme backend, its VJP deriver,
-the CLI's notes and `juliabridge doctor` ask (tests patch ``availability.enzyme_available``)."""
+"""Whether enzyme-ad is importable here: the enzyme backend, its VJP deriver, the CLI's notes
+and `juliabridge doctor` call ``availability.enzyme_available``; backends/select.py and
+backends/vjp_text.py bind the name when imported, so a test patches it there too."""
 
 from __future__ import annotations
 

@@ -797,22 +797,24 @@ def _send_dataset(reader: Reader, req: dict[str, Any], out: BinaryIO) -> None:
     rows = prep.shape[0] if prep.shape and prep.shape[0] else 1
     slab = min(prep.nbytes, max(SLAB_BYTES, prep.nbytes // rows))
     _limit_memory(2 * slab + 2 * prep.chunk_bytes)
-    send_json(
-        out,
-        {
-            "ok": True,
-            "dtype": prep.dtype.str,
-            "shape": list(prep.shape),
-            "nbytes": prep.nbytes,
-        },
-    )
-    fill = fill_value(prep) if prep.early else None
-    only_fill = fill is not None
-    for _, piece in reader.pieces(prep):
-        only_fill = only_fill and fill is not None and is_fill(piece, fill)
-        flat = np.ascontiguousarray(piece).reshape(-1).view(np.uint8)
-        send_frame(out, b"D", memoryview(flat))  # type: ignore[arg-type]
-    _limit_memory(0)
+    try:  # the cap is this dataset's: a failed read must not leave it on the next request
+        send_json(
+            out,
+            {
+                "ok": True,
+                "dtype": prep.dtype.str,
+                "shape": list(prep.shape),
+                "nbytes": prep.nbytes,
+            },
+        )
+        fill = fill_value(prep) if prep.early else None
+        only_fill = fill is not None
+        for _, piece in reader.pieces(prep):
+            only_fill = only_fill and fill is not None and is_fill(piece, fill)
+            flat = np.ascontiguousarray(piece).reshape(-1).view(np.uint8)
+            send_frame(out, b"D", memoryview(flat))  # type: ignore[arg-type]
+    finally:
+        _limit_memory(0)
     if only_fill and prep.nbytes:
         raise Problem("limit", NEVER_WRITTEN.format(name=prep.name))
     send_json(out, {"done": True})
