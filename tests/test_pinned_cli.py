@@ -92,20 +92,35 @@ def test_success_mismatch_usage_internal_and_interrupt_codes(
     def differs(path: str, **kwargs: object) -> VerifyReport:
         asked.append(kwargs)
         checks = [ResultCheck("output", 1.0, 0.5, False)]
-        return VerifyReport(path, "lax", 1e-5, 1e-6, checks, made_with_julia=False)
+        precision = kwargs.get("matmul_precision")
+        assert precision is None or isinstance(precision, str)
+        return VerifyReport(path, "lax", 1e-5, 1e-6, checks, False, precision)
 
     monkeypatch.setattr("juliabridge.verification.verify", differs)
     code, out, _ = run(["verify", "B"], capsys)
     lines = [" ".join(re.sub("[│┃]", " ", ln).split()) for ln in out.splitlines()]
-    assert code == 1 and "verify B [lax] rtol=1e-05 atol=1e-06" in lines
+    assert code == 1 and "verify B [lax] rtol=1e-05 atol=1e-06 matmul_precision=highest" in lines
     assert "result max abs err max rel err ok" in lines and "output 1 0.5 NO" in lines
     assert lines[-1] == (
         "MISMATCH: outputs differ from the bundle's reference outputs (made without Julia)"
     )
-    assert asked.pop() == {"backend": "auto", "rtol": None, "atol": None, "verify_checksums": True}
+    assert asked.pop() == {
+        "backend": "auto",
+        "rtol": None,
+        "atol": None,
+        "verify_checksums": True,
+        "matmul_precision": "highest",
+    }
     flags = ["--backend", "xla", "--rtol", "0.1", "--atol", "0", "--no-verify"]
-    assert run(["verify", "B", *flags], capsys)[0] == 1
-    assert asked.pop() == {"backend": "xla", "rtol": 0.1, "atol": 0.0, "verify_checksums": False}
+    code, out, _ = run(["verify", "B", *flags, "--matmul-precision", "platform"], capsys)
+    assert code == 1 and "matmul_precision=platform" in out
+    assert asked.pop() == {
+        "backend": "xla",
+        "rtol": 0.1,
+        "atol": 0.0,
+        "verify_checksums": False,
+        "matmul_precision": None,
+    }
     raising(monkeypatch, ZeroDivisionError("division by zero"))
     code, _, err = run(["inspect", "B"], capsys)
     assert code == 70 and err.startswith(
