@@ -346,11 +346,16 @@ def _source_digest(model: LuxModel | ImportedFunction) -> dict[str, Any]:
     return {"source_digest": {"algorithm": "sha256", "of": "module text", "hex": digest}}
 
 
-def _write_atomic(target: Path, content: bytes, overwrite: bool) -> None:
+def _check_target(target: Path, overwrite: bool) -> None:
+    """Refuse a directory, or an existing file without `overwrite` (SaveError)."""
     if target.is_dir():
         raise SaveError(f"{target}: is a directory; pass a file path")
     if target.exists() and not overwrite:
         raise SaveError(f"{target}: already exists; pass overwrite=True (--overwrite) to replace")
+
+
+def _write_atomic(target: Path, content: bytes, overwrite: bool) -> None:
+    _check_target(target, overwrite)
     try:
         replace_file(target, content)
     except OSError as e:

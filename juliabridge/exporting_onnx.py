@@ -47,7 +47,7 @@ from .errors import (
     OnnxConversionError,
     SaveError,
 )
-from .exporting import _program, _write_atomic
+from .exporting import _check_target, _program, _write_atomic
 from .function import ImportedFunction
 from .lux.model import LuxModel
 from .support.jaxinternals import global_x64_kept, x64_scope
@@ -375,8 +375,7 @@ def save_onnx(
         BackendUnavailableError / CallArgumentError / OnnxConversionError: as for `export_onnx`.
     """
     target = Path(path)
-    if target.exists() and not overwrite:  # before the conversion, not after it
-        raise SaveError(f"{target}: already exists; pass overwrite=True (--overwrite) to replace")
+    _check_target(target, overwrite)  # before the conversion, not after it
     proto = export_onnx(model, opset=opset)
     try:
         data = proto.SerializeToString()
