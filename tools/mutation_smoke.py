@@ -108,6 +108,13 @@ TESTS_FOR = {
         "tests/test_pinned_budget.py",
         "tests/test_echo_structure.py",
     ],
+    "juliabridge/stablehlo/budget.py": [
+        "tests/test_pinned_stablehlo.py",
+        "tests/test_pinned_module.py",
+        "tests/test_pinned_budget.py",
+        "tests/test_echo_structure.py",
+        "tests/test_work_budget_space.py",
+    ],
     "juliabridge/stablehlo/sanitize.py": [
         "tests/test_pinned_stablehlo.py",
         "tests/test_pinned_sanitize_report.py",
@@ -129,6 +136,12 @@ TESTS_FOR = {
         "tests/test_pinned_reactant_script.py",
         "tests/test_pinned_reactant_export.py",
         "tests/test_reactant_export.py",
+    ],
+    "juliabridge/reactant_export/luxmap.py": [
+        "tests/test_pinned_reactant_script.py",
+        "tests/test_pinned_reactant_export.py",
+        "tests/test_reactant_export.py",
+        "tests/test_echo_outputs_space.py",
     ],
     "juliabridge/verification.py": [
         "tests/test_pinned_verify.py",
