@@ -8,9 +8,12 @@ disagree (a parameter whose leading dim happens to equal the batch), the output 
 a computed result, so a batch of another size is served as the batch rule says: split into
 calls of the traced size, the outputs concatenated along the batch axis.
 
-The space: which argument the output returns (x, a parameter, a state leaf), whether that
-argument's leading dim equals the batch size, `batch_axis` (none or 0), layout ("mlir" or
-"julia"), and the batch size of the call (the traced one, a multiple, one that needs padding).
+The same rule holds where a Julia export is completed to a bundle (julia_export/complete.py,
+docs/julia-export.md). The space: which argument the output returns (x, a parameter, a state
+leaf), whether that argument's leading dim equals the batch size, `batch_axis` (none or 0) and
+layout ("mlir" or "julia") on the Reactant route, whether samples are declared independent on
+the Julia route, and the batch size of the call (the traced one, a multiple, one that needs
+padding).
 The reference is that rule applied in numpy to the function written here.
 """
 
@@ -27,6 +30,8 @@ import pytest
 import juliabridge
 from juliabridge import CallArgumentError
 
+from .conftest import require_backend
+from .julia_export_writer import JArg, JExport, flat, write_julia_export
 from .pinned_support import lower
 from .reactant_export_writer import ArgInfo, Export, write_export
 
@@ -80,3 +85,46 @@ def test_an_output_returning_an_argument_follows_the_batch_rule(
         want = x if returned == "x" else np.concatenate([value] * k)[:n] if n != B else value
         y = model(x.T if julia else x)
         np.testing.assert_array_equal(np.asarray(y), want.T if julia else want)
+
+
+# --- the same rule on the Julia-export route (docs/julia-export.md §4) -------------------------
+
+JULIA_CASES = list(itertools.product(["x", "w", "s"], [True, False], [True, None]))
+
+
+@pytest.mark.parametrize(("returned", "lead_is_batch", "independent"), JULIA_CASES)
+def test_a_julia_export_output_returning_an_argument_follows_the_batch_rule(
+    tmp_path: Path, returned: str, lead_is_batch: bool, independent: bool | None
+) -> None:
+    require_backend("lax")
+    rows = B if lead_is_batch else B + 1
+    w = rng.standard_normal((rows, 2)).astype(np.float32)
+    s = rng.standard_normal((rows, 5)).astype(np.float32)
+    args = [JArg("input", [], X), JArg("parameter", ["layer_1", "weight"], w),
+            JArg("state", ["layer_1", "s"], s)]  # fmt: skip
+
+    def fn(x: Any, w: Any, s: Any) -> tuple[Any, ...]:
+        return {"x": x, "w": w, "s": s}[returned], s  # the output, then st's leaf unchanged
+
+    e = JExport("echo", flat(fn, args), args, [["output"], ["state", "layer_1", "s"]],
+                samples_independent=independent)  # fmt: skip
+    model = juliabridge.import_lux(write_julia_export(tmp_path / "e", e), backend="lax")
+    value = {"x": X, "w": w, "s": s}[returned]
+    index = {"x": 0, "w": 1, "s": 2}[returned]
+    # batch axis 0 on an input, and on an output, whose axis 0 is the batch size; an echo only
+    # where the output's and its argument's batch axes agree
+    arg_axis = 0 if returned == "x" else None
+    out_axis = 0 if value.shape[0] == B else None
+    r0, r1 = model.manifest.results[:2]
+    assert (r0.batch_axis, r0.echo_of) == (out_axis, index if arg_axis == out_axis else None)
+    assert (r1.batch_axis, r1.echo_of) == (None, 2)
+    sizes = [B, 2 * B, B + 1] if independent else [B]
+    for n in sizes:
+        x = np.resize(X, (n, F))
+        if n != B and out_axis is None:
+            with pytest.raises(CallArgumentError, match="no batch_axis"):
+                model(x)
+            continue
+        k = math.ceil(n / B)
+        want = x if returned == "x" else np.concatenate([value] * k)[:n] if n != B else value
+        np.testing.assert_array_equal(np.asarray(model(x)), want)

@@ -120,6 +120,13 @@ TESTS_FOR = {
         "tests/test_pinned_sanitize_report.py",
         "tests/test_load_mlir.py::test_sort_dimension_counted_from_the_end",
     ],
+    "juliabridge/stablehlo/hlosharding.py": [
+        "tests/test_pinned_stablehlo.py",
+        "tests/test_pinned_module.py",
+        "tests/test_pinned_budget.py",
+        "tests/test_echo_structure.py",
+        "tests/test_hlosharding_space.py",
+    ],
     "juliabridge/stablehlo/artifact.py": ["tests/test_pinned_artifact.py"],
     "juliabridge/stablehlo/_artifact_child.py": ["tests/test_pinned_artifact.py"],
     # not tests/test_transforms.py: its `juliabridge vjp` test runs Enzyme's derivation child,
