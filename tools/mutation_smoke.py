@@ -108,10 +108,24 @@ TESTS_FOR = {
         "tests/test_pinned_budget.py",
         "tests/test_echo_structure.py",
     ],
+    "juliabridge/stablehlo/budget.py": [
+        "tests/test_pinned_stablehlo.py",
+        "tests/test_pinned_module.py",
+        "tests/test_pinned_budget.py",
+        "tests/test_echo_structure.py",
+        "tests/test_work_budget_space.py",
+    ],
     "juliabridge/stablehlo/sanitize.py": [
         "tests/test_pinned_stablehlo.py",
         "tests/test_pinned_sanitize_report.py",
         "tests/test_load_mlir.py::test_sort_dimension_counted_from_the_end",
+    ],
+    "juliabridge/stablehlo/hlosharding.py": [
+        "tests/test_pinned_stablehlo.py",
+        "tests/test_pinned_module.py",
+        "tests/test_pinned_budget.py",
+        "tests/test_echo_structure.py",
+        "tests/test_hlosharding_space.py",
     ],
     "juliabridge/stablehlo/artifact.py": ["tests/test_pinned_artifact.py"],
     "juliabridge/stablehlo/_artifact_child.py": ["tests/test_pinned_artifact.py"],
@@ -129,6 +143,12 @@ TESTS_FOR = {
         "tests/test_pinned_reactant_script.py",
         "tests/test_pinned_reactant_export.py",
         "tests/test_reactant_export.py",
+    ],
+    "juliabridge/reactant_export/luxmap.py": [
+        "tests/test_pinned_reactant_script.py",
+        "tests/test_pinned_reactant_export.py",
+        "tests/test_reactant_export.py",
+        "tests/test_echo_outputs_space.py",
     ],
     "juliabridge/verification.py": [
         "tests/test_pinned_verify.py",
