@@ -138,3 +138,58 @@ def test_the_cap_under_a_finite_hard_limit_is_the_smaller_one(tmp_path: Path) ->
         cap = min(memory, hard)
         assert child["data"] == [cap, cap], (memory, child)
         assert child["raised"] is False
+
+
+@pytest.mark.parametrize("cwd", [None, "tmp"])
+def test_a_module_entry_runs_this_juliabridge_s_code(tmp_path: Path, cwd: str | None) -> None:
+    # "package.module:function" is imported from the directory holding this juliabridge
+    # package, not whatever juliabridge the interpreter would find (an installed copy, or none:
+    # isolated mode ignores PYTHONPATH), from any working directory.
+    import juliabridge
+
+    done = childproc.run(
+        "juliabridge.support.childproc:physical_memory",
+        input=b"",
+        timeout=120,
+        memory=1 << 34,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    argv = childproc.helper_argv("juliabridge.support.childproc:physical_memory", memory=1 << 34)
+    argv[3] += "\nimport juliabridge; print(juliabridge.__file__)"
+    out = subprocess.run(
+        argv, capture_output=True, text=True, timeout=120, env=childproc.helper_env(),
+        cwd=tmp_path if cwd else os.path.abspath(os.sep),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert Path(out.stdout.strip()).resolve() == Path(juliabridge.__file__).resolve()
+
+
+ENV_REPORT = "import json, os; print(json.dumps(dict(os.environ)))"
+
+
+@pytest.mark.parametrize("overridden", [(), ("TMPDIR",), ("LANG", "LC_ALL"), "all"])
+@pytest.mark.parametrize("new", [False, True])
+def test_the_environment_is_the_kept_host_values_then_the_caller_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, overridden, new: bool
+) -> None:
+    # helper_env's contract: KEEP_ENV's variables from this process, then `extra_env` over
+    # them (a kept name the caller sets is the caller's value); nothing else from the host.
+    kept = [k for k in childproc.KEEP_ENV if k != "PATH"]
+    for k in kept:
+        monkeypatch.setenv(k, f"host-{k}")
+    monkeypatch.setenv("JULIABRIDGE_SECRET_TEST", "x")
+    names = kept if overridden == "all" else list(overridden)
+    extra = {k: f"extra-{k}" for k in names}
+    if new:
+        extra |= {"OMP_NUM_THREADS": "1", "JULIABRIDGE_CHILD_ONLY": "y"}
+    script = tmp_path / "env.py"
+    script.write_text(ENV_REPORT)
+    done = childproc.run(str(script), input=b"", timeout=60, memory=1 << 33, extra_env=extra)
+    assert done.returncode == 0, done.stderr.decode()
+    got = json.loads(done.stdout)
+    want = {k: f"host-{k}" for k in kept} | {"PYTHONDONTWRITEBYTECODE": "1"} | extra
+    if "PATH" in os.environ:
+        want["PATH"] = os.environ["PATH"]
+    # the interpreter may add its own (e.g. LC_CTYPE coercion); none of the host's others
+    assert {k: got.get(k) for k in want} == want
+    assert "JULIABRIDGE_SECRET_TEST" not in got

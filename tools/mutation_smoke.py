@@ -118,12 +118,20 @@ TESTS_FOR = {
         "tests/test_pinned_module.py",
         "tests/test_pinned_budget.py",
         "tests/test_echo_structure.py",
+        "tests/test_work_budget_space.py",
         "tests/test_budget_expansion_space.py",
     ],
     "juliabridge/stablehlo/sanitize.py": [
         "tests/test_pinned_stablehlo.py",
         "tests/test_pinned_sanitize_report.py",
         "tests/test_load_mlir.py::test_sort_dimension_counted_from_the_end",
+    ],
+    "juliabridge/stablehlo/hlosharding.py": [
+        "tests/test_pinned_stablehlo.py",
+        "tests/test_pinned_module.py",
+        "tests/test_pinned_budget.py",
+        "tests/test_echo_structure.py",
+        "tests/test_hlosharding_space.py",
     ],
     "juliabridge/stablehlo/artifact.py": ["tests/test_pinned_artifact.py"],
     "juliabridge/stablehlo/_artifact_child.py": ["tests/test_pinned_artifact.py"],
@@ -141,6 +149,12 @@ TESTS_FOR = {
         "tests/test_pinned_reactant_script.py",
         "tests/test_pinned_reactant_export.py",
         "tests/test_reactant_export.py",
+    ],
+    "juliabridge/reactant_export/luxmap.py": [
+        "tests/test_pinned_reactant_script.py",
+        "tests/test_pinned_reactant_export.py",
+        "tests/test_reactant_export.py",
+        "tests/test_echo_outputs_space.py",
     ],
     "juliabridge/verification.py": [
         "tests/test_pinned_verify.py",
@@ -165,6 +179,16 @@ TESTS_FOR = {
     "juliabridge/function.py": ["tests/test_pinned_calls.py", "tests/test_pinned_batch.py"],
     "juliabridge/support/dtypes.py": ["tests/test_pinned_calls.py", "tests/test_pinned_batch.py"],
     "juliabridge/backends/lax/": ["tests/test_pinned_lax.py", "tests/lax/test_framework.py"],
+    "juliabridge/backends/lax/attrs.py": [
+        "tests/test_pinned_lax.py",
+        "tests/lax/test_framework.py",
+        "tests/lax/test_dense_constant_space.py",
+    ],
+    "juliabridge/backends/lax/evaluate.py": [
+        "tests/test_pinned_lax.py",
+        "tests/lax/test_framework.py",
+        "tests/lax/test_result_check_space.py",
+    ],
     "juliabridge/backends/vjp_text.py": ["tests/test_cli_usage.py", "tests/test_cli_errors.py"],
     "juliabridge/backends/lax/ops/elementwise.py": [
         "tests/test_pinned_lax.py",
@@ -190,6 +214,7 @@ TESTS_FOR = {
     ],
     "juliabridge/backends/lax/ops/_control_util.py": [
         "tests/lax/test_control.py",
+        "tests/lax/test_counted_loop_space.py",
         "tests/lax/test_scan_carry_space.py",
     ],
     "juliabridge/backends/lax/ops/control.py": [
@@ -213,7 +238,17 @@ TESTS_FOR = {
 #: each survivor of a smoke (MUTANT_UNDER_TEST=NAME pytest -x) against the tests mutmut
 #: recorded reaching its function. `--suggest-tests` adds them to the module's selection.
 KILLERS = {
+    "juliabridge/backends/lax/attrs.py": [
+        "tests/lax/test_dense_constant_space.py::test_a_large_hex_constant_of_every_element_type_holds_numpy_s_reading_of_its_bytes",
+    ],
+    "juliabridge/backends/lax/backend.py": [
+        "tests/test_pinned_lax.py::test_a_module_without_its_parse_is_lifted_from_its_text",
+    ],
+    "juliabridge/backends/lax/evaluate.py": [
+        "tests/test_pinned_lax.py::test_a_lift_producing_the_wrong_type_is_caught_at_the_op",
+    ],
     "juliabridge/backends/lax/ops/_control_util.py": [
+        "tests/lax/test_counted_loop_space.py::test_an_inclusive_bound_at_the_type_s_end_is_an_endless_loop_never_counted",
         "tests/lax/test_control.py::test_counted_loop_with_the_constant_first_in_its_increment",
         "tests/lax/test_rule_space_edges.py::test_a_loop_walking_away_from_its_bound_runs_until_its_counter_wraps",
     ],

@@ -63,6 +63,10 @@ _cap("RLIMIT_CPU", {cpu!r})
 del _cap
 {entry}
 """
+#: The directory holding this juliabridge package (this file is juliabridge/support/childproc.py):
+#: a ``package.module:function`` entry imports from there, so the child runs the parent's code
+#: even from a checkout that is not installed (isolated mode ignores PYTHONPATH).
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _SCRIPT = "import runpy; sys.argv[0] = {path!r}; runpy.run_path({path!r}, run_name='__main__')"
 _CALL = "sys.path.insert(0, {root!r}); from {module} import {function}; {function}()"
 
@@ -107,7 +111,7 @@ def helper_argv(
     """
     if not entry.endswith(".py"):
         module, function = entry.split(":", 1)
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        root = _PACKAGE_PARENT
         code = _CALL.format(root=root, module=module, function=function)
     else:
         code = _SCRIPT.format(path=os.path.abspath(entry))
