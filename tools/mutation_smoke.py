@@ -168,6 +168,16 @@ TESTS_FOR = {
     "juliabridge/function.py": ["tests/test_pinned_calls.py", "tests/test_pinned_batch.py"],
     "juliabridge/support/dtypes.py": ["tests/test_pinned_calls.py", "tests/test_pinned_batch.py"],
     "juliabridge/backends/lax/": ["tests/test_pinned_lax.py", "tests/lax/test_framework.py"],
+    "juliabridge/backends/lax/attrs.py": [
+        "tests/test_pinned_lax.py",
+        "tests/lax/test_framework.py",
+        "tests/lax/test_dense_constant_space.py",
+    ],
+    "juliabridge/backends/lax/evaluate.py": [
+        "tests/test_pinned_lax.py",
+        "tests/lax/test_framework.py",
+        "tests/lax/test_result_check_space.py",
+    ],
     "juliabridge/backends/vjp_text.py": ["tests/test_cli_usage.py", "tests/test_cli_errors.py"],
     "juliabridge/backends/lax/ops/elementwise.py": [
         "tests/test_pinned_lax.py",
@@ -188,7 +198,10 @@ TESTS_FOR = {
     "juliabridge/backends/lax/ops/conv.py": ["tests/lax/test_conv.py"],
     "juliabridge/backends/lax/ops/fft.py": ["tests/lax/test_fft.py"],
     "juliabridge/backends/lax/ops/dot.py": ["tests/lax/test_dot.py"],
-    "juliabridge/backends/lax/ops/_control_util.py": ["tests/lax/test_control.py"],
+    "juliabridge/backends/lax/ops/_control_util.py": [
+        "tests/lax/test_control.py",
+        "tests/lax/test_counted_loop_space.py",
+    ],
     "juliabridge/backends/lax/ops/control.py": ["tests/lax/test_control.py"],
     "juliabridge/backends/lax/ops/chlo.py": ["tests/lax/test_chlo.py"],
     "juliabridge/backends/lax/ops/_select_scatter_util.py": ["tests/lax/test_reduction.py"],
@@ -207,7 +220,17 @@ TESTS_FOR = {
 #: each survivor of a smoke (MUTANT_UNDER_TEST=NAME pytest -x) against the tests mutmut
 #: recorded reaching its function. `--suggest-tests` adds them to the module's selection.
 KILLERS = {
+    "juliabridge/backends/lax/attrs.py": [
+        "tests/lax/test_dense_constant_space.py::test_a_large_hex_constant_of_every_element_type_holds_numpy_s_reading_of_its_bytes",
+    ],
+    "juliabridge/backends/lax/backend.py": [
+        "tests/test_pinned_lax.py::test_a_module_without_its_parse_is_lifted_from_its_text",
+    ],
+    "juliabridge/backends/lax/evaluate.py": [
+        "tests/test_pinned_lax.py::test_a_lift_producing_the_wrong_type_is_caught_at_the_op",
+    ],
     "juliabridge/backends/lax/ops/_control_util.py": [
+        "tests/lax/test_counted_loop_space.py::test_an_inclusive_bound_at_the_type_s_end_is_an_endless_loop_never_counted",
         "tests/lax/test_control.py::test_counted_loop_with_the_constant_first_in_its_increment",
         "tests/lax/test_rule_space_edges.py::test_a_loop_walking_away_from_its_bound_runs_until_its_counter_wraps",
     ],

@@ -102,6 +102,7 @@ _TOKEN = re.compile(
     r"|(?P<num>[-+]?(?:0x[0-9A-Fa-f]+|inf|nan|[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?))"
 )
 _BUFFER_KINDS = "biuf"
+_HEX = re.compile(r"[0-9A-Fa-f]*")
 
 
 def dense(
@@ -139,8 +140,19 @@ def dense(
         raise AttributeError_(f"expected a dense elements attribute, got {text[:200]}")
     body = m.group("body").strip()
     if body.startswith('"0x') and body.endswith('"'):
-        return _from_bytes(bytes.fromhex(body[3:-1]), want, ttype.shape, size)
+        return _from_bytes(_hex_bytes(body[3:-1]), want, ttype.shape, size)
     return _from_literal(body, want, ttype.shape, size)
+
+
+def _hex_bytes(digits: str) -> bytes:
+    """The bytes a dense attribute's hex blob spells (two digits a byte, no blanks)."""
+    if len(digits) % 2:
+        raise AttributeError_(
+            f"a dense hex blob of {len(digits)} digits: not an even number of hex digits"
+        )
+    if not _HEX.fullmatch(digits):
+        raise AttributeError_(f"a dense hex blob that is not hex: {digits[:40]!r}")
+    return bytes.fromhex(digits)
 
 
 def _from_bytes(raw: bytes, want: np.dtype, shape: tuple[int, ...], size: int) -> np.ndarray:

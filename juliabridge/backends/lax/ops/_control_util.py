@@ -162,8 +162,9 @@ def _trips(start: int, direction: str, bound: int, step: int, lo: int, hi: int) 
     up = {"LT": bound - start, "LE": None if bound == hi else bound - start + 1}
     down = {"GT": start - bound, "GE": None if bound == lo else start - bound + 1}
     if direction == "NE":
-        ok = start < bound if step == 1 else start > bound
-        return abs(bound - start) if ok else None
+        # Stepping by 1 the counter visits every value of its type, wrapping at the end of
+        # its range if it walks away from the bound, so it meets the bound after this many.
+        return ((bound - start) * step) % (hi - lo + 1)
     table = up if step == 1 else down
     if direction in table:
         return table[direction]
