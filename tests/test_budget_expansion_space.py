@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import juliabridge
@@ -23,7 +23,10 @@ from juliabridge.stablehlo import budget
 from juliabridge.stablehlo import module as module_mod
 from juliabridge.stablehlo.module import parse_module
 
+#: No shrinking: a failing case is reported as drawn (each case loads a module, so
+#: shrinking one costs minutes, and a mutation run stops at the first failure).
 SPACE = settings(
+    phases=(Phase.explicit, Phase.reuse, Phase.generate),
     max_examples=30,
     deadline=None,
     derandomize=True,

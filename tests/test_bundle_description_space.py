@@ -11,14 +11,17 @@ from typing import Any
 
 import jax
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from juliabridge.bundle import open_bundle
 from juliabridge.bundle.write.description import ArgumentSpec, BundleDescription
 from juliabridge.bundle.write.writer import write_bundle
 
+#: No shrinking: a failing case is reported as drawn (each case loads a module, so
+#: shrinking one costs minutes, and a mutation run stops at the first failure).
 SPACE = settings(
+    phases=(Phase.explicit, Phase.reuse, Phase.generate),
     max_examples=25,
     deadline=None,
     derandomize=True,

@@ -20,14 +20,21 @@ from typing import Any
 import jax
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import Phase, assume, given, settings
 from hypothesis import strategies as st
 
 import juliabridge
 from juliabridge import JuliaBridgeError
 
 pytestmark = pytest.mark.usefixtures("x64")
-SPACE = settings(max_examples=40, deadline=None, derandomize=True)
+#: No shrinking: a failing case is reported as drawn (each case loads a module, so
+#: shrinking one costs minutes, and a mutation run stops at the first failure).
+SPACE = settings(
+    phases=(Phase.explicit, Phase.reuse, Phase.generate),
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+)
 TYPES = {"i8": np.int8, "ui8": np.uint8, "i32": np.int32, "ui32": np.uint32}
 _CMP = {
     "LT": lambda a, b: a < b,
@@ -55,7 +62,7 @@ def loops(draw: st.DrawFn) -> dict[str, Any]:
     start = draw(st.integers(max(int(info.min), -5), 5))
     if dtype.kind == "u" and draw(st.booleans()):
         start = int(info.max) - draw(st.integers(0, 3))
-    slots = draw(st.permutations(["iv", *draw(st.lists(st.sampled_from(["acc", "other"]),
+    slots = draw(st.permutations(["iv", *draw(st.lists(st.sampled_from(["acc", "other", "token"]),
                                                          min_size=0, max_size=3))]))  # fmt: skip
     flag = draw(st.integers(0, 4)) == 0  # the condition returns a carried flag
     if flag:
@@ -81,8 +88,9 @@ def loops(draw: st.DrawFn) -> dict[str, Any]:
 def _text(c: dict[str, Any]) -> str:
     ty, slots = c["ty"], c["slots"]
     it = f"tensor<{ty}>"
-    types = {"iv": it, "other": it, "acc": "tensor<f64>", "flag": "tensor<i1>"}
-    init = {"iv": "%cs", "other": "%co", "acc": "%x", "flag": "%ct"}
+    types = {"iv": it, "other": it, "acc": "tensor<f64>", "flag": "tensor<i1>",
+             "token": "!stablehlo.token"}  # fmt: skip
+    init = {"iv": "%cs", "other": "%co", "acc": "%x", "flag": "%ct", "token": "%tk"}
     names = [f"%v{k}" for k in range(len(slots))]
     at = {s: names[k] for k, s in enumerate(slots) if s != "acc"}
     iv, other = at["iv"], at.get("other", "")
@@ -105,6 +113,9 @@ def _text(c: dict[str, Any]) -> str:
         elif s == "other":
             body.append(f"%n{k} = stablehlo.add {v}, %c1 : {it}")
             out.append(f"%n{k}")
+        elif s == "token":  # a token carried through, joined with itself as a side effect would
+            body.append(f"%n{k} = stablehlo.after_all {v}, {v} : !stablehlo.token")
+            out.append(f"%n{k}")
         elif s == "acc":
             body += [f"%m{k} = stablehlo.multiply {v}, %x : tensor<f64>",
                      f"%n{k} = stablehlo.add %m{k}, %fi : tensor<f64>"]  # fmt: skip
@@ -116,7 +127,9 @@ def _text(c: dict[str, Any]) -> str:
             out.append(f"%n{k}")
     tys = [types[s] for s in slots]
     carried = ", ".join(f"{n} = {init[s]}" for n, s in zip(names, slots))
-    results = ", ".join(f"%w#{k}" for k in range(len(slots)))
+    kept = [k for k, s in enumerate(slots) if s != "token"]  # tokens do not leave @main
+    results = ", ".join(f"%w#{k}" for k in kept)
+    rtys = ", ".join(tys[k] for k in kept)
     lines = [
         f"%cs = stablehlo.constant dense<{c['start']}> : {it}",
         f"%cb = stablehlo.constant dense<{c['bound']}> : {it}",
@@ -124,6 +137,7 @@ def _text(c: dict[str, Any]) -> str:
         f"%c1 = stablehlo.constant dense<1> : {it}",
         f"%c2 = stablehlo.constant dense<2> : {it}",
         "%ct = stablehlo.constant dense<true> : tensor<i1>",
+        "%tk = stablehlo.after_all : !stablehlo.token",
         f"%w:{len(slots)} = stablehlo.while({carried}) : {', '.join(tys)}",
         "cond {",
         *cond,
@@ -133,9 +147,9 @@ def _text(c: dict[str, Any]) -> str:
         "}",
     ]
     return (
-        f"module {{\n  func.func @main(%x: tensor<f64>) -> ({', '.join(tys)}) {{\n    "
+        f"module {{\n  func.func @main(%x: tensor<f64>) -> ({rtys}) {{\n    "
         + "\n    ".join(lines)
-        + f"\n    return {results} : {', '.join(tys)}\n  }}\n}}\n"
+        + f"\n    return {results} : {rtys}\n  }}\n}}\n"
     )
 
 
@@ -144,7 +158,8 @@ def _simulate(c: dict[str, Any], x: float) -> list[Any] | None:
     dtype = c["dtype"]
     values: list[Any] = []
     for s in c["slots"]:
-        values.append({"iv": c["start"], "other": c["other"], "acc": x, "flag": True}[s])
+        values.append({"iv": c["start"], "other": c["other"], "acc": x, "flag": True,
+                       "token": None}[s])  # fmt: skip
     where = {s: k for k, s in enumerate(c["slots"])}
     cmp = _CMP[c["direction"]]
     trips = 0
@@ -159,7 +174,7 @@ def _simulate(c: dict[str, Any], x: float) -> list[Any] | None:
             v = values[k]
             new.append({"iv": nxt, "other": _wrap(v + 1, dtype) if s == "other" else 0,
                         "acc": v * x + iv if s == "acc" else 0,
-                        "flag": cmp(nxt, c["bound"])}[s])  # fmt: skip
+                        "flag": cmp(nxt, c["bound"]), "token": None}[s])  # fmt: skip
         values = new
         trips += 1
         if trips > LIMIT:
@@ -183,8 +198,10 @@ def test_counted_loops_carry_every_value_and_only_they_reverse_differentiate(
     assume(want is not None)
     text = _text(case)
     fn = juliabridge.load_mlir(text, backend="lax")
-    got = [np.asarray(v) for v in fn(np.float64(x))]
-    for k, s in enumerate(case["slots"]):
+    kept = [k for k, s in enumerate(case["slots"]) if s != "token"]
+    got = dict(zip(kept, (np.asarray(v) for v in fn(np.float64(x)))))
+    for k in kept:
+        s = case["slots"][k]
         if s == "acc":
             np.testing.assert_allclose(got[k], want[k], rtol=1e-12, err_msg=text)
         else:
@@ -194,7 +211,7 @@ def test_counted_loops_carry_every_value_and_only_they_reverse_differentiate(
         return
 
     def first_acc(v: Any) -> Any:
-        return fn(v)[acc[0]]
+        return fn(v)[kept.index(acc[0])]
 
     if _counted(case):
         # d/dx of the accumulator, by central differences of the simulation (a polynomial in x)
