@@ -36,10 +36,11 @@ def _description(**changes: object) -> BundleDescription:
     return dataclasses.replace(d, **changes)
 
 
-def test_write_bundle_takes_the_path_a_description_and_overwrite() -> None:
+def test_write_bundle_takes_the_path_a_description_overwrite_and_trust() -> None:
     params = inspect.signature(write_bundle).parameters
-    assert list(params) == ["path", "description", "overwrite"]
+    assert list(params) == ["path", "description", "overwrite", "trust"]
     assert params["overwrite"].kind is params["overwrite"].KEYWORD_ONLY
+    assert params["trust"].kind is params["trust"].KEYWORD_ONLY
     with pytest.raises(dataclasses.FrozenInstanceError):
         _description().name = "other"  # type: ignore[misc]
 

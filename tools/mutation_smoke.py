@@ -93,7 +93,12 @@ TESTS_FOR = {
         "tests/test_pinned_h5parse.py",
         "tests/test_loading_h5parse.py",
     ],
-    "juliabridge/bundle/write/": ["tests/test_upgrade.py", "tests/test_bundles.py"],
+    "juliabridge/bundle/write/": [
+        "tests/test_upgrade.py",
+        "tests/test_bundles.py",
+        "tests/test_bundle_description.py",
+        "tests/test_bundle_description_space.py",
+    ],
     "juliabridge/bundle/write/vjp_bundle.py": ["tests/test_cli_usage.py"],
     "juliabridge/cli/": ["tests/test_pinned_cli.py", "tests/test_doctor.py"],
     "juliabridge/cli/commands.py": [
@@ -114,6 +119,7 @@ TESTS_FOR = {
         "tests/test_pinned_budget.py",
         "tests/test_echo_structure.py",
         "tests/test_work_budget_space.py",
+        "tests/test_budget_expansion_space.py",
     ],
     "juliabridge/stablehlo/sanitize.py": [
         "tests/test_pinned_stablehlo.py",
@@ -152,9 +158,14 @@ TESTS_FOR = {
     ],
     "juliabridge/verification.py": [
         "tests/test_pinned_verify.py",
+        "tests/lax/test_matmul_precision_space.py",
         "tests/test_cli_usage.py::test_the_verify_api_refuses_a_tolerance_that_cannot_be_met",
     ],
     "juliabridge/lux/": ["tests/test_pinned_calls.py", "tests/test_pinned_batch.py"],
+    "juliabridge/lux/options.py": [
+        "tests/test_load_options.py",
+        "tests/test_load_options_routes.py",
+    ],
     "juliabridge/lux/params_io.py": [
         "tests/test_pinned_params.py",
         "tests/test_error_surface.py::test_save_params_creates_no_directory_and_replaces_no_file_unasked",
@@ -197,12 +208,19 @@ TESTS_FOR = {
     "juliabridge/backends/lax/ops/_shape_util.py": ["tests/lax/test_shape.py"],
     "juliabridge/backends/lax/ops/conv.py": ["tests/lax/test_conv.py"],
     "juliabridge/backends/lax/ops/fft.py": ["tests/lax/test_fft.py"],
-    "juliabridge/backends/lax/ops/dot.py": ["tests/lax/test_dot.py"],
+    "juliabridge/backends/lax/ops/dot.py": [
+        "tests/lax/test_dot.py",
+        "tests/lax/test_matmul_precision_space.py",
+    ],
     "juliabridge/backends/lax/ops/_control_util.py": [
         "tests/lax/test_control.py",
         "tests/lax/test_counted_loop_space.py",
+        "tests/lax/test_scan_carry_space.py",
     ],
-    "juliabridge/backends/lax/ops/control.py": ["tests/lax/test_control.py"],
+    "juliabridge/backends/lax/ops/control.py": [
+        "tests/lax/test_control.py",
+        "tests/lax/test_scan_carry_space.py",
+    ],
     "juliabridge/backends/lax/ops/chlo.py": ["tests/lax/test_chlo.py"],
     "juliabridge/backends/lax/ops/_select_scatter_util.py": [
         "tests/lax/test_reduction.py",

@@ -82,6 +82,7 @@ def convert_julia_export(
             },
         ),
         overwrite=overwrite,
+        trust=options.trust,
     )
 
 

@@ -68,6 +68,7 @@ def convert_export(
             producer={"tool": PRODUCER, "tool_version": "unknown"},
         ),
         overwrite=overwrite,
+        trust=options.trust,
     )
 
 

@@ -334,7 +334,11 @@ def _write_files(
 
 
 def write_bundle(
-    path: str | os.PathLike[str], description: BundleDescription, *, overwrite: bool = False
+    path: str | os.PathLike[str],
+    description: BundleDescription,
+    *,
+    overwrite: bool = False,
+    trust: bool = False,
 ) -> Path:
     """Write the format-3 bundle `description` describes, atomically, and return its path.
 
@@ -343,18 +347,23 @@ def write_bundle(
         description: the module, its arguments and results, and the manifest's optional
             sections (BundleDescription's fields say what each holds).
         overwrite: replace an existing bundle at `path`.
+        trust: check the module as `import_lux(..., trust=True)` does (ops and custom calls
+            outside the allowlist admitted, no resource budgets); the bundle then loads only
+            with trust=True.
 
     Returns:
         `path`.
 
     Raises:
+        UnsupportedModuleError / MLIRParseError / ResourceLimitError: the module is refused
+            (without `trust`) or does not parse.
         SignatureMismatchError: the specs do not match @main, or an echo in
             `description.result_echoes` is a result @main computes.
         ManifestError: the result would not be a valid manifest.
         BundleError, SaveError: the target exists or cannot be written.
     """
     target = Path(path)
-    module = parse_module(description.mlir_text)
+    module = parse_module(description.mlir_text, trust=trust)
     arrays: dict[str, tuple[np.ndarray, str]] = {}
     manifest = _manifest(description, module, arrays)
     art_bytes = None

@@ -154,7 +154,8 @@ def _holds(i: int, direction: str, bound: int) -> bool:
 
 
 def _trips(start: int, direction: str, bound: int, step: int, lo: int, hi: int) -> int | None:
-    """How often the body runs, or None when the loop would run until the counter wraps."""
+    """How often the body runs (the counter wrapping at the end of its range if the loop
+    walks away from its bound), or None when the loop never ends."""
     if not _holds(start, direction, bound):
         return 0
     if direction == "EQ":
