@@ -7,7 +7,7 @@ padding position compete (its value is the pad's, 0) goes wrong exactly where se
 0) is false: a max-select (GE, GT) over negative values, a min-select (LE, LT) over positive
 ones, in a window that reaches into the padding on either side.
 
-The space: rank 1-3, every dimension padded low, high or both (at least one dimension padded),
+The space: rank 1-3, each dimension padded 0-2 low and high (at least one dimension padded),
 windows up to the padded size, strides 1-3, the four selects, add and max scatters, and
 operands of distinct values that are all negative, all positive, or both (no ties, so the
 order a window is visited in does not decide). The reference is the spec's rule in numpy
@@ -23,26 +23,13 @@ from hypothesis import strategies as st
 import juliabridge
 from tests.lax import reduction_reference as ref
 from tests.lax.test_reduction import sas_text
+from tests.lax.test_select_scatter_windows import geometries
 
 
-@st.composite
-def padded_geometries(draw: st.DrawFn) -> tuple:
-    rank = draw(st.integers(1, 3))
-    padded = draw(st.integers(0, rank - 1))  # this dimension is padded at least on one side
-    shape, window, strides, padding, src = [], [], [], [], []
-    for d in range(rank):
-        n = draw(st.integers(1, 5))
-        lo, hi = draw(st.sampled_from([(0, 0), (1, 0), (0, 1), (2, 1), (1, 2)]))
-        if d == padded and lo == hi == 0:
-            lo, hi = draw(st.sampled_from([(1, 0), (0, 1), (0, 2)]))
-        w = draw(st.integers(1, n + lo + hi))
-        s = draw(st.integers(1, 3))
-        shape.append(n)
-        window.append(w)
-        strides.append(s)
-        padding.append((lo, hi))
-        src.append((n + lo + hi - w) // s + 1)
-    return tuple(shape), tuple(src), tuple(window), tuple(strides), padding
+def padded_geometries() -> st.SearchStrategy[tuple]:
+    """test_select_scatter_windows.py's geometries (rank 1-3, padding 0-2 on each side, any
+    window and stride) with at least one dimension padded."""
+    return geometries().filter(lambda g: any(lo or hi for lo, hi in g[4]))
 
 
 @settings(
