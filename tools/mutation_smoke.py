@@ -222,7 +222,10 @@ TESTS_FOR = {
         "tests/lax/test_scan_carry_space.py",
     ],
     "juliabridge/backends/lax/ops/chlo.py": ["tests/lax/test_chlo.py"],
-    "juliabridge/backends/lax/ops/_select_scatter_util.py": ["tests/lax/test_reduction.py"],
+    "juliabridge/backends/lax/ops/_select_scatter_util.py": [
+        "tests/lax/test_reduction.py",
+        "tests/lax/test_select_scatter_space.py",
+    ],
     "juliabridge/backends/lax/ops/_reduction_util.py": ["tests/lax/test_reduction.py"],
     "juliabridge/backends/lax/ops/reduction.py": ["tests/lax/test_reduction.py"],
     "juliabridge/backends/lax/ops/_custom_call_util.py": ["tests/lax/test_custom_call.py"],
