@@ -9,6 +9,9 @@ cannot cross @main (the f8, f6, f4 and sub-byte integer types) leave it bit for 
 can (stablehlo.bitcast_convert to ui8) and converted exactly otherwise (to f32 or i32); the
 f6 types are refused at load on every backend, so they are not here.
 
+The last tests call attrs.dense on an attribute's printed form, the input it also takes where
+the bindings cannot wrap an attribute: malformed blobs and integer literals at their type's ends.
+
 The sizes are test_rule_space.py's (JULIABRIDGE_SPACE_EXAMPLES, default 20 per generated test).
 """
 
@@ -228,3 +231,24 @@ def test_the_printed_form_decoder_refuses_a_malformed_blob_by_name(body: str, pr
     t = TensorType((2,), np.dtype(ml_dtypes.bfloat16), "tensor<2xbf16>")
     with pytest.raises(attrs.AttributeError_, match=problem):
         attrs.dense(f"dense<{body}> : tensor<2xbf16>", t)
+
+
+@pytest.mark.parametrize("name", ["i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64", "i1"])
+def test_the_printed_form_decoder_reads_integer_literals_at_their_type_s_ends(name: str) -> None:
+    # attrs.dense's printed-form input (used where the bindings cannot wrap an attribute):
+    # a literal list mixing the type's minimum, maximum and small values decodes exactly (no
+    # float detour for values past int64's maximum next to small ones)
+    from juliabridge.backends.lax import attrs
+    from juliabridge.backends.lax.valtypes import TensorType
+
+    e = ELEMS[name]
+    if e.dtype == np.bool_:
+        values, words = [True, False, True], "true, false, true"
+    else:
+        info = np.iinfo(e.dtype)
+        values = [int(info.max), 5, int(info.min), 0, int(info.max) - 1, 1]
+        words = ", ".join(map(str, values))
+    t = TensorType((len(values),), e.dtype, f"tensor<{len(values)}x{name}>")
+    got = attrs.dense(f"dense<[{words}]> : {t}", t)
+    want = np.array(values, dtype=object).astype(e.dtype)
+    assert got.dtype == e.dtype and got.tolist() == want.tolist(), (name, got)
