@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +40,34 @@ def x64() -> Iterator[None]:
     jax.config.update("jax_enable_x64", True)
     yield
     jax.config.update("jax_enable_x64", old)
+
+
+#: The test session's JAX compilation cache: a folder the first pytest process makes and
+#: removes at its end; xdist workers and child pytests (tests/test_multidevice.py) inherit it
+#: through this variable. "off" runs without one.
+JAX_CACHE_VARIABLE = "JULIABRIDGE_TEST_JAX_CACHE"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Share one persistent JAX compilation cache among the session's processes.
+
+    Many tests compile the same programs (the fixtures under each backend and transformation,
+    in both xdist workers); XLA's compile is most of their time, and a cache hit returns the
+    executable XLA would build from the same HLO and options, so nothing a test checks changes
+    (the README's test section gives the saving). Only pytest processes use it: the scripts and helper
+    processes the tests start compile as a user's would, and a cache the user configured is
+    left alone.
+    """
+    path = os.environ.get(JAX_CACHE_VARIABLE, "")
+    if path == "off" or getattr(jax.config, "jax_compilation_cache_dir", None):
+        return
+    if not path or not os.path.isdir(path):
+        path = tempfile.mkdtemp(prefix="juliabridge-test-jax-cache-")
+        os.environ[JAX_CACHE_VARIABLE] = path
+        config.add_cleanup(functools.partial(shutil.rmtree, path, ignore_errors=True))
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 #: Fake CPU devices tests/test_multidevice.py gives the tests marked `multidevice`.

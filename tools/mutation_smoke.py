@@ -613,6 +613,11 @@ def mutmut(
     end of it to stderr when mutmut fails."""
     env = dict(os.environ)
     env.setdefault("JULIABRIDGE_HDF5_WORKER", "0")  # bundle/ is not mutated; skip the subprocess
+    # one JAX compilation cache for every mutant's tests (tests/conftest.py): a mutant that
+    # changes what is compiled misses it, the rest skip XLA's compile of unchanged programs
+    cache = work / "jax-compilation-cache"
+    cache.mkdir(exist_ok=True)
+    env.setdefault("JULIABRIDGE_TEST_JAX_CACHE", str(cache))
     # several devices, whatever else XLA_FLAGS says: test_pinned_parallel's multi-device
     # tests skip on one
     env["XLA_FLAGS"] = (
