@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -9,6 +10,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,28 +48,43 @@ def x64() -> Iterator[None]:
 #: removes at its end; xdist workers and child pytests (tests/test_multidevice.py) inherit it
 #: through this variable. "off" runs without one.
 JAX_CACHE_VARIABLE = "JULIABRIDGE_TEST_JAX_CACHE"
+#: Cache folders older than this (a session killed before its cleanup) are removed by the next.
+_STALE_CACHE_SECONDS = 86400.0
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Share one persistent JAX compilation cache among the session's processes.
 
-    Many tests compile the same programs (the fixtures under each backend and transformation,
-    in both xdist workers); XLA's compile is most of their time, and a cache hit returns the
-    executable XLA would build from the same HLO and options, so nothing a test checks changes
-    (the README's test section gives the saving). Only pytest processes use it: the scripts and helper
-    processes the tests start compile as a user's would, and a cache the user configured is
-    left alone.
+    Many tests compile the same programs (the fixtures under each backend and transformation);
+    XLA's compile is most of their time, and a cache hit returns the executable XLA would build
+    from the same HLO and options, so nothing a test checks changes (the README's test section
+    gives the saving). Each xdist worker writes a subfolder of its own: JAX writes an entry
+    without a lock, so a process reading one another is still writing would see it torn (JAX
+    then warns and compiles again, and a test that turns warnings into errors would fail).
+    Only pytest processes use it: the scripts and helper processes the tests start compile as a
+    user's would, and a cache the user configured is left alone.
     """
     path = os.environ.get(JAX_CACHE_VARIABLE, "")
     if path == "off" or getattr(jax.config, "jax_compilation_cache_dir", None):
         return
     if not path or not os.path.isdir(path):
+        _remove_stale_caches()
         path = tempfile.mkdtemp(prefix="juliabridge-test-jax-cache-")
         os.environ[JAX_CACHE_VARIABLE] = path
         config.add_cleanup(functools.partial(shutil.rmtree, path, ignore_errors=True))
-    jax.config.update("jax_compilation_cache_dir", path)
+    mine = os.path.join(path, os.environ.get("PYTEST_XDIST_WORKER", "main"))
+    jax.config.update("jax_compilation_cache_dir", mine)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def _remove_stale_caches() -> None:
+    """Remove the cache folders of earlier sessions that ended without their cleanup."""
+    now = time.time()
+    for old in Path(tempfile.gettempdir()).glob("juliabridge-test-jax-cache-*"):
+        with contextlib.suppress(OSError):
+            if now - old.stat().st_mtime > _STALE_CACHE_SECONDS:
+                shutil.rmtree(old, ignore_errors=True)
 
 
 #: Fake CPU devices tests/test_multidevice.py gives the tests marked `multidevice`.

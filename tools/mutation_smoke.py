@@ -614,7 +614,9 @@ def mutmut(
     env = dict(os.environ)
     env.setdefault("JULIABRIDGE_HDF5_WORKER", "0")  # bundle/ is not mutated; skip the subprocess
     # one JAX compilation cache for every mutant's tests (tests/conftest.py): a mutant that
-    # changes what is compiled misses it, the rest skip XLA's compile of unchanged programs
+    # changes what is compiled misses it, the rest skip XLA's compile of unchanged programs.
+    # mutmut's stats and clean runs fill it before the mutants, which then mostly read it; two
+    # mutants at once write the same new entry only if both compile the same new program.
     cache = work / "jax-compilation-cache"
     cache.mkdir(exist_ok=True)
     env.setdefault("JULIABRIDGE_TEST_JAX_CACHE", str(cache))
