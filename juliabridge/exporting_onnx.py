@@ -278,6 +278,10 @@ def _has_float64(closed: ClosedJaxpr) -> bool:
     return any(np.dtype(getattr(a, "dtype", np.float32)) in wide for a in avals)
 
 
+def _x64_if(wide: bool) -> contextlib.AbstractContextManager[None]:
+    return x64_scope() if wide else contextlib.nullcontext()
+
+
 # --- the API --------------------------------------------------------------------------------
 
 
@@ -336,8 +340,12 @@ def export_onnx(model: LuxModel | ImportedFunction, *, opset: int = DEFAULT_OPSE
         raise CallArgumentError(f"opset={opset!r}: expected a positive int, e.g. 23")
     jax2onnx = _jax2onnx()
     fn, closed, specs, in_names, out_names, what = _traced(model)
+    # jax2onnx traces with jax_enable_x64 set as its double precision says, which would make
+    # 64-bit arguments and results (an i64 with no float64 anywhere) 32-bit: a 64-bit
+    # signature keeps x64 on around it.
+    wide = any(np.dtype(a.dtype).itemsize == 8 for a in (*closed.in_avals, *closed.out_avals))
     try:
-        with _quiet(), _primitive_rules_only(), global_x64_kept():
+        with _quiet(), _primitive_rules_only(), global_x64_kept(), _x64_if(wide):
             return jax2onnx.to_onnx(
                 fn,
                 specs,
