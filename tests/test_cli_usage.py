@@ -122,6 +122,34 @@ def test_add_vjp_keeps_a_vjp_module_the_bundle_has_unless_asked(tmp_path: Path) 
     assert add_vjp(bundle, derive=derive_vjp_text, overwrite=True) == target
 
 
+def test_add_vjp_failures_name_the_bundle_they_are_about(tmp_path: Path) -> None:
+    """The deriver is told which bundle it derives for (its messages name it), and a VJP module
+    that would not load is refused naming the bundle and the deriver; nothing is written."""
+    from juliabridge.bundle.write.vjp_bundle import add_vjp
+    from juliabridge.errors import TransformError
+    from juliabridge.stablehlo import StableHLOModule
+
+    bundle = make_dense_bn(tmp_path / "b.bundle")
+    before = sorted(p.name for p in bundle.iterdir())
+
+    def refusing(module: StableHLOModule, where: str) -> tuple[str, str]:
+        raise TransformError(f"{where}: cannot derive its VJP")
+
+    with pytest.raises(TransformError) as e:
+        add_vjp(bundle, derive=refusing)
+    assert str(e.value) == f"{bundle}: cannot derive its VJP"
+
+    def broken(module: StableHLOModule, where: str) -> tuple[str, str]:
+        return "not a module", f"the test's deriver for {where}"
+
+    with pytest.raises(TransformError) as e:
+        add_vjp(bundle, derive=broken)
+    assert str(e.value).startswith(
+        f"{bundle}: the VJP module the test's deriver for {bundle} produced would not load: "
+    )
+    assert sorted(p.name for p in bundle.iterdir()) == before
+
+
 # --- help ---------------------------------------------------------------------------------------
 
 

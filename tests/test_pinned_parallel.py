@@ -127,8 +127,12 @@ def test_data_parallel_needs_the_mesh_axis(tmp_path: Path) -> None:
         model.data_parallel(_mesh(), "model")
 
 
-def test_data_parallel_gradients_match_the_single_device_ones(tmp_path: Path) -> None:
-    model = juliabridge.import_lux(_bundle(tmp_path))
+# Each kind of module: lax's is JAX primitives, xla's one call opaque to JAX. With several
+# devices, each device's cotangent of the replicated params counts exactly once in the sum
+# (one device's alone, or each counted again per device, is a wrong gradient).
+@pytest.mark.parametrize("backend", ["lax", "xla"])
+def test_data_parallel_gradients_match_the_single_device_ones(tmp_path: Path, backend: str) -> None:
+    model = juliabridge.import_lux(_bundle(tmp_path), backend=backend)
     n = 2 * B * jax.device_count()
     x = np.random.default_rng(1).standard_normal((n, 3)).astype(np.float32)
     apply = model.data_parallel(_mesh(), "data")
