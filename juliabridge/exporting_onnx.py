@@ -61,6 +61,8 @@ _INLINED = frozenset(
 _FOLDABLE = frozenset({"reduce_window_max", "reduce_window_sum"})
 #: onnxruntime's MaxPool/AveragePool/LpPool: at most three spatial axes.
 _MAX_POOLED_AXES = 3
+#: Element types that exist in JAX only with jax_enable_x64 on.
+_WIDE = frozenset(map(np.dtype, ("int64", "uint64", "float64", "complex128")))
 #: jax2onnx 0.17's message for a primitive without a rule (converter/lowering_dispatch.py).
 _MISSING = re.compile(r"No plugins registered for primitive '([^']+)'")
 
@@ -343,7 +345,7 @@ def export_onnx(model: LuxModel | ImportedFunction, *, opset: int = DEFAULT_OPSE
     # jax2onnx traces with jax_enable_x64 set as its double precision says, which would make
     # 64-bit arguments and results (an i64 with no float64 anywhere) 32-bit: a 64-bit
     # signature keeps x64 on around it.
-    wide = any(np.dtype(a.dtype).itemsize == 8 for a in (*closed.in_avals, *closed.out_avals))
+    wide = any(np.dtype(a.dtype) in _WIDE for a in (*closed.in_avals, *closed.out_avals))
     try:
         with _quiet(), _primitive_rules_only(), global_x64_kept(), _x64_if(wide):
             return jax2onnx.to_onnx(

@@ -175,8 +175,13 @@ def test_the_environment_is_the_kept_host_values_then_the_caller_s(
     # helper_env's contract: KEEP_ENV's variables from this process, then `extra_env` over
     # them (a kept name the caller sets is the caller's value); nothing else from the host.
     kept = [k for k in childproc.KEEP_ENV if k != "PATH"]
+    host = {k: f"host-{k}" for k in kept}
     for k in kept:
-        monkeypatch.setenv(k, f"host-{k}")
+        # the loader's search paths keep this host's own entries (an interpreter built as a
+        # shared library finds libpython through them), with a marker the child must show
+        if "LIBRARY_PATH" in k and os.environ.get(k):
+            host[k] = f"{os.environ[k]}{os.pathsep}/nonexistent-host-{k}"
+        monkeypatch.setenv(k, host[k])
     monkeypatch.setenv("JULIABRIDGE_SECRET_TEST", "x")
     names = kept if overridden == "all" else list(overridden)
     extra = {k: f"extra-{k}" for k in names}
@@ -187,7 +192,7 @@ def test_the_environment_is_the_kept_host_values_then_the_caller_s(
     done = childproc.run(str(script), input=b"", timeout=60, memory=1 << 33, extra_env=extra)
     assert done.returncode == 0, done.stderr.decode()
     got = json.loads(done.stdout)
-    want = {k: f"host-{k}" for k in kept} | {"PYTHONDONTWRITEBYTECODE": "1"} | extra
+    want = host | {"PYTHONDONTWRITEBYTECODE": "1"} | extra
     if "PATH" in os.environ:
         want["PATH"] = os.environ["PATH"]
     # the interpreter may add its own (e.g. LC_CTYPE coercion); none of the host's others

@@ -348,8 +348,8 @@ def write_bundle(
             sections (BundleDescription's fields say what each holds).
         overwrite: replace an existing bundle at `path`.
         trust: check the module as `import_lux(..., trust=True)` does (ops and custom calls
-            outside the allowlist admitted, no resource budgets); the bundle then loads only
-            with trust=True.
+            outside the allowlist admitted, no resource budgets); a module only trust admits
+            then loads only with trust=True.
 
     Returns:
         `path`.
