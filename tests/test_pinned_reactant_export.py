@@ -594,6 +594,10 @@ def test_convert_keeps_metadata_and_refuses_to_overwrite(
         m.producer.note.startswith("Converted by juliabridge ")
         and "(read as data, never run)" in m.producer.note
     )
+    # the note tells a reader of the bundle why it holds no reference outputs
+    assert m.producer.note.endswith(
+        "Reactant's exporter records no outputs, so there are no reference outputs."
+    )
     np.testing.assert_allclose(np.asarray(model(X)), X * W)
     np.testing.assert_array_equal(np.asarray(model.params[0]), W)
     with pytest.raises(BundleError, match="already exists; pass overwrite=True"):
