@@ -72,6 +72,12 @@ RUNS: dict[str, SmokeRun] = {
     "bench_parse_memory.py": SmokeRun(("--mb", "0.05"), "parse_memory", ("mb", "results")),
     # Not a timing (errors per matmul precision); already small: the shipped LeNet bundle.
     "bench_precision.py": SmokeRun((), "precision", ("platform", "results")),
+    # Two fresh pytest processes on one quick file of lax custom calls.
+    "bench_test_cache.py": SmokeRun(
+        ("--tests", "tests/lax/test_custom_call.py", "--repeats", "1"),
+        "test_cache",
+        ("tests", "repeats", "medians_s", "ratio_with_over_without", "samples_s"),
+    ),
 }
 
 
@@ -142,4 +148,9 @@ IN_PROCESS = (
     "bench_parse_memory.py",
     "bench_precision.py",
 )
-FRESH_PROCESSES = ("bench_compile.py", "bench_loading.py", "bench_import_ab.py")
+FRESH_PROCESSES = (
+    "bench_compile.py",
+    "bench_loading.py",
+    "bench_import_ab.py",
+    "bench_test_cache.py",
+)
