@@ -1131,3 +1131,25 @@ def test_at_most_two_idle_readers_are_kept(tmp_path: Path, monkeypatch: pytest.M
     assert len(harness.started) == 3
     assert len(_worker.IDLE) == 2
     assert [p.poll() is None for p in harness.started].count(True) == 2  # the third stopped
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_a_filter_juliabridge_does_not_apply_is_refused_by_its_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str
+) -> None:
+    # scale-offset (HDF5 filter id 6) is built into libhdf5 but not among the filters
+    # juliabridge applies itself: refused by id before any chunk is read.
+    _clean_copy_mode(tmp_path, _route(monkeypatch, route))
+    root = _bundle(tmp_path)
+    b = np.arange(3, dtype=np.float32)
+    _rewrite(
+        root,
+        "/params/layer_1/bias",
+        lambda f, n: f.create_dataset(n, data=b, chunks=(3,), scaleoffset=2),
+    )
+    assert _refusal(root, BundleError) == (
+        f"{root / 'weights.h5'}: params.layer_1.bias: dataset /params/layer_1/bias uses HDF5 "
+        "filter(s) [6]; juliabridge applies only deflate, shuffle, fletcher32, lzf (no filter "
+        f"plugins). Rewrite the file without them, e.g. `h5repack -f NONE in.h5 out.h5`. "
+        f"{LIMIT_ADVICE}"
+    )
