@@ -28,6 +28,7 @@ from juliabridge.bundle.write.description import ArgumentSpec, BundleDescription
 from juliabridge.bundle.write.writer import write_bundle
 from juliabridge.errors import CallArgumentError, OnnxConversionError, SaveError
 from juliabridge.examples import lenet_bundle
+from juliabridge.support.jaxinternals import global_x64
 from tests.test_export_jax import lenet_reference
 from tests.test_exporting_doc import run_examples
 
@@ -353,14 +354,12 @@ def test_a_model_protobuf_cannot_hold_is_a_save_error(
 
 
 def test_export_leaves_the_global_x64_flag_as_it_was(lenet: juliabridge.LuxModel) -> None:
-    from jax._src import config as c
-
-    before = bool(c.enable_x64.get_global())
+    before = global_x64()
     try:
         jax.config.update("jax_enable_x64", True)
         with jax.enable_x64(True):
             juliabridge.export_onnx(lenet)  # f32: jax2onnx converts with x64 off
-        assert c.enable_x64.get_global() is True
+        assert global_x64() is True
     finally:
         jax.config.update("jax_enable_x64", before)
 

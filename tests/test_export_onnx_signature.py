@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
-from jax._src import config as jax_config
 
 import juliabridge
+from juliabridge.support import jaxinternals
 
 pytest.importorskip("jax2onnx", reason="the onnx extra (jax2onnx) is not installed")
 ort = pytest.importorskip("onnxruntime", reason="the onnx extra (onnxruntime) is not installed")
@@ -130,7 +130,7 @@ def test_the_graph_signature_is_the_modules(
     wide = any(e in ("f64", "i64") for e in elems)
     # juliabridge needs x64 on for a 64-bit module: with the global flag off, a scope does it
     scoped = scoped or (wide and not global_x64)
-    before = bool(jax_config.enable_x64.get_global())
+    before = jaxinternals.global_x64()
     jax.config.update("jax_enable_x64", global_x64)
     try:
         if scoped:
@@ -138,7 +138,7 @@ def test_the_graph_signature_is_the_modules(
                 proto = juliabridge.export_onnx(juliabridge.load_mlir(text, backend="lax"))
         else:
             proto = juliabridge.export_onnx(juliabridge.load_mlir(text, backend="lax"))
-        assert bool(jax_config.enable_x64.get_global()) is global_x64
+        assert jaxinternals.global_x64() is global_x64
     finally:
         jax.config.update("jax_enable_x64", before)
     has_f64 = "f64" in elems
@@ -180,7 +180,7 @@ def test_float64_only_inside_converts_in_double_precision() -> None:
 }"""
     ins, outs = _declared(text)
     for global_x64 in (False, True):
-        before = bool(jax_config.enable_x64.get_global())
+        before = jaxinternals.global_x64()
         jax.config.update("jax_enable_x64", global_x64)
         try:
             proto = juliabridge.export_onnx(juliabridge.load_mlir(text, backend="lax"))
@@ -205,11 +205,11 @@ def test_64_bit_integers_inside_keep_their_range_with_the_global_flag_on() -> No
 }"""
     x = np.array([1.5, -2.0, 3.75], np.float32)
     for global_x64 in (False, True):
-        before = bool(jax_config.enable_x64.get_global())
+        before = jaxinternals.global_x64()
         jax.config.update("jax_enable_x64", global_x64)
         try:
             proto = juliabridge.export_onnx(juliabridge.load_mlir(text, backend="lax"))
-            assert bool(jax_config.enable_x64.get_global()) is global_x64
+            assert jaxinternals.global_x64() is global_x64
         finally:
             jax.config.update("jax_enable_x64", before)
         session = ort.InferenceSession(

@@ -178,3 +178,18 @@ def test_global_x64_kept_restores_what_a_body_changed_under_a_context() -> None:
         assert c.enable_x64.get_global() is True
     finally:
         jax.config.update("jax_enable_x64", before)
+
+
+def test_global_x64_reads_the_process_wide_flag_not_a_context_s() -> None:
+    before = ji.global_x64()
+    try:
+        for flag in (False, True):
+            jax.config.update("jax_enable_x64", flag)
+            assert ji.global_x64() is flag
+            with jax.enable_x64(not flag):
+                assert ji.global_x64() is flag
+            with ji.global_x64_kept():
+                jax.config.update("jax_enable_x64", not flag)
+            assert ji.global_x64() is flag
+    finally:
+        jax.config.update("jax_enable_x64", before)

@@ -27,6 +27,7 @@ __all__ = [
     "build_exported",
     "custom_call_allowlist",
     "geqrf",
+    "global_x64",
     "initialize_lapack",
     "ir",
     "jax_mlir",
@@ -59,21 +60,27 @@ def x64_scope() -> contextlib.AbstractContextManager[None]:
     return jax.enable_x64(True)  # type: ignore[no-any-return]
 
 
+def global_x64() -> bool:
+    """The process-wide jax_enable_x64, not a ``jax.enable_x64`` context's value inside one
+    (JAX has no public reader of the global value)."""
+    from jax._src import config as _config
+
+    return bool(_config.enable_x64.get_global())
+
+
 @contextlib.contextmanager
 def global_x64_kept() -> Iterator[None]:
     """Restore the process-wide jax_enable_x64 on exit, whatever the body set it to.
 
     For code that sets the flag with ``jax.config.update`` and restores the value it *saw*,
     which under a ``jax.enable_x64`` context is the context's, not the global one (jax2onnx's
-    converter does this); JAX has no public reader of the global value.
+    converter does this).
     """
-    from jax._src import config as _config
-
-    before = bool(_config.enable_x64.get_global())
+    before = global_x64()
     try:
         yield
     finally:
-        if bool(_config.enable_x64.get_global()) != before:
+        if global_x64() != before:
             jax.config.update("jax_enable_x64", before)
 
 
