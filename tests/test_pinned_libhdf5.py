@@ -792,6 +792,33 @@ def test_a_file_refused_on_open_is_typed_and_only_an_internal_error_retires_the_
     assert len(harness.started) == 1 + (kind == "internal")
 
 
+def test_an_unexpected_failure_in_the_reader_is_reported_as_a_bug_and_retires_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The real reader loop (in a thread): an exception no refusal foresaw, raised while it
+    # answers a read, comes back as its own kind -- a bug to report, the reader not reused.
+    monkeypatch.setenv("JULIABRIDGE_HDF5_FASTPATH", "0")
+    harness = serve_here(monkeypatch)
+    answer = _h5core._Session.answer
+
+    def failing(self: Any, req: dict[str, Any]) -> None:
+        if req.get("op") == "read":
+            raise RuntimeError("an unforeseen failure")
+        answer(self, req)
+
+    monkeypatch.setattr(_h5core._Session, "answer", failing)
+    root = _bundle(tmp_path)
+    with pytest.raises(BundleError) as e:
+        _read_weight(root)
+    assert type(e.value) is BundleError
+    msg = str(e.value)
+    assert msg.startswith(f"{root / 'weights.h5'}: params.layer_1.weight: ")
+    assert "an unforeseen failure" in msg
+    assert msg.endswith("This is a juliabridge bug; please report it together with the file")
+    _open_and_close(_bundle(tmp_path / "next"))
+    assert len(harness.started) == 2  # the reader that failed does not serve the next file
+
+
 def test_a_reader_that_makes_no_progress_is_stopped_after_the_timeout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
