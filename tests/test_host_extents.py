@@ -263,3 +263,93 @@ def test_only_divisions_that_may_trap_are_rewritten() -> None:
     assert picked("stablehlo.constant dense<[1, 0, 2]> : tensor<3xi32>")
     assert picked("stablehlo.add %a, %a : tensor<3xi32>")  # may fold to a constant
     assert not picked("stablehlo.constant dense<0.0> : tensor<3xf32>", "tensor<3xf32>")
+
+
+# --- reduce_window of size-1 windows that only cuts -------------------------------------------
+
+
+def _size_one_window_cases() -> list[tuple[str, str, list[float] | None]]:
+    """(name, module, numpy's numbers or None where refused) for every size-1 window over 4
+    elements with strides, base and window dilations in {1, 2} and paddings in {-1, 0, 1}."""
+    cases: list[tuple[str, str, list[float] | None]] = []
+    for stride in (1, 2):
+        for base in (1, 2):
+            for wdil in (1, 2):
+                for low in (-1, 0, 1):
+                    for high in (-1, 0, 1):
+                        padded = _pad_reference(low, high, base - 1)  # init 0 fills the gaps
+                        want = padded[::stride]
+                        attrs = (
+                            f"window_dimensions = array<i64: 1>, window_strides = array<i64: "
+                            f"{stride}>, base_dilations = array<i64: {base}>, window_dilations "
+                            f"= array<i64: {wdil}>, padding = dense<[[{low}, {high}]]> : "
+                            "tensor<1x2xi64>"
+                        )
+                        # XLA's simplifier aborts on: size-1 windows, no stride or dilation,
+                        # padding nowhere positive and somewhere negative (a cut)
+                        cut = (stride, base, wdil) == (1, 1, 1) and max(low, high) <= 0 > min(
+                            low, high
+                        )
+                        cases.append(
+                            (
+                                f"stride {stride} base {base} wdil {wdil} pad {low},{high}",
+                                _extent_module(_RW.format(attrs=attrs, n=len(want)), len(want)),
+                                None if cut else want,
+                            )
+                        )
+    return cases
+
+
+@pytest.mark.parametrize("backend", ["xla", "lax", "enzyme"])
+def test_a_size_one_window_that_only_cuts_is_refused_and_every_other_one_runs(
+    backend: str,
+) -> None:
+    require_backend(backend)
+    cases = _size_one_window_cases()
+    assert sum(want is None for _, _, want in cases) == 3  # pad -1,0 / 0,-1 / -1,-1
+    arg = [[1.0, 2.0, 3.0, 4.0], "float32"]
+    replies = run_cases(backend, [{"name": n, "text": t, "args": [arg]} for n, t, _ in cases])
+    for (name, _, want), reply in zip(cases, replies, strict=True):
+        if want is None:
+            assert reply.get("error") == "ModuleContractError", (name, reply)
+            padding = name.rsplit(" ", 1)[1].replace(",", ", ")
+            assert (
+                f"stablehlo.reduce_window with windows of size 1 and only negative padding "
+                f"[[{padding}]] is a slice"
+            ) in reply["message"], reply
+            assert reply["message"].endswith(
+                "Write it as stablehlo.slice, or export the module again."
+            )
+        else:
+            assert reply.get("ok") == want, (name, reply)
+
+
+def _window_2d(padding: list[list[int]], out: tuple[int, int]) -> str:
+    t_out = f"tensor<{out[0]}x{out[1]}xf32>"
+    return (
+        f"func.func public @main(%a: tensor<4x3xf32>) -> {t_out} {{\n"
+        "  %z = stablehlo.constant dense<0.0> : tensor<f32>\n"
+        '  %r = "stablehlo.reduce_window"(%a, %z) ({\n'
+        "  ^bb0(%x: tensor<f32>, %y: tensor<f32>):\n"
+        "    %m = stablehlo.add %x, %y : tensor<f32>\n"
+        "    stablehlo.return %m : tensor<f32>\n"
+        f"  }}) {{window_dimensions = array<i64: 1, 1>, padding = dense<{padding}> : "
+        f"tensor<2x2xi64>}} : (tensor<4x3xf32>, tensor<f32>) -> {t_out}\n"
+        f"  return %r : {t_out}\n}}"
+    )
+
+
+def test_the_cut_rule_reads_every_dimension_s_padding() -> None:
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    arg = [x.tolist(), "float32"]
+    grown = np.pad(x, [(0, 1), (0, 0)])[1:, :-1]  # low -1 on rows, high +1 and -1 on columns
+    cases = [
+        {"name": "rows cut", "text": _window_2d([[-1, 0], [0, 0]], (3, 3)), "args": [arg]},
+        {"name": "columns cut", "text": _window_2d([[0, 0], [0, -2]], (4, 1)), "args": [arg]},
+        {"name": "a positive pad", "text": _window_2d([[-1, 1], [0, -1]], (4, 2)), "args": [arg]},
+    ]
+    refused, refused_too, ran = run_cases("xla", cases)
+    for reply in (refused, refused_too):
+        assert reply.get("error") == "ModuleContractError", reply
+    assert reply["message"].count("padding [[0, 0], [0, -2]] is a slice") == 1, reply
+    assert ran.get("ok") == grown.tolist(), ran
