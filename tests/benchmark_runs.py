@@ -139,6 +139,21 @@ def run_script(
     return data
 
 
+#: Which share of a split test run (tests/ci_share.py, JULIABRIDGE_TEST_SHARE) runs each
+#: script's tiny run: the scripts that compare the enzyme backend in share 1 (CI's environment
+#: A, the only one with enzyme-ad), the rest in share 2 (environment B, whose suite is shorter).
+SHARE_OF = {
+    "bench_runtime.py": 1,
+    "bench_overhead.py": 1,
+    "bench_lax.py": 1,
+    "bench_compile.py": 2,
+    "bench_loading.py": 2,
+    "bench_import_ab.py": 2,
+    "bench_parse_memory.py": 2,
+    "bench_precision.py": 2,
+    "bench_test_cache.py": 2,
+}
+
 #: The two halves, one per test file (about equal wall time at the tiny sizes): the scripts
 #: that time in their own process, and those that start a fresh process per sample.
 IN_PROCESS = (

@@ -12,13 +12,16 @@ from tests.benchmark_runs import (
     FRESH_PROCESSES,
     IN_PROCESS,
     RUNS,
+    SHARE_OF,
     SmokeRun,
     run_script,
 )
+from tests.ci_share import skip_unless_mine
 
 
 @pytest.mark.parametrize("script", IN_PROCESS)
 def test_the_benchmark_script_runs_at_a_tiny_size(script: str, tmp_path: Path) -> None:
+    skip_unless_mine(SHARE_OF[script], f"benchmarks/{script}'s tiny run")
     run_script(script, tmp_path)
 
 
@@ -26,6 +29,7 @@ def test_every_benchmark_script_has_a_tiny_size_run() -> None:
     scripts = sorted(p.name for p in BENCHMARKS.glob("bench_*.py"))
     halves = [*IN_PROCESS, *FRESH_PROCESSES]
     assert len(halves) == len(set(halves)), f"a script listed in both halves: {halves}"
+    assert sorted(SHARE_OF) == sorted(RUNS), "SHARE_OF must give every script of RUNS a share"
     assert sorted(halves) == sorted(RUNS), (
         "tests/benchmark_runs.py: IN_PROCESS + FRESH_PROCESSES must list exactly RUNS' scripts",
         sorted(halves),

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmark_runs import FRESH_PROCESSES, REPO, run_script
+from tests.benchmark_runs import FRESH_PROCESSES, REPO, SHARE_OF, run_script
+from tests.ci_share import skip_unless_mine
 
 
 def _git_checkout() -> bool:
@@ -21,6 +22,7 @@ def _git_checkout() -> bool:
 
 @pytest.mark.parametrize("script", FRESH_PROCESSES)
 def test_the_benchmark_script_runs_at_a_tiny_size(script: str, tmp_path: Path) -> None:
+    skip_unless_mine(SHARE_OF[script], f"benchmarks/{script}'s tiny run")
     if script == "bench_import_ab.py" and not _git_checkout():
         pytest.skip("bench_import_ab.py checks out --base HEAD: needs git and a git checkout")
     run_script(script, tmp_path)

@@ -30,9 +30,11 @@ Knobs (environment variables):
 
 - JB_FUZZ_EXAMPLES: total number of cases, split over the families and backends below
   (default 2000).
-- JB_FUZZ_LONG: set to 1 for attacks too slow for CI (chains of 30,000-50,000 ops).
-- JB_FUZZ_SEED: unset runs the same derandomized cases every time (CI); an integer runs a
-  fresh random sample from that seed.
+- JULIABRIDGE_TEST_SHARE=k/n (tests/ci_share.py): this run takes sample k, of an
+  n-th of the lax and xla cases each, from a seed of its own (split_cases), as each of CI's
+  environments does.
+- JB_FUZZ_SEED: unset runs the same cases every time (derandomized; with a share, that share's
+  fixed seed); an integer runs a fresh random sample from that seed.
 - JB_FUZZ_REPORT: a path; outcome counts per strategy and error class are written there as JSON.
 - JB_FUZZ_CASE_TIMEOUT: seconds one case may take before it counts as a hang (default 60).
 - JB_FUZZ_MESSAGES: a path; every error message is appended there (JSON lines), to review.
@@ -72,6 +74,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from juliabridge.support.exitcodes import EXIT_CODES
+from tests import ci_share
 from tests.bundle_factory import make_dense_bn
 from tests.conftest import require_backend
 from tests.fuzz_attacks import (
@@ -129,20 +132,38 @@ OUTCOMES: Counter[str] = Counter()
 TIMINGS: dict[str, float] = {}
 
 
+def split_cases(name: str, backend: str) -> tuple[int, int | None]:
+    """How many of `name`'s cases on `backend` this run takes, and the seed offset of its
+    sample (None: the derandomized cases).
+
+    With JULIABRIDGE_TEST_SHARE=k/n (tests/ci_share.py) the lax and xla cases are split into n
+    samples of a n-th each, drawn from seeds of their own, so CI's environments together run as
+    many distinct cases as one whole run; enzyme's run whole, in the one environment that has
+    enzyme-ad.
+    """
+    k, n = ci_share.share()
+    count = COUNTS[name, backend]
+    if n == 1 or backend == "enzyme" or count == 0:
+        return count, None
+    return max(1, -(-count // n)), 1_000_003 * k
+
+
 def fuzz_settings(name: str, backend: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """hypothesis settings for one family on one backend: its share, no deadline."""
+    count, offset = split_cases(name, backend)
     base = settings(
-        max_examples=COUNTS[name, backend],
+        max_examples=count,
         deadline=None,
-        derandomize=SEED is None,
+        derandomize=SEED is None and offset is None,
         database=None,
         suppress_health_check=list(HealthCheck),
     )
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         fn = base(fn)
-        if SEED is not None:
-            fn = hypothesis_seed(int(SEED) + zlib.crc32(f"{name}:{backend}".encode()))(fn)
+        if SEED is not None or offset is not None:
+            start = int(SEED or 0) + (offset or 0)
+            fn = hypothesis_seed(start + zlib.crc32(f"{name}:{backend}".encode()))(fn)
         return fn
 
     return wrap
@@ -285,6 +306,7 @@ def runner() -> Iterator[Runner]:
         data = {
             "examples_requested": TOTAL,
             "seed": SEED,
+            "share": "/".join(map(str, ci_share.share())),
             "per_strategy": {f"{f}[{b}]": n for (f, b), n in COUNTS.items()},
             "cases_run": sum(v for k, v in OUTCOMES.items() if k.count(":") == 1),
             "long": LONG,
