@@ -229,7 +229,7 @@ def test_verify_names_whose_reference_differs(
 # --- vjp ----------------------------------------------------------------------------------------
 
 
-def test_vjp_derives_through_lax_without_enzyme(
+def test_vjp_derives_through_lax_where_the_fallback_is_missing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before (CPython 3.13): "--backend enzyme needs enzyme-ad ... or --backend xla" (exit 5),
@@ -276,7 +276,7 @@ def test_vjp_again_is_a_refused_write_not_a_malformed_bundle(
     assert run_cli(["vjp", str(bundle), "--overwrite"], capsys)[0] == OK
 
 
-def test_vjp_without_lax_or_enzyme_says_what_would_work(
+def test_vjp_with_neither_lax_nor_the_fallback_says_what_would_work(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from juliabridge.backends import vjp_text
