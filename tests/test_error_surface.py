@@ -132,7 +132,9 @@ def test_rebatching_never_drops_samples_silently(bundle: Path) -> None:
     assert y.shape == (7, 3)
 
 
-def test_the_backend_of_a_missing_package_is_named_with_the_way_out(bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_backend_of_a_missing_package_is_named_with_the_way_out(
+    bundle: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Python 3.12 has no enzyme-ad wheel: simulated by making it unimportable."""
     monkeypatch.setattr("juliabridge.backends.enzyme.availability.enzyme_available", lambda: False)
     with pytest.raises(juliabridge.BackendUnavailableError) as info:

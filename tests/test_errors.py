@@ -183,7 +183,9 @@ def test_x64_weights_refused_before_truncation(tmp_path: Path) -> None:
         juliabridge.import_lux(path)
 
 
-def test_a_backend_whose_package_is_missing_is_unavailable_naming_xla(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_backend_whose_package_is_missing_is_unavailable_naming_xla(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr("juliabridge.backends.enzyme.availability.enzyme_available", lambda: False)
     text = "module {\n func.func @main(%a: tensor<f32>) -> tensor<f32> {\n return %a : tensor<f32>\n }\n}"
     with pytest.raises(juliabridge.BackendUnavailableError, match="backend='xla'"):

@@ -27,7 +27,7 @@ without the mutants listed in tools/mutation_equivalents/. Exit status 1 when it
 survivors are printed with their diffs.
 
 Usage: python tools/mutation_smoke.py [--threshold 0.9] [--per-module 3] [--stride 8] [--base main]
-       [--modules 21] [--offset N] [--budget 420] [--min-mutant-seconds 180]
+       [--modules 21] [--offset N] [--budget 330] [--min-mutant-seconds 150]
 """
 
 from __future__ import annotations
@@ -61,10 +61,10 @@ PER_MODULE = 3
 MODULES_PER_RUN = 21
 #: Seconds CI gives the whole smoke; the sampled mutants run in ORDER (`ordered`) and those not
 #: run by then are listed, not scored, so the job ends in a fixed time on a slower machine too.
-BUDGET = 420.0
+BUDGET = 330.0
 #: Seconds the mutants themselves always get once mutmut starts them, however long its fixed
 #: steps took (generating the mutants, its stats and clean runs of the selected tests).
-MIN_MUTANT_SECONDS = 180.0
+MIN_MUTANT_SECONDS = 150.0
 #: Fewer sampled mutants run than this (the budget far too small for the machine) fails the
 #: smoke: a score of a handful says nothing.
 MIN_RUN = 20
