@@ -30,6 +30,7 @@ Knobs (environment variables):
 
 - JB_FUZZ_EXAMPLES: total number of cases, split over the families and backends below
   (default 2000).
+- JB_FUZZ_LONG: set to 1 for attacks too slow for CI (chains of 30,000-50,000 ops).
 - JULIABRIDGE_TEST_SHARE=k/n (tests/ci_share.py): this run takes sample k, of an
   n-th of the lax and xla cases each, from a seed of its own (split_cases), as each of CI's
   environments does.
@@ -137,7 +138,7 @@ def split_cases(name: str, backend: str) -> tuple[int, int | None]:
     sample (None: the derandomized cases).
 
     With JULIABRIDGE_TEST_SHARE=k/n (tests/ci_share.py) the lax and xla cases are split into n
-    samples of a n-th each, drawn from seeds of their own, so CI's environments together run as
+    samples of an n-th each, drawn from seeds of their own, so CI's environments together run as
     many distinct cases as one whole run; enzyme's run whole, in the one environment that has
     enzyme-ad.
     """
