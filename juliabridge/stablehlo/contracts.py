@@ -1,6 +1,6 @@
 """The contract each admitted op must meet before XLA sees it.
 
-MLIR's verifier checks that a module is well formed, not that running it is safe. These kinds
+MLIR's verifier checks that a module is well formed, not that running it is safe. Three kinds
 of op pass the verifier and still crash or hang the process:
 
 - **Custom calls.** A jaxlib kernel trusts the shapes it is given: the CPU LAPACK kernels
@@ -15,9 +15,6 @@ of op pass the verifier and still crash or hang the process:
   refused even though jax.export lists it as stable.
 - **fft.** The verifier checks ``fft_length`` against the operand for RFFT and IRFFT but not
   for FFT/IFFT; a mismatch aborts inside the FFT library ("array sizes are not conformable").
-- **reduce_window that only cuts.** Windows of size 1 (strides and dilations 1) with padding
-  that is nowhere positive and somewhere negative make a slice; XLA's algebraic simplifier
-  replaces the op by an elementwise one of the operand's shape and aborts on the mismatch.
 - **Host I/O and collectives.** ``infeed``/``outfeed``/``send``/``recv`` wait for a host or a
   peer that never comes (the call hangs forever); they are refused by name. A token (which
   orders them) holds no data and is allowed without them. A module runs on one device here,
@@ -616,31 +613,6 @@ def check_fft(op: ir.Operation, origin: str) -> None:
         ) from None
 
 
-def check_reduce_window(op: ir.Operation, origin: str) -> None:
-    """A reduce_window of size-1 windows that only cuts (padding <= 0, some < 0) is refused:
-    XLA's algebraic simplifier takes it for an elementwise op of the operand's shape, which
-    is not the result's, and aborts the compile (jaxlib 0.10.2 to 0.12 on CPU)."""
-    attrs = op.attributes
-    if "padding" not in attrs:
-        return
-    padding = _attr_ints(attrs["padding"]) or []
-    if not padding or max(padding) > 0 or min(padding) >= 0:
-        return
-    if len(padding) == 1:  # a splat: the same padding on both sides of every dimension
-        t = op.operands[0].type if len(op.operands) else None
-        padding *= 2 * (len(t.shape) if isinstance(t, ir.RankedTensorType) else 1)
-    for key in ("window_dimensions", "window_strides", "base_dilations", "window_dilations"):
-        if key in attrs and any(v != 1 for v in _attr_ints(attrs[key]) or ()):
-            return
-    pairs = [padding[i : i + 2] for i in range(0, len(padding), 2)]
-    raise ModuleContractError(
-        f"{where(op, origin)}: stablehlo.reduce_window with windows of size 1 and only "
-        f"negative padding {pairs} is a slice; XLA's simplifier aborts the process on this "
-        "form (it takes it for an elementwise op). Write it as stablehlo.slice, or export "
-        "the module again."
-    )
-
-
 def check_collective(op: ir.Operation, origin: str) -> None:
     """A collective on one device may only name replica/partition 0 (or -1, padding)."""
     ids: list[int] = []
@@ -775,8 +747,6 @@ def check_op(op: ir.Operation, origin: str) -> None:
         check_custom_call(op, origin)
     elif name == "stablehlo.fft":
         check_fft(op, origin)
-    elif name == "stablehlo.reduce_window":
-        check_reduce_window(op, origin)
     elif name in COLLECTIVE_OPS:
         check_collective(op, origin)
     elif name == "stablehlo.bitcast_convert":

@@ -19,7 +19,11 @@ XLA has no complex cube root (its compiler refuses one), so a complex `cbrt` rea
 lax lift's formula, exp(log(z) / 3) (spec.md#cbrt: the principal root). And XLA's constant folder
 adds and multiplies booleans as integers (true + true folded to false, where spec.md#add says
 logical or): an i1 `add` / `multiply` reaches XLA spelled as the `or` / `and` it means, in place
-(also inside region bodies).
+(also inside region bodies). A one-operand `reduce_window` of size-1 windows (strides and
+dilations 1) whose padding is nowhere positive and somewhere negative only cuts its operand, and
+XLA's algebraic simplifier takes it for an elementwise op of the operand's shape and aborts the
+process on the mismatch (jaxlib 0.10.2 and 0.12): it reaches XLA as the slice its padding cuts,
+then the same reduce_window unpadded (`cutting_window`, in place).
 
 XLA's constant folder divides integers on the host with the machine's instruction: an integer
 `divide` or `remainder` of constants by zero, or of INT_MIN by -1, killed the process with
@@ -169,6 +173,59 @@ def _spell_boolean(op: ir.Operation) -> None:
     op.erase()
 
 
+def cutting_window(op: ir.Operation) -> bool:
+    """A one-operand `reduce_window` of size-1 windows (strides and dilations 1) whose padding
+    is nowhere positive and somewhere negative: XLA's simplifier takes it for an elementwise op
+    of the operand's shape, not the result's, and aborts the process (jaxlib 0.10.2 and 0.12)."""
+    if op.name != "stablehlo.reduce_window" or len(op.operands) != 2:
+        return False
+    pads = _window_padding(op)
+    if pads is None or max(pads) > 0 or min(pads) >= 0:
+        return False
+    for key in ("window_dimensions", "window_strides", "base_dilations", "window_dilations"):
+        if key in op.attributes and any(v != 1 for v in ir.DenseI64ArrayAttr(op.attributes[key])):
+            return False
+    return True
+
+
+def _window_padding(op: ir.Operation) -> list[int] | None:
+    """A reduce_window's padding, low and high of each dimension in turn (None: none, or an
+    operand that is not a ranked tensor)."""
+    t = op.operands[0].type
+    if "padding" not in op.attributes or not isinstance(t, ir.RankedTensorType):
+        return None
+    attr = ir.DenseIntElementsAttr(op.attributes["padding"])
+    if attr.is_splat:
+        return [int(ir.IntegerAttr(attr.get_splat_value()).value)] * (2 * t.rank)
+    return [int(attr[i]) for i in range(len(attr))]
+
+
+def _uncut(op: ir.Operation) -> None:
+    """Give the cutting `reduce_window` `op` the slice its padding cuts, unpadded, in place:
+    each result is the body applied to the init value and one element, as before."""
+    x = op.operands[0]
+    t = ir.RankedTensorType(x.type)
+    pads = _window_padding(op) or []
+    lows, highs = pads[0::2], pads[1::2]
+    shape = [d + lo + hi for d, lo, hi in zip(t.shape, lows, highs, strict=True)]
+    cut = ir.Operation.create(
+        "stablehlo.slice",
+        results=[ir.RankedTensorType.get(shape, t.element_type)],
+        operands=[x],
+        attributes={
+            "start_indices": ir.DenseI64ArrayAttr.get([-lo for lo in lows]),
+            "limit_indices": ir.DenseI64ArrayAttr.get(
+                [d + hi for d, hi in zip(t.shape, highs, strict=True)]
+            ),
+            "strides": ir.DenseI64ArrayAttr.get([1] * t.rank),
+        },
+        loc=op.location,
+        ip=ir.InsertionPoint(op),
+    )
+    op.operands[0] = cut.results[0]
+    del op.attributes["padding"]
+
+
 def trapping_in_map(op: ir.Operation) -> bool:
     """An integer division in a `stablehlo.map` body that XLA could fold into a trap."""
     return op.name in DIVISION_OPS and may_trap(op) and _inside_map(op)
@@ -290,7 +347,7 @@ def rewrite_through_lax(
     """
 
     def picked(op: ir.Operation) -> bool:
-        return select(op) or trapping_in_map(op) or boolean_arithmetic(op)
+        return select(op) or trapping_in_map(op) or boolean_arithmetic(op) or cutting_window(op)
 
     if module.parsed is not None:
         with module.parsed.context:
@@ -308,6 +365,9 @@ def rewrite_through_lax(
         for op in ops:
             if boolean_arithmetic(op):
                 _spell_boolean(op)
+            elif cutting_window(op):
+                with op.location:
+                    _uncut(op)
             elif picked(op) and _guarded_inline(op):
                 with op.location:
                     _guard_inline(op, module.origin)
@@ -371,6 +431,7 @@ __all__ = [
     "XLA_MISREAD_OPS",
     "before_enzyme",
     "boolean_arithmetic",
+    "cutting_window",
     "may_trap",
     "misread_by_xla",
     "rewrite_through_lax",
