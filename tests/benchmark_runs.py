@@ -145,12 +145,12 @@ def run_script(
 SHARE_OF = {
     "bench_runtime.py": 1,
     "bench_overhead.py": 1,
-    "bench_lax.py": 1,
-    "bench_compile.py": 2,
+    "bench_precision.py": 1,
+    "bench_compile.py": 2,  # its tiny run is --backends xla
     "bench_loading.py": 2,
     "bench_import_ab.py": 2,
+    "bench_lax.py": 2,
     "bench_parse_memory.py": 2,
-    "bench_precision.py": 2,
     "bench_test_cache.py": 2,
 }
 

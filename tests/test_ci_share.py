@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests import test_fuzz
-from tests.benchmark_runs import RUNS, SHARE_OF
+from tests.benchmark_runs import BENCHMARKS, RUNS, SHARE_OF
 from tests.ci_share import SHARE_VARIABLE, ShareError, parse_share, share, skip_unless_mine
 
 
@@ -66,6 +66,16 @@ def test_unset_runs_everything(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_each_benchmark_script_runs_in_one_of_two_shares() -> None:
     assert sorted(SHARE_OF) == sorted(RUNS)
     assert set(SHARE_OF.values()) == {1, 2}
+
+
+@pytest.mark.parametrize("script", sorted(RUNS))
+def test_a_script_whose_tiny_run_has_enzyme_rows_runs_in_share_1(script: str) -> None:
+    # Share 1 is CI's environment A, the only one with enzyme-ad: a script whose tiny run
+    # would time the enzyme backend (a "enzyme" backend row, not narrowed by --backends)
+    # runs there, or those rows run nowhere.
+    source = (BENCHMARKS / script).read_text(encoding="utf-8")
+    if '"enzyme"' in source and "--backends" not in RUNS[script].args:
+        assert SHARE_OF[script] == 1, script
 
 
 @pytest.mark.parametrize("n", [2, 3])

@@ -121,7 +121,9 @@ def test_a_found_julia_is_named_with_where_it_was_found(monkeypatch: pytest.Monk
     assert (julia.ok, julia.detail) == (True, "/opt/julia/bin/julia (PATH)")
 
 
-def test_without_enzyme_it_says_why_and_where_it_installs(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_fallback_package_it_says_why_and_where_it_installs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import sys
 
     monkeypatch.setattr("juliabridge.backends.enzyme.availability.enzyme_available", lambda: False)

@@ -139,8 +139,8 @@ def split_cases(name: str, backend: str) -> tuple[int, int | None]:
 
     With JULIABRIDGE_TEST_SHARE=k/n (tests/ci_share.py) the lax and xla cases are split into n
     samples of an n-th each, drawn from seeds of their own, so CI's environments together run as
-    many distinct cases as one whole run; enzyme's run whole, in the one environment that has
-    enzyme-ad.
+    many cases as one whole run (independent samples, which may share a few); enzyme's run
+    whole, in the one environment that has enzyme-ad.
     """
     k, n = ci_share.share()
     count = COUNTS[name, backend]
@@ -308,7 +308,7 @@ def runner() -> Iterator[Runner]:
             "examples_requested": TOTAL,
             "seed": SEED,
             "share": "/".join(map(str, ci_share.share())),
-            "per_strategy": {f"{f}[{b}]": n for (f, b), n in COUNTS.items()},
+            "per_strategy": {f"{f}[{b}]": split_cases(f, b)[0] for f, b in COUNTS},
             "cases_run": sum(v for k, v in OUTCOMES.items() if k.count(":") == 1),
             "long": LONG,
             "outcomes": dict(sorted(OUTCOMES.items())),

@@ -291,7 +291,7 @@ def test_shipped_vjp_module_gives_gradients_without_enzyme(
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
 
 
-def test_xla_derives_its_vjp_through_lax_without_enzyme(
+def test_xla_derives_its_vjp_through_lax_where_the_fallback_is_missing(
     monkeypatch: pytest.MonkeyPatch, f64_module: str
 ) -> None:
     monkeypatch.setattr("juliabridge.backends.enzyme.availability.enzyme_available", lambda: False)
