@@ -49,7 +49,7 @@ from ...stablehlo import StableHLOModule, parse_module
 from ...stablehlo.sanitize import walk
 from ...support import dtypes
 from ...support.jaxinternals import ir, make_context, x64_scope
-from .attrs import enum
+from .attrs import enum, integers
 
 #: The ops rewritten before a module reaches Enzyme (see the module docstring).
 ENZYME_UNSAFE_OPS = frozenset(
@@ -183,21 +183,17 @@ def cutting_window(op: ir.Operation) -> bool:
     if pads is None or max(pads) > 0 or min(pads) >= 0:
         return False
     for key in ("window_dimensions", "window_strides", "base_dilations", "window_dilations"):
-        if key in op.attributes and any(v != 1 for v in ir.DenseI64ArrayAttr(op.attributes[key])):
+        if key in op.attributes and any(v != 1 for v in integers(op.attributes[key])):
             return False
     return True
 
 
-def _window_padding(op: ir.Operation) -> list[int] | None:
+def _window_padding(op: ir.Operation) -> tuple[int, ...] | None:
     """A reduce_window's padding, low and high of each dimension in turn (None: none, or an
     operand that is not a ranked tensor)."""
-    t = op.operands[0].type
-    if "padding" not in op.attributes or not isinstance(t, ir.RankedTensorType):
+    if "padding" not in op.attributes or not isinstance(op.operands[0].type, ir.RankedTensorType):
         return None
-    attr = ir.DenseIntElementsAttr(op.attributes["padding"])
-    if attr.is_splat:
-        return [int(ir.IntegerAttr(attr.get_splat_value()).value)] * (2 * t.rank)
-    return [int(attr[i]) for i in range(len(attr))]
+    return integers(op.attributes["padding"])
 
 
 def _uncut(op: ir.Operation) -> None:
@@ -205,7 +201,7 @@ def _uncut(op: ir.Operation) -> None:
     each result is the body applied to the init value and one element, as before."""
     x = op.operands[0]
     t = ir.RankedTensorType(x.type)
-    pads = _window_padding(op) or []
+    pads = _window_padding(op) or ()
     lows, highs = pads[0::2], pads[1::2]
     shape = [d + lo + hi for d, lo, hi in zip(t.shape, lows, highs, strict=True)]
     cut = ir.Operation.create(
