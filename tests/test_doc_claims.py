@@ -1,9 +1,9 @@
 """Figures and defaults the docs quote are the code's (issue 29: staleness made hard).
 
 Each test reads a claim from README.md, docs/ or benchmarks/README.md and checks it against
-what produces it: the backends' behaviour (the README's backend table), doctor's tested jax
-range, pyproject.toml and the CI constraints (the supported versions), the benchmark scripts'
-constants and defaults, and the fuzz test's splits.
+what produces it: the backends' behaviour (the backend table of docs/transforms.md), doctor's
+tested jax range, pyproject.toml and the CI constraints (the supported versions), the benchmark
+scripts' constants and defaults, and the fuzz test's splits.
 """
 
 from __future__ import annotations
@@ -46,11 +46,13 @@ def _constants(path: Path) -> dict[str, Any]:
     return out
 
 
-# --- the README's backend table ------------------------------------------------------------------
+# --- the backend table (docs/transforms.md) -----------------------------------------------------
 
 
 def _backend_table() -> dict[str, dict[str, str]]:
-    lines = [ln for ln in README.splitlines() if ln.startswith("| ")]
+    """The backends' comparison, in the one place the docs give it (docs/transforms.md)."""
+    page = (REPO / "docs" / "transforms.md").read_text(encoding="utf-8")
+    lines = [ln for ln in page.splitlines() if ln.startswith("| ")]
     head = next(ln for ln in lines if ln.startswith("| backend |"))
     cols = [c.strip() for c in head.strip("|").split("|")]
     rows = {}
