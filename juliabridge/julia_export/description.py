@@ -133,8 +133,12 @@ def _argument_rule(obj: dict[str, Any], where: str, version: int) -> None:
     if role != "input" and dataset is None:
         raise _fail(where, f"a {role} needs the HDF5 'dataset' that holds its value")
     if role != "input" and not obj["path"]:
+        root = "ps" if role == "parameter" else "st"
         raise _fail(
-            f"{where}.path", f"a {role} path names a leaf inside the tree, so it cannot be empty"
+            f"{where}.path",
+            f"a {role} path names a leaf inside the tree, so it cannot be empty (here {root} "
+            f"is itself an array, which has no Lux name; JuliaBridge.jl now refuses that: wrap "
+            f"it in Julia, (; weight={root}), and export again)",
         )
     if role == "input" and obj["tied_paths"]:
         raise _fail(
