@@ -252,9 +252,17 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
     from .doctor import report as doctor_report
 
     r = doctor_report()
+    julia = None
+    if args.julia:
+        from .doctor_julia import julia_report
+
+        julia = julia_report(export=not args.no_export, export_timeout=args.timeout)
     if args.json:
-        print(json.dumps(r.as_dict(), indent=2))
-        return OK
+        data = r.as_dict()
+        if julia is not None:
+            data["julia_end_to_end"] = julia.as_dict()
+        print(json.dumps(data, indent=2))
+        return OK if julia is None else julia.exit_code
     tested = "tested" if r.jax_tested else "NOT in the tested range"
     console.print(_t(f"juliabridge {r.juliabridge}, Python {r.python}, {r.platform}"))
     console.print(_t(f"jax {r.jax} ({tested}), jaxlib {r.jaxlib}, devices: {r.devices}"))
@@ -268,7 +276,12 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
                 _t(c.name), Text("yes") if c.ok else Text("no", style="red"), _t(c.detail)
             )
         console.print(table)
-    return OK
+    if julia is None:
+        return OK
+    console.print(_t("Julia, end to end (juliabridge doctor --julia):"))
+    for line in julia.lines():
+        console.print(_t("  " + line))
+    return julia.exit_code
 
 
 #: What each StableHLO version doctor reports means (its JSON keys are kept for scripts).
@@ -676,7 +689,35 @@ def _add_doctor(sub: Subparsers) -> None:
     """``juliabridge doctor``: what this installation can do."""
     p = sub.add_parser("doctor", help="show what this installation can do (backends, Julia)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--julia",
+        action="store_true",
+        help="also check the Julia half end to end: Julia, its environment, the versions of "
+        "JuliaBridge, Reactant and Lux, and a two-layer export in a child julia; exits with "
+        "the first failure's code",
+    )
+    p.add_argument(
+        "--no-export", action="store_true", help="with --julia: skip the export (minutes)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=900,
+        metavar="SECONDS",
+        help="with --julia: stop the export after this many seconds (default 900)",
+    )
     p.set_defaults(func=cmd_doctor)
+
+
+def _positive_seconds(text: str) -> float:
+    """A time limit from the command line: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
