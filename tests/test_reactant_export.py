@@ -26,16 +26,11 @@ from juliabridge.errors import (
 )
 from juliabridge.examples import luxmodels
 from tests.conftest import require_backend
+from tests.outside import reactant_fixture as _fixture
 from tests.reactant_export_writer import ArgInfo, Export, write_export
 from tests.reference import lux_numpy
 from tests.reference.fixture_refs import FIXTURES
 
-# ../shared next to the repository (a worktree one level deeper looks one level further up).
-_HERE = Path(__file__).resolve()
-FIXTURE_DIR = next(
-    (d for d in (p / "shared" / "fixtures" / "reactant" for p in _HERE.parents[1:4]) if d.is_dir()),
-    _HERE.parents[1].parent / "shared" / "fixtures" / "reactant",
-)
 LENET = Path(juliabridge.__file__).parent / "examples" / "lenet.bundle"
 
 # Lux's field order (Lux src/layers/basic.jl Dense: weight, bias; normalize.jl BatchNorm ps:
@@ -47,13 +42,6 @@ def _step(name: str | int) -> int:
     if isinstance(name, int):
         return name
     return int(name[6:]) if name.startswith("layer_") else FIELD[name]
-
-
-def _fixture(name: str) -> Path:
-    path = FIXTURE_DIR / name
-    if not path.is_file():
-        pytest.skip(f"real Reactant fixture {path} is missing")
-    return path
 
 
 # --- Lux models in export_to_enzymejax's result layout --------------------------------------
