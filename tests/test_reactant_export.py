@@ -428,14 +428,21 @@ def test_convert_then_bundle_tools(tmp_path: Path, capsys: pytest.CaptureFixture
     with pytest.raises(BundleError, match="no reference outputs"):
         juliabridge.verify(out)
     capsys.readouterr()
-    assert main(["verify", str(out)]) != OK
-    assert "records none" in capsys.readouterr().err
+    # No reference outputs is its own outcome (exit 24), not a malformed bundle (10).
+    assert main(["verify", str(out)]) == 24
+    err = capsys.readouterr().err
+    assert "records none" in err and "no reference outputs to verify against" in err
     # The bundle names leaves by Julia position; the export directory by Python index, beside
     # Reactant's own path, and says it has no digests (not "--no-verify").
-    for target, leaf in ((out, "state[2][1]"), (d, "state[1][0]")):
+    for target, leaf, fmt in (
+        (out, "state[2][1]", "format 3 "),
+        (d, "state[1][0]", "format n/a (a Reactant export directory, not a bundle)"),
+    ):
         assert main(["inspect", str(target)]) == OK
         text = capsys.readouterr().out
         assert "export_to_enzymejax" in text and leaf in text
+        head = [ln for ln in text.splitlines() if " mode=" in ln]
+        assert fmt in head[0], text  # the directory is not called a bundle
     assert "arg.4.2.1" in text and "records no digests" in text and "--no-verify" not in text
 
 
