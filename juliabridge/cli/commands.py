@@ -8,6 +8,7 @@ failure ends in one line on stderr and the exit code of its error class (exitcod
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -751,6 +752,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The commands that run a bundle's module, and so need x64 where it has 64-bit types.
+_RUNS_THE_MODULE = frozenset({"inspect", "verify", "vjp", "export-jax", "export-onnx"})
+
+
+def _x64_for(args: argparse.Namespace) -> contextlib.AbstractContextManager[None]:
+    """x64 turned on (and said so) for a command running a bundle with 64-bit types (x64.py)."""
+    if args.command not in _RUNS_THE_MODULE or getattr(args, "path", None) is None:
+        return contextlib.nullcontext()
+    from .x64 import x64_where_needed
+
+    return x64_where_needed(args.command, args.path)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: the command's exit code; one escaped line on stderr for any failure."""
     try:
@@ -769,7 +783,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         emoji=False,
     )
     try:
-        return int(args.func(args, console))
+        with _x64_for(args):
+            return int(args.func(args, console))
     except KeyboardInterrupt:
         sys.stderr.write(f"juliabridge {args.command}: interrupted\n")
         return INTERRUPTED

@@ -136,6 +136,16 @@ def _find_script(path: Path) -> Path:
     return scripts[0]
 
 
+def read_export_script(path: str | os.PathLike[str]) -> ExportScript:
+    """The .py of the export at `path` (the directory or the .py), read as data: what it
+    declares, without reading the module or the npz.
+
+    Raises:
+        BundleError / ManifestError: as for `open_export`.
+    """
+    return read_script(_find_script(Path(path)))
+
+
 def _inside(root: Path, name: str, what: str) -> Path:
     try:
         safe_file_name(name, what)
@@ -300,4 +310,5 @@ __all__ = [
     "is_export_dir",
     "load_reactant_export",
     "open_export",
+    "read_export_script",
 ]
