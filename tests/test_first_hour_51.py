@@ -5,6 +5,7 @@ here from the arrays and trees themselves, not read back from the code under tes
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import jax
@@ -105,3 +106,70 @@ def test_verify_without_reference_outputs_has_its_own_exit_code(
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("juliabridge verify: error: ")
     assert "no reference outputs to verify against" in err
+
+
+# --- paths: did you mean, and folders of models -------------------------------------------
+
+
+def test_the_names_nearby_knows_are_the_readers(tmp_path: Path) -> None:
+    from juliabridge.bundle.files import nearby
+    from juliabridge.bundle.manifest import MANIFEST_NAME
+    from juliabridge.julia_export import DESCRIPTION_NAME
+
+    assert nearby.BUNDLE_FILE == MANIFEST_NAME
+    assert nearby.JULIA_EXPORT_FILE == DESCRIPTION_NAME
+
+
+def test_a_mistyped_path_gets_the_near_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: "no such bundle directory" and nothing else."""
+    shutil.copytree(lenet_bundle(), tmp_path / "lenet.bundle")
+    (tmp_path / "unrelated").mkdir()
+    with pytest.raises(juliabridge.BundleError) as info:
+        juliabridge.import_lux(tmp_path / "lenet.bundel")
+    message = str(info.value)
+    assert message.endswith(f"; did you mean {tmp_path / 'lenet.bundle'}?"), message
+    assert "unrelated" not in message
+    with pytest.raises(juliabridge.BundleError, match=r"did you mean .*lenet\.bundle"):
+        juliabridge.load_params(tmp_path / "lenet.bundl")
+    assert main(["inspect", str(tmp_path / "lenet_bundle")]) == 10
+    assert f"did you mean {tmp_path / 'lenet.bundle'}?" in capsys.readouterr().err
+    # Nothing alike: no suggestion, the message as before.
+    with pytest.raises(juliabridge.BundleError) as info:
+        juliabridge.import_lux(tmp_path / "qqqqqqq")
+    assert "did you mean" not in str(info.value)
+
+
+def _folder_of_models(tmp_path: Path) -> Path:
+    from juliabridge.examples import luxmodels
+    from tests.test_reactant_export import write_lux_export
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    shutil.copytree(lenet_bundle(), folder / "a.bundle")
+    shutil.copytree(lenet_bundle(), folder / "b.bundle")
+    write_lux_export(folder / "exported", luxmodels.batchnorm_model(mode="test", batch=4))
+    (folder / "notes").mkdir()
+    return folder
+
+
+def test_a_folder_of_models_lists_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: only "no manifest.json in this directory, so it is not a juliabridge bundle"."""
+    folder = _folder_of_models(tmp_path)
+    with pytest.raises(juliabridge.BundleError) as info:
+        juliabridge.import_lux(folder)
+    message = str(info.value)
+    assert message.endswith(
+        f"; it holds 3 models: {folder / 'a.bundle'} (bundle), {folder / 'b.bundle'} (bundle), "
+        f"{folder / 'exported'} (Reactant export); pass one of them"
+    ), message
+    assert "notes" not in message
+    assert main(["verify", str(folder)]) == 10
+    assert "it holds 3 models" in capsys.readouterr().err
+    # convert (the Reactant route) says the same of a folder, and suggests for a typo.
+    out = str(tmp_path / "m.bundle")
+    assert main(["convert", str(folder), "--out", out]) == 10
+    assert "it holds 3 models" in capsys.readouterr().err
+    assert main(["convert", str(folder / "exportd"), "--out", out]) == 10
+    assert f"did you mean {folder / 'exported'}?" in capsys.readouterr().err
