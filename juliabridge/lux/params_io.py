@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..bundle.files import safefile
+from ..bundle.files import nearby, safefile
 from ..bundle.manifest import MANIFEST_NAME, LuxPath, load_manifest
 from ..bundle.weights import ReadRequest, open_weights, write_weights
 from ..errors import BundleError, CallArgumentError, ChecksumError, SaveError, UnsafeBundleError
@@ -308,7 +308,8 @@ def _open(file: Path, what: str, dfd: int | None) -> tuple[int, os.stat_result]:
         found = "no such file" if not os.path.lexists(file) else "not a regular file"
         raise BundleError(
             f"{file}: {found}; pass a weights file written by juliabridge.save_params (or "
-            "JuliaBridge's save_params), or a bundle directory"
+            "JuliaBridge's save_params), or a bundle or export directory"
+            f"{nearby.did_you_mean(file) if found == 'no such file' else ''}"
         ) from e
 
 
