@@ -48,6 +48,7 @@ from ..bundle.manifest.schema import (
 )
 from ..bundle.manifest.schema import fail as _fail
 from ..errors import BundleError, BundleVersionError, ManifestError, UnsafeBundleError
+from ..support.slots import check_tuple_slots
 
 #: The description's file name; a directory holding it is a Julia export directory.
 DESCRIPTION_NAME = "juliabridge-export.json"
@@ -276,6 +277,12 @@ def check_description(obj: Any, root: Path) -> Description:
         raise _renamed(e, where) from None
     ex = d["examples"]
     empty = d["empty"]
+    for group, role in (("params", "parameter"), ("state", "state")):
+        args = [a for a in d["arguments"] if a["role"] == role]
+        paths = [p for a in args for p in (a["path"], *a["tied_paths"])]
+        paths += [] if empty is None else list(empty[group])
+        paths += [s["path"] for s in d["static_state"]] if group == "state" else []
+        check_tuple_slots(paths, f"{where}: the {group} tree")
     return Description(
         root=root,
         name=d["name"],

@@ -23,6 +23,7 @@ from ..bundle.manifest import MANIFEST_NAME, LuxPath, load_manifest
 from ..bundle.weights import ReadRequest, open_weights, write_weights
 from ..errors import BundleError, CallArgumentError, ChecksumError, SaveError, UnsafeBundleError
 from ..support import dtypes
+from ..support.slots import check_tuple_slots
 from .trees import build_tree
 
 WEIGHTS_FORMAT = "juliabridge.weights"
@@ -379,12 +380,14 @@ def _read_record(file: Path, f: Any, entry: dict[str, Any] | None) -> TreeRecord
             if len(names) != len(leaves):
                 raise ValueError("two leaves at one path")
             out[g] = (names, [_path(p) for p in doc[g]["empty"]])
-        return out
     except (ValueError, KeyError, TypeError, RecursionError) as e:
         raise BundleError(
             f"{file}: dataset {TREE_DATASET} does not hold a valid tree record ({type(e).__name__}"
             "); write the file again with juliabridge.save_params"
         ) from None
+    for g, (names, empty) in out.items():
+        check_tuple_slots([*names.values(), *empty], f"{file}: the tree record of {g}")
+    return out
 
 
 def _path(p: Any) -> LuxPath:
@@ -410,7 +413,9 @@ def _from_record(
             "juliabridge.save_params"
         )
     try:
-        return build_tree([(p, flat[n]) for n, p in names.items()], empty=empty)
+        return build_tree(
+            [(p, flat[n]) for n, p in names.items()], empty=empty, what=f"{file}: {group}"
+        )
     except (TypeError, AttributeError) as e:  # a position and a name below one parent
         raise BundleError(
             f"{file}: the tree record of {group} mixes positions and names below one parent; "
