@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .function import load_mlir
 from .julia_export import complete, import_julia_export, is_julia_export
@@ -24,6 +24,9 @@ from .reactant_export.luxmodel import import_export_lux, read_export_params
 
 T = TypeVar("T")
 
+if TYPE_CHECKING:
+    from .lux.sharded_load import ShardingSpec
+
 
 def import_lux(
     path: str | os.PathLike[str],
@@ -36,6 +39,7 @@ def import_lux(
     state_results: Mapping[int, int] | None = None,
     positions: Sequence[int] | None = None,
     batch_axis: int | None = None,
+    shardings: ShardingSpec | None = None,
 ) -> LuxModel:
     """Load a bundle directory as a LuxModel (checksums verified unless told otherwise).
 
@@ -65,6 +69,10 @@ def import_lux(
             for a Lux layer, (1, 2, 3) for a field-less ``f(x, ps, st)``.
         batch_axis: (export directories) the inputs' batch axis when samples are independent
             along it, so that any batch size is served.
+        shardings: where each parameter and state array goes, each process reading only its
+            own shards from the weights file (docs/multihost.md): a function ``(lux_path,
+            shape, dtype) -> Sharding | None``, a pair ``(params_shardings, state_shardings)``
+            of trees, or one Sharding. Not for Reactant export directories.
 
     Returns:
         A LuxModel: ``model.apply(params, state, *inputs) -> (outputs, new_state)``,
@@ -82,6 +90,8 @@ def import_lux(
         X64DisabledError: 64-bit weights while jax_enable_x64 is off.
         BackendUnavailableError: backend="enzyme" without enzyme-ad.
         UnsupportedOpError: backend="lax" and an op of the module does not lift.
+        CallArgumentError: `shardings` gives no Sharding fitting some array, or is given for
+            a Reactant export directory.
     """
     options = LoadOptions(
         backend=backend,
@@ -92,6 +102,7 @@ def import_lux(
         state_results=state_results,
         positions=positions,
         batch_axis=batch_axis,
+        shardings=shardings,
     )
     if is_julia_export(path):
         return import_julia_export(path, options)

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..backends import make_backend
 from ..bundle.bundle import Bundle
-from ..errors import BundleError
+from ..errors import BundleError, CallArgumentError
 from ..function import ImportedFunction
 from ..lux.model import LuxModel
 from ..lux.options import DEFAULT_OPTIONS, LoadOptions
@@ -87,7 +87,13 @@ def import_export_lux(
     Raises:
         BundleError / ManifestError / SignatureMismatchError: as for `load_reactant_export`,
             or the arguments or results do not map onto (x, ps, st) -> (y, st).
+        CallArgumentError: `shardings` given (its weights come from an npz, read whole).
     """
+    if options.shardings is not None:
+        raise CallArgumentError(
+            f"{path}: shardings= applies to bundles and JuliaBridge.jl's export directories; "
+            "convert this Reactant export first (juliabridge convert) and import the bundle"
+        )
     bundle, export = export_bundle(path, options)
     manifest = bundle.manifest
     fn = ImportedFunction(
