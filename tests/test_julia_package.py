@@ -13,6 +13,7 @@ import sys
 import tomllib
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -260,3 +261,80 @@ def test_the_flat_function_hands_the_model_copies() -> None:
     assert export.index("host = map(Array, flat.leaves)") < export.index("= Reactant.@jit")
     assert "f(flat.leaves...)" in export  # traced on the arguments, run on fresh copies
     assert "fresh = reference ? map(Reactant.to_rarray, host)" in export
+
+
+def _citations_tool() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "check_julia_citations", REPO / "tools" / "check_julia_citations.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_citations_tool_reads_every_reactant_citation() -> None:
+    tool = _citations_tool()
+    cites = tool.citations([*_sources().values(), README])
+    assert ("src/compiler/Macros.jl", 34, 34) in cites  # String(::TextualModule)
+    assert ("src/Types.jl", 67, 70) in cites and ("src/Types.jl", 652, 652) in cites
+    every = {
+        (m.group(1), int(m.group(2)))
+        for text in _sources().values()
+        for m in re.finditer(r"R (src/[\w/]+\.jl):(\d+)", text)
+    }
+    assert every <= {(p, a) for p, a, _ in cites}
+    toml = tomllib.loads((JULIA / "Project.toml").read_text())
+    assert tool.compat_range(toml["compat"]["Reactant"]) == REACTANT_READ
+    with pytest.raises(ValueError, match=r"X\.Y\.Z - X\.Y\.Z"):
+        tool.compat_range("=0.2.280")
+
+
+def _release(git: Path, tag: str, text: str) -> None:
+    (git / "src").mkdir(exist_ok=True)
+    (git / "src" / "a.jl").write_text(text)
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
+    env |= {"GIT_COMMITTER_EMAIL": "t@t", "HOME": str(git), "PATH": "/usr/bin:/bin"}
+    for cmd in (["add", "-A"], ["commit", "-qm", tag], ["tag", tag]):
+        subprocess.run(["git", "-C", str(git), *cmd], check=True, env=env, capture_output=True)
+
+
+def test_the_citations_tool_checks_each_release_by_content(tmp_path: Path) -> None:
+    """A cited block may move between releases (v0.2.2 to v0.2.3: a line inserted above it);
+    a release whose block differs (v0.2.1) is named; releases outside the range are not read."""
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    git = tmp_path / "Reactant.jl"
+    git.mkdir()
+    subprocess.run(["git", "init", "-q", str(git)], check=True)
+    _release(git, "v0.2.0", "gone\n")
+    _release(git, "v0.2.1", "x\nfoo()\nbaz()\n")
+    _release(git, "v0.2.2", "x\n  foo()\n  bar()\n")
+    _release(git, "v0.2.3", "pre\nx\nfoo()\nbar()\n")
+    _release(git, "v0.2.4", "other\n")
+    tool = _citations_tool()
+    cites = tool.citations(["see (R src/a.jl:3-4)"])
+    assert tool.check(git / ".git", cites, "0.2.1", "0.2.3") == {
+        "v0.2.1": ["src/a.jl:3-4"],
+        "v0.2.2": [],
+        "v0.2.3": [],
+    }
+    with pytest.raises(ValueError, match=r"not in src/a\.jl at v0\.2\.3"):
+        tool.check(git / ".git", tool.citations(["R src/a.jl:9"]), "0.2.1", "0.2.3")
+    with pytest.raises(ValueError, match=r"no tag v0\.2\.9"):
+        tool.check(git / ".git", cites, "0.2.1", "0.2.9")
+    # The whole tool on a copy of this repository's julia/ with the range set to those tags.
+    root = tmp_path / "repo"
+    shutil.copytree(JULIA, root / "julia")
+    toml = (root / "julia" / "Project.toml").read_text()
+    toml = re.sub(r'Reactant = "[^"]+"', 'Reactant = "0.2.2 - 0.2.3"', toml)
+    (root / "julia" / "Project.toml").write_text(toml)
+    for name in (root / "julia" / "src").glob("*.jl"):
+        name.write_text(re.sub(r"R (src|lib|docs)/\S+:\d+(-\d+)?", "", name.read_text()))
+    readme = root / "julia" / "README.md"
+    readme.write_text(re.sub(r"R (src|lib|docs)/\S+:\d+(-\d+)?", "", readme.read_text()))
+    (root / "julia" / "src" / "x.jl").write_text("# R src/a.jl:3-4\n")
+    assert tool.main(["--reactant", str(git), "--root", str(root)]) == 0
+    toml = re.sub(r'Reactant = "[^"]+"', 'Reactant = "0.2.1 - 0.2.3"', toml)
+    (root / "julia" / "Project.toml").write_text(toml)
+    assert tool.main(["--reactant", str(git), "--root", str(root)]) == 1
