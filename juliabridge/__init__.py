@@ -15,6 +15,7 @@ from .errors import (
     ManifestError,
     MLIRParseError,
     ModuleContractError,
+    NoReferenceOutputsError,
     OnnxConversionError,
     ResourceLimitError,
     SaveError,
@@ -28,10 +29,9 @@ from .errors import (
 from .exporting import export_jax, save_jax
 from .exporting_onnx import export_onnx, save_onnx
 from .function import ImportedFunction
-from .importers import import_lux, load_mlir, load_reactant_export
+from .importers import import_lux, load_into, load_mlir, load_params, load_reactant_export
 from .lux.model import LuxModel
-from .lux.params_io import load_params, save_params
-from .lux.restore import load_into
+from .lux.params_io import save_params
 from .verification import VerifyReport, verify
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "MLIRParseError",
     "ManifestError",
     "ModuleContractError",
+    "NoReferenceOutputsError",
     "OnnxConversionError",
     "ResourceLimitError",
     "SaveError",

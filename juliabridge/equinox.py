@@ -49,7 +49,8 @@ class LuxModule(eqx.Module):  # type: ignore[misc]
         """Wrap `model`, or import the bundle at that path with `import_options`.
 
         Args:
-            model: a `LuxModel`, or the path of a bundle directory to import.
+            model: a `LuxModel`, or the path of anything `import_lux` reads (a bundle, a
+                JuliaBridge.jl or a Reactant export directory).
             **import_options: passed to `juliabridge.import_lux` when `model` is a path
                 (backend, layout, verify_checksums, trust).
 

@@ -27,6 +27,11 @@ class UnsafeBundleError(BundleError):
     """The bundle points outside its directory, or its HDF5 file uses external storage."""
 
 
+class NoReferenceOutputsError(BundleError):
+    """`verify` was given a bundle without reference outputs (no examples section, e.g. one
+    converted from a Reactant export directory): there is nothing to compare against."""
+
+
 class SignatureMismatchError(JuliaBridgeError):
     """The manifest, the MLIR module and the HDF5 file disagree on an argument or result."""
 

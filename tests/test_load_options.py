@@ -42,6 +42,7 @@ OTHER: dict[str, Any] = {
     "state_results": {1: 2},
     "positions": (1, 2, 3),
     "batch_axis": 0,
+    "shardings": (None, None),
 }
 
 #: The layers below the public entry: each takes the LoadOptions whole.

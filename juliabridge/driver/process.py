@@ -426,6 +426,50 @@ def run_export_request(
         return str(result["path"])
 
 
+#: Prints `[juliabridge:package] NAME VERSION` for each name in ARGS, from the environment's
+#: manifest (Pkg.dependencies, Pkg's documented API: no package is loaded, nothing is fetched).
+PACKAGES_MAIN = (
+    "import Pkg; deps = Dict(p.name => p.version for p in values(Pkg.dependencies())); "
+    'foreach(n -> println("[juliabridge:package] ", n, " ", '
+    'something(get(deps, n, nothing), "missing")), ARGS)'
+)
+PACKAGE_RE = re.compile(r"^\[juliabridge:package\] (\S+) (\S+)$")
+
+
+def package_versions(
+    julia: JuliaInstallation, environment: Path, names: tuple[str, ...], *, timeout: float
+) -> dict[str, str | None]:
+    """The version of each package `names` lists in `environment`'s manifest (None: absent).
+
+    Raises ``JuliaExportError`` when Julia fails, answers nothing or runs past `timeout`
+    seconds (it is then stopped), ``JuliaUnavailable`` when it cannot be started.
+    """
+    cmd = [julia.executable, f"--project={environment}", "--startup-file=no",
+           "--history-file=no", "--color=no", "-e", PACKAGES_MAIN, *names]  # fmt: skip
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise JuliaExportError(
+            f"Julia did not list the packages of {environment} within {timeout:g} s and was stopped"
+        ) from exc
+    except OSError as exc:
+        raise JuliaUnavailable(f"could not start {julia.executable}: {exc}") from exc
+    found: dict[str, str | None] = {}
+    for line in proc.stdout.splitlines():
+        m = PACKAGE_RE.match(line.strip())
+        if m and m[1] in names:
+            found[m[1]] = None if m[2] in ("missing", "nothing") else m[2]
+    if proc.returncode != 0 or set(found) != set(names):
+        last = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:]) or "(no output)"
+        raise JuliaExportError(
+            f"Julia could not list the packages of {environment} (status {proc.returncode}); "
+            f"its last output:\n{last}"
+        )
+    return found
+
+
 def _read_result(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

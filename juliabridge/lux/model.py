@@ -21,6 +21,7 @@ from ..transforms.sharding import device_conflict
 from ..transforms.typed_errors import Compiled
 from .batchsize import call_any_batch, check_fixed_shapes
 from .options import LoadOptions
+from .sharded_load import place_arguments, read_bundle
 from .trees import build_tree, lookup
 
 
@@ -325,12 +326,15 @@ def import_bundle_lux(path: str | os.PathLike[str], options: LoadOptions) -> Lux
     bundle = open_bundle(
         path, verify_checksums=options.verify_checksums, trust=options.trust, defer_weights=True
     )
+    if options.shardings is not None:  # each process reads only its shards (lazily)
+        sharded = read_bundle(bundle, options.shardings, options.layout)
+        return bundle_model(bundle, sharded, options)
     return bundle_model(bundle, bundle.read_weights(), options)
 
 
 def bundle_model(
     bundle: Bundle,
-    weights: Iterable[tuple[ArgumentEntry, np.ndarray]],
+    weights: Iterable[tuple[ArgumentEntry, np.ndarray | jax.Array]],
     options: LoadOptions,
 ) -> LuxModel:
     """The LuxModel of an opened bundle and its parameter and state arrays.
@@ -338,7 +342,8 @@ def bundle_model(
     Args:
         bundle: the opened, validated bundle (its module parsed).
         weights: (argument entry, host array in MLIR shape) for every parameter and state, in
-            any order (as `Bundle.read_weights` yields them, verified while read).
+            any order (as `Bundle.read_weights` yields them, verified while read); with
+            ``options.shardings``, also arrays already placed (sharded_load.read_bundle).
         options: the load's options; backend, layout and trust apply here (trust goes to the
             backend and the VJP module).
 
@@ -375,7 +380,10 @@ def bundle_model(
         f"loading {bundle.root.name}",
         size=lambda item: item[1].nbytes,
     )
-    if adopt and layout == "mlir":
+    if options.shardings is not None:
+        for a, arr in place_arguments(weights, options.shardings, layout):
+            leaves[a.role].append((a.index, a.path, arr))
+    elif adopt and layout == "mlir":
         # The host arrays become the device arrays, so nothing is gained by streaming; one
         # device_put for all of them saves its per-call overhead. (Julia's layout is a
         # transposed view, which XLA copies: that route streams, one host array at a time.)

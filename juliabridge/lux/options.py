@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..backends import resolve_backend_name
 from ..errors import JuliaBridgeError
+
+if TYPE_CHECKING:
+    from .sharded_load import ShardingSpec
 
 #: The layouts a LuxModel presents: row-major as in the module, or Julia's dimension order.
 LAYOUTS = ("mlir", "julia")
@@ -56,6 +60,9 @@ class LoadOptions:
     positions: Sequence[int] | None = None
     #: (Reactant export directories) the inputs' batch axis, when samples are independent.
     batch_axis: int | None = None
+    #: Where each parameter and state array goes; each process reads only its shards
+    #: (lux/sharded_load.py). None: every array whole on the default device.
+    shardings: ShardingSpec | None = None
 
     def __post_init__(self) -> None:
         check_layout(self.layout)

@@ -18,11 +18,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..bundle.files import safefile
+from ..bundle.files import nearby, safefile
 from ..bundle.manifest import MANIFEST_NAME, LuxPath, load_manifest
 from ..bundle.weights import ReadRequest, open_weights, write_weights
 from ..errors import BundleError, CallArgumentError, ChecksumError, SaveError, UnsafeBundleError
 from ..support import dtypes
+from ..support.slots import check_tuple_slots
+from .sharded_load import ShardingSpec, load_requests
 from .trees import build_tree
 
 WEIGHTS_FORMAT = "juliabridge.weights"
@@ -201,7 +203,9 @@ def _check_target(target: Path, overwrite: bool) -> None:
         raise SaveError(f"{target}: already exists; pass overwrite=True to replace it")
 
 
-def load_params(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def load_params(
+    path: str | os.PathLike[str], *, shardings: ShardingSpec | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Read (params, state) as nested dicts of numpy arrays (MLIR layout) from a weights file.
 
     `path` is a file written by save_params (or JuliaBridge), or a bundle directory (the
@@ -214,6 +218,10 @@ def load_params(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str,
 
     Args:
         path: a weights file, or a bundle directory.
+        shardings: when given, the leaves are global jax Arrays on these shardings, each
+            process reading only its own shards' bytes (lux/sharded_load.py says the forms;
+            a function receives ``"params.layer_1.weight"``-style paths, positions as
+            numbers).
 
     Returns:
         ``(params, state)`` shaped like ``model.params``/``model.state``: dicts keyed by Lux
@@ -227,6 +235,7 @@ def load_params(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str,
             ManifestError for a bundle whose manifest is invalid).
         ChecksumError: a bundle's weights differ from its manifest's digests, or hold a
             dataset the manifest does not name (which nothing could verify).
+        CallArgumentError: `shardings` gives no Sharding fitting some array.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise BundleError(
@@ -250,7 +259,7 @@ def load_params(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str,
         file = p
         fd, _ = _open(file, what, None)
     try:
-        return _read_trees(file, fd, checks)
+        return _read_trees(file, fd, checks, shardings)
     finally:
         os.close(fd)
 
@@ -308,11 +317,14 @@ def _open(file: Path, what: str, dfd: int | None) -> tuple[int, os.stat_result]:
         found = "no such file" if not os.path.lexists(file) else "not a regular file"
         raise BundleError(
             f"{file}: {found}; pass a weights file written by juliabridge.save_params (or "
-            "JuliaBridge's save_params), or a bundle directory"
+            "JuliaBridge's save_params), or a bundle or export directory"
+            f"{nearby.did_you_mean(file) if found == 'no such file' else ''}"
         ) from e
 
 
-def _read_trees(file: Path, fd: int, checks: _Checks) -> tuple[Any, Any]:
+def _read_trees(
+    file: Path, fd: int, checks: _Checks, shardings: ShardingSpec | None = None
+) -> tuple[Any, Any]:
     groups = ("params", "state")
     flat: dict[str, Any] = {}
     with open_weights(file, fd=fd, file_sha256=checks.file_sha256) as f:
@@ -336,7 +348,8 @@ def _read_trees(file: Path, fd: int, checks: _Checks) -> tuple[Any, Any]:
             requests.append(
                 checks.request(name, tuple(e["shape"]), tag, ".".join([group, *rest.split("/")]))
             )
-        for r, arr in f.read(requests):
+        read = f.read(requests) if shardings is None else load_requests(f, requests, shardings)
+        for r, arr in read:
             flat[r.dataset] = arr
         record = _read_record(file, f, record_entry) if checks.root is None else None
     # Reads complete in any order; keep the file's order (Lux's, for files JuliaBridge wrote).
@@ -378,12 +391,14 @@ def _read_record(file: Path, f: Any, entry: dict[str, Any] | None) -> TreeRecord
             if len(names) != len(leaves):
                 raise ValueError("two leaves at one path")
             out[g] = (names, [_path(p) for p in doc[g]["empty"]])
-        return out
     except (ValueError, KeyError, TypeError, RecursionError) as e:
         raise BundleError(
             f"{file}: dataset {TREE_DATASET} does not hold a valid tree record ({type(e).__name__}"
             "); write the file again with juliabridge.save_params"
         ) from None
+    for g, (names, empty) in out.items():
+        check_tuple_slots([*names.values(), *empty], f"{file}: the tree record of {g}")
+    return out
 
 
 def _path(p: Any) -> LuxPath:
@@ -409,7 +424,9 @@ def _from_record(
             "juliabridge.save_params"
         )
     try:
-        return build_tree([(p, flat[n]) for n, p in names.items()], empty=empty)
+        return build_tree(
+            [(p, flat[n]) for n, p in names.items()], empty=empty, what=f"{file}: {group}"
+        )
     except (TypeError, AttributeError) as e:  # a position and a name below one parent
         raise BundleError(
             f"{file}: the tree record of {group} mixes positions and names below one parent; "

@@ -7,14 +7,24 @@ from typing import Any
 
 from ..bundle.manifest import LuxPath, format_path
 from ..errors import CallArgumentError
+from ..support.slots import check_tuple_slots
 
 
-def build_tree(leaves: Iterable[tuple[LuxPath, Any]], empty: Iterable[LuxPath] = ()) -> Any:
+def build_tree(
+    leaves: Iterable[tuple[LuxPath, Any]], empty: Iterable[LuxPath] = (), what: str = "the tree"
+) -> Any:
     """Nest `(path, leaf)` pairs: string steps become dicts, integer steps tuples (1-based).
 
     Insertion order follows the pairs, which is Julia's field order for manifest order.
     `empty` paths become empty dicts (Lux's empty NamedTuples, e.g. a MaxPool's parameters).
+
+    Raises:
+        ResourceLimitError: the paths ask for more tuple slots than `check_tuple_slots`
+            allows (checked before any tuple is built); `what` names the tree.
     """
+    leaves = list(leaves)
+    empty = list(empty)
+    check_tuple_slots([p for p, _ in leaves] + empty, what)
     root: dict[Any, Any] = {}
     single: list[Any] = []
     for path in empty:

@@ -50,6 +50,11 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode(21, OSError, "reading or writing a file failed (operating-system error)"),
     ExitCode(22, E.UnsupportedOpError, "backend lax: an op of the module does not lift"),
     ExitCode(23, E.OnnxConversionError, "export-onnx: jax2onnx cannot convert a JAX primitive"),
+    ExitCode(
+        24,
+        E.NoReferenceOutputsError,
+        "verify: the bundle has no reference outputs to verify against",
+    ),
     ExitCode(29, E.JuliaBridgeError, "any other juliabridge error"),
     ExitCode(70, None, "internal error (a bug in juliabridge: please report it)"),
     ExitCode(130, None, "interrupted (Ctrl-C)"),

@@ -16,11 +16,10 @@ import pytest
 import juliabridge
 from juliabridge.backends.lax.registry import RULES
 from juliabridge.backends.lax.valtypes import ELEMENT_TYPES
+from tests.outside import reactant_fixture_text
 
 from .oracles import check_module, interpret, random_array, run_lax, run_xla
 from .transform_checks import check_batched, check_grad, check_hvp, check_jvp, lax_fn, x64
-
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "reactant"
 
 
 @pytest.fixture(autouse=True)
@@ -226,7 +225,7 @@ def test_convolution_element_types(t: str, out_t: str, tol: float, interp: bool)
 
 
 def test_nnlib_grouped_conv_fixture() -> None:
-    text = (FIXTURES / "nnlib_grouped_conv2d.mlir").read_text()
+    text = reactant_fixture_text("nnlib_grouped_conv2d.mlir")
     missing = {"stablehlo.transpose", "stablehlo.reverse"} - set(RULES)
     if missing:
         pytest.skip(f"ops of other families not lifted yet: {', '.join(sorted(missing))}")

@@ -188,6 +188,11 @@ class WeightsReader:
                 return
         yield from self._read_lib(requests)
 
+    @property
+    def metadata(self) -> h5parse.H5Metadata | None:
+        """The pure-Python reader's metadata of the file (None where libhdf5 reads it)."""
+        return self._meta
+
     def _metadata(self) -> h5parse.H5Metadata:
         if self._meta is None:
             raise BundleError(f"{self.path}: the HDF5 metadata was not read before the data")

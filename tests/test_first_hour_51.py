@@ -1,0 +1,175 @@
+"""What a new user stumbled on in their first hour (issue 51, "Other stumbles"): x64 on the
+command line, several inputs, Dict inputs, load_into and Flax on Reactant exports, path
+suggestions, folders of exports, and the Dropout seed kept as UInt64. References are written
+here from the arrays and trees themselves, not read back from the code under test."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import juliabridge
+from juliabridge.bundle.write.description import ArgumentSpec, BundleDescription
+from juliabridge.bundle.write.writer import write_bundle
+from juliabridge.cli.commands import main
+from juliabridge.examples import lenet_bundle
+from juliabridge.support.exitcodes import OK
+
+F64_MODULE = """module @m {
+  func.func public @main(%arg0: tensor<3xf64>, %arg1: tensor<3xf64>) -> tensor<3xf64> {
+    %0 = stablehlo.multiply %arg0, %arg1 : tensor<3xf64>
+    return %0 : tensor<3xf64>
+  }
+}
+"""
+
+
+def _f64_bundle(path: Path, *, examples: bool = True) -> tuple[Path, np.ndarray, np.ndarray]:
+    """y = x * w in Float64, with its example input and reference output written here."""
+    x = np.array([1.0 + 2**-40, -2.0, 3.0])  # 2**-40 is lost in float32
+    w = np.array([0.5, 1.0 / 3.0, 4.0])
+    write_bundle(
+        path,
+        BundleDescription(
+            name="f64",
+            mlir_text=F64_MODULE,
+            arguments=[
+                ArgumentSpec("input", [], x),
+                ArgumentSpec("parameter", ["layer_1", "weight"], w),
+            ],
+            result_paths=[[["output"]]],
+            example_outputs=[x * w] if examples else None,
+            portable_artifact=False,
+        ),
+    )
+    return path, x, w
+
+
+# --- x64 on the command line ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["verify", "inspect"])
+def test_cli_turns_x64_on_for_a_64_bit_bundle_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """Before: exit 9 (X64DisabledError) unless JAX_ENABLE_X64=1 was set by hand."""
+    assert not jax.config.read("jax_enable_x64")
+    bundle, _, _ = _f64_bundle(tmp_path / "f64.bundle")
+    with pytest.raises(juliabridge.X64DisabledError):
+        juliabridge.import_lux(bundle)  # the Python API still asks the caller
+    assert main([command, str(bundle)]) == OK
+    out, err = capsys.readouterr()
+    assert "jax_enable_x64 is turned on for this command" in err
+    assert "params.layer_1.weight: f64" in err
+    if command == "verify":
+        assert "OK" in out
+    assert not jax.config.read("jax_enable_x64")  # restored: the process may go on
+
+
+def test_cli_leaves_x64_alone_for_a_32_bit_bundle(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", str(lenet_bundle())]) == OK
+    assert "jax_enable_x64" not in capsys.readouterr().err
+
+
+def test_export_jax_of_a_64_bit_bundle_keeps_its_precision(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bundle, x, w = _f64_bundle(tmp_path / "f64.bundle")
+    out = tmp_path / "f64.jaxexport"
+    assert main(["export-jax", str(bundle), "--out", str(out), "--batch", "none"]) == OK
+    assert "jax_enable_x64 is turned on" in capsys.readouterr().err
+    with jax.enable_x64(True):
+        exported = jax.export.deserialize(bytearray(out.read_bytes()))
+        (y,) = jax.tree.leaves(exported.call(x))
+        assert np.asarray(y).dtype == np.float64
+        np.testing.assert_array_equal(np.asarray(y), x * w)
+
+
+# --- verify without reference outputs ---------------------------------------------------
+
+
+def test_verify_without_reference_outputs_has_its_own_exit_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: exit 10, which the README's table calls a malformed bundle."""
+    bundle, _, _ = _f64_bundle(tmp_path / "noref.bundle", examples=False)
+    with (
+        pytest.raises(juliabridge.NoReferenceOutputsError, match="no reference outputs"),
+        jax.enable_x64(True),
+    ):
+        juliabridge.verify(bundle)
+    assert main(["verify", str(bundle)]) == 24
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("juliabridge verify: error: ")
+    assert "no reference outputs to verify against" in err
+
+
+# --- paths: did you mean, and folders of models -------------------------------------------
+
+
+def test_the_names_nearby_knows_are_the_readers(tmp_path: Path) -> None:
+    from juliabridge.bundle.files import nearby
+    from juliabridge.bundle.manifest import MANIFEST_NAME
+    from juliabridge.julia_export import DESCRIPTION_NAME
+
+    assert nearby.BUNDLE_FILE == MANIFEST_NAME
+    assert nearby.JULIA_EXPORT_FILE == DESCRIPTION_NAME
+
+
+def test_a_mistyped_path_gets_the_near_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: "no such bundle directory" and nothing else."""
+    shutil.copytree(lenet_bundle(), tmp_path / "lenet.bundle")
+    (tmp_path / "unrelated").mkdir()
+    with pytest.raises(juliabridge.BundleError) as info:
+        juliabridge.import_lux(tmp_path / "lenet.bundel")
+    message = str(info.value)
+    assert message.endswith(f"; did you mean {tmp_path / 'lenet.bundle'}?"), message
+    assert "unrelated" not in message
+    with pytest.raises(juliabridge.BundleError, match=r"did you mean .*lenet\.bundle"):
+        juliabridge.load_params(tmp_path / "lenet.bundl")
+    assert main(["inspect", str(tmp_path / "lenet_bundle")]) == 10
+    assert f"did you mean {tmp_path / 'lenet.bundle'}?" in capsys.readouterr().err
+    # Nothing alike: no suggestion, the message as before.
+    with pytest.raises(juliabridge.BundleError) as info:
+        juliabridge.import_lux(tmp_path / "qqqqqqq")
+    assert "did you mean" not in str(info.value)
+
+
+def _folder_of_models(tmp_path: Path) -> Path:
+    from juliabridge.examples import luxmodels
+    from tests.test_reactant_export import write_lux_export
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    shutil.copytree(lenet_bundle(), folder / "a.bundle")
+    shutil.copytree(lenet_bundle(), folder / "b.bundle")
+    write_lux_export(folder / "exported", luxmodels.batchnorm_model(mode="test", batch=4))
+    (folder / "notes").mkdir()
+    return folder
+
+
+def test_a_folder_of_models_lists_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: only "no manifest.json in this directory, so it is not a juliabridge bundle"."""
+    folder = _folder_of_models(tmp_path)
+    with pytest.raises(juliabridge.BundleError) as info:
+        juliabridge.import_lux(folder)
+    message = str(info.value)
+    assert message.endswith(
+        f"; it holds 3 models: {folder / 'a.bundle'} (bundle), {folder / 'b.bundle'} (bundle), "
+        f"{folder / 'exported'} (Reactant export); pass one of them"
+    ), message
+    assert "notes" not in message
+    assert main(["verify", str(folder)]) == 10
+    assert "it holds 3 models" in capsys.readouterr().err
+    # convert (the Reactant route) says the same of a folder, and suggests for a typo.
+    out = str(tmp_path / "m.bundle")
+    assert main(["convert", str(folder), "--out", out]) == 10
+    assert "it holds 3 models" in capsys.readouterr().err
+    assert main(["convert", str(folder / "exportd"), "--out", out]) == 10
+    assert f"did you mean {folder / 'exported'}?" in capsys.readouterr().err
