@@ -112,7 +112,7 @@ def test_the_supported_versions_are_the_tested_ones() -> None:
     from juliabridge.cli.doctor import TESTED_JAX
 
     lo, hi = TESTED_JAX
-    text = _flat(README)
+    text = _flat(_doc("install.md"))  # the install page says it; README links to it
     assert f"jax/jaxlib {lo} to {hi}, the releases CI tests" in text
     assert f"CPython 3.11 with jax {lo} and enzyme-ad, and CPython 3.13 with jax {hi}" in text
     for name, version in (("a", lo), ("b", hi)):
@@ -125,7 +125,7 @@ def test_the_supported_versions_are_the_tested_ones() -> None:
     floor = next(d for d in project["dependencies"] if d.startswith("jax>="))[len("jax>=") :]
     assert floor == lo
     assert f"pyproject.toml asks for jax ≥ {floor} with no upper bound" in text
-    for doc in (README, (REPO / "docs" / "lax-backend.md").read_text()):
+    for doc in (README, _doc("install.md"), _doc("lax-backend.md")):
         assert "any JAX version" not in _flat(doc)
         assert "0.12.x" not in doc
 
@@ -401,13 +401,14 @@ def test_the_test_files_the_readme_names_exist() -> None:
         assert (REPO / path).is_file(), path
 
 
-def test_the_readme_says_what_lenet_jl_writes() -> None:
+def test_the_docs_say_what_lenet_jl_writes() -> None:
     script = (REPO / "julia" / "examples" / "lenet.jl").read_text(encoding="utf-8")
     default = _find(r'ARGS\), 1, "([^"]+)"\)', script)
-    text = _flat(README)
+    text = _flat(_doc("from-julia.md"))
     assert "JuliaBridge.export_lux(" in script  # a Julia export directory (docs/julia-export.md)
-    assert f"as a Julia export directory (`{default}`, docs/julia-export.md)" in text
-    assert "lenet.jl` regenerates" not in text
+    assert f"as a Julia export directory (`{default}`, [the format](julia-export.md))" in text
+    assert "never writes the shipped bundle" in text
+    assert "lenet.jl` regenerates" not in text + _flat(README)
 
 
 # --- issue 53's audit: claims that had gone stale --------------------------------------------

@@ -46,8 +46,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "JULIABRIDGE_PROGRESS",
         "unset: bars only when stderr is a terminal",
-        "`0` hides every progress bar (large loads, `juliabridge vjp`, exports); `1` shows them "
-        "even when stderr is not a terminal. A function's own `progress=` argument wins.",
+        "`0` hides every progress bar (loading a bundle with over 64 MiB of weights, "
+        "`juliabridge vjp`, an export); `1` shows them even when stderr is not a terminal. A "
+        "function's own `progress=` argument wins.",
     ),
     Variable(
         "JULIABRIDGE_HDF5_FASTPATH",
