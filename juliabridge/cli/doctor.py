@@ -17,7 +17,7 @@ from .._version import __version__
 #: The jax releases CI tests (.ci/run): the oldest (CPython 3.11, with enzyme-ad) and newest.
 TESTED_JAX = ("0.10.2", "0.12.0.1")
 
-#: What each backend gives, as docs/architecture.md and the README describe it.
+#: What each backend gives, as docs/transforms.md compares them.
 TRANSFORMATIONS = {
     "lax": "jit, grad/vjp/jacrev, jvp/jacfwd, hessian and every higher order, vmap (batched), "
     "sharding propagation, any platform JAX runs on",

@@ -143,6 +143,14 @@ VARIABLES: tuple[Variable, ...] = (
         DEVELOPMENT,
     ),
     Variable(
+        "JULIABRIDGE_JULIA_TESTS",
+        "unset: the end-to-end Julia tests skip, with one reason",
+        "`1` (or `yes`, `true`, `on`) runs the end-to-end Julia tests where a `julia` >= 1.10 is "
+        "on PATH (another `julia` there is an error, not a skip); `require` also fails where "
+        "none is (tests/e2e_julia/gate.py).",
+        DEVELOPMENT,
+    ),
+    Variable(
         "JULIABRIDGE_FATOU",
         "unset: `fatou` on PATH",
         "The fatou executable tools/check_julia_names.py runs (the Julia linter; `.ci/run` "
