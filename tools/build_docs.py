@@ -14,6 +14,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,8 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "_build" / "html")
     parser.add_argument("--no-execute", action="store_true", help="do not execute the tutorials")
     args = parser.parse_args(argv)
-    env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=str(REPO))
-    return subprocess.call(command(args.out, execute=not args.no_execute), cwd=REPO, env=env)
+    with tempfile.TemporaryDirectory() as tmp:
+        # The notebooks name the kernel "python3": this very interpreter, found before any
+        # user-wide "python3" kernel that may run another Python.
+        from ipykernel.kernelspec import write_kernel_spec
+
+        write_kernel_spec(Path(tmp) / "kernels" / "python3")
+        env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=str(REPO), JUPYTER_PATH=tmp)
+        return subprocess.call(command(args.out, execute=not args.no_execute), cwd=REPO, env=env)
 
 
 if __name__ == "__main__":
