@@ -56,6 +56,7 @@ nb_merge_streams = True
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
+autodoc_typehints_description_target = "documented"
 autodoc_typehints_format = "short"
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False

@@ -151,8 +151,8 @@ def api_markdown() -> str:
         mod = importlib.import_module(module)
         out.append(f"## `{module}`\n")
         first = (inspect.getdoc(mod) or "").split("\n\n")[0].replace("\n", " ")
-        if first:
-            out.append(_md_escape(first) + "\n")
+        if first:  # a docstring is reStructuredText, as autodoc reads the entries'
+            out.append("```{eval-rst}\n" + first + "\n```\n")
         out.append(_rst_block((module, n) for n in mod.__all__))
     return "\n".join(out)
 
