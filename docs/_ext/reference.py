@@ -353,12 +353,12 @@ def environment_markdown() -> str:
         (DEVELOPMENT, "Read by the tests and tools of a checkout", dev_reads),
     ):
         out.append(f"## {title}\n")
-        out.append("| variable | when unset | what setting it does | read in |")
-        out.append("| --- | --- | --- | --- |")
+        out.append("| variable | when unset | what setting it does |")
+        out.append("| --- | --- | --- |")
         for var in (v for v in VARIABLES if v.scope == scope):
             files = ", ".join(f"`{f}`" for f in sorted(where.get(var.name, ())))
-            effect = var.effect.replace("|", "\\|")
-            out.append(f"| `{var.name}` | {var.default} | {effect} | {files} |")
+            effect = var.effect.replace("|", "\\|") + f" Read in {files}."
+            out.append(f"| `{var.name}` | {var.default} | {effect} |")
         out.append("")
     return "\n".join(out)
 
