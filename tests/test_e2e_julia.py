@@ -18,6 +18,11 @@ Each import runs on every backend that imports here (lax, xla, enzyme where enzy
 is compared with Julia's stored outputs (``assert_matches_julia``) and with Lux's own CPU outputs
 (models/common.jl), which do not go through Reactant. One file, so that ``--dist loadfile``
 keeps the module's fixtures (Pkg.test, the environment) in one worker.
+
+The tests are not marked ``@pytest.mark.julia``: the plugin skips those where its search finds
+no Julia, and it passes over a `julia` that is not one, so a broken runner would skip them all
+and look green. The gate fails instead; the plugin's ``julia_export`` fixture and
+``assert_matches_julia`` are used as they are.
 """
 
 from __future__ import annotations
