@@ -395,3 +395,23 @@ def test_cli_doctor_julia_prints_the_report_and_exits_with_the_failure_code(
     assert main(["doctor"]) == 0 and "end to end" not in capsys.readouterr().out
     for bad in ("0", "-1", "inf", "soon"):
         assert main(["doctor", "--julia", "--timeout", bad]) == 2
+
+
+@posix_only
+def test_julia_report_a_julia_that_cannot_list_the_packages(julia_home: Path) -> None:
+    from juliabridge.cli.doctor_julia import julia_report
+
+    fake_julia(julia_home, packages='    echo "ERROR: expected a Manifest.toml"; exit 1')
+    packages = by_name(julia_report())["packages"]
+    assert (packages.status, packages.error, packages.exit_code) == (
+        "failed",
+        "JuliaExportError",
+        4,
+    )
+    assert "(status 1)" in packages.detail and "expected a Manifest.toml" in packages.detail
+    # Exit 0 but only part of the answer: refused too, not taken as "the rest is missing".
+    fake_julia(julia_home, packages='    echo "[juliabridge:package] Lux 1.31.4"')
+    assert by_name(julia_report())["packages"].detail.startswith("Julia could not list")
+    # The whole answer, then a failure (a crash on exit): not trusted either.
+    fake_julia(julia_home, packages=VERSIONS + "    exit 1")
+    assert "(status 1)" in by_name(julia_report())["packages"].detail
