@@ -173,3 +173,40 @@ def test_a_folder_of_models_lists_them(tmp_path: Path, capsys: pytest.CaptureFix
     assert "it holds 3 models" in capsys.readouterr().err
     assert main(["convert", str(folder / "exportd"), "--out", out]) == 10
     assert f"did you mean {folder / 'exported'}?" in capsys.readouterr().err
+
+
+# --- how inputs are passed: tuples and Dicts ----------------------------------------------
+
+
+def test_a_dict_argument_export_is_one_dict_input_and_messages_say_so(tmp_path: Path) -> None:
+    """export_to_enzymejax(f, Dict("x" => x, "w" => w)): one traced argument at position 1,
+    which import_lux reads as x of f(x, ps, st), so every leaf is an input and params is
+    empty. Before: model(x) said "pass the same tree structure as model.inputs", an attribute
+    that does not exist."""
+    from tests.test_reactant_export_paths import _write
+
+    rng = np.random.default_rng(51)
+    x = rng.standard_normal((5, 4)).astype(np.float32)
+    w = rng.standard_normal((5, 4)).astype(np.float32)
+    d = _write(tmp_path / "exp", lambda x, w: (x * w, x, w), [([1, "x"], x), ([1, "w"], w)])
+    model = juliabridge.import_lux(d)
+    assert model.params == {} and model.state == {}
+    assert [a["name"] for a in model.signature["arguments"]] == ["x.x", "x.w"]
+    np.testing.assert_array_equal(np.asarray(model({"x": x, "w": w})), x * w)
+    y, _ = model.apply(model.params, model.state, {"x": x, "w": w})
+    np.testing.assert_array_equal(np.asarray(y), x * w)
+    with pytest.raises(juliabridge.CallArgumentError) as info:
+        model(x)
+    message = str(info.value)
+    assert "model.inputs" not in message and not hasattr(model, "inputs")
+    assert message.endswith(
+        "pass one dict keyed like Julia's x (a Dict or NamedTuple), {'x': ..., 'w': ...}: "
+        "model(x) or model.apply(params, state, x)"
+    ), message
+    with pytest.raises(juliabridge.CallArgumentError, match="takes one dict keyed like"):
+        model(x, w)
+    # A missing params leaf still points at what exists: model.params.
+    from juliabridge.lux.trees import lookup
+
+    with pytest.raises(juliabridge.CallArgumentError, match=r"as model\.params$"):
+        lookup({}, ("layer_1", "weight"), "params")
