@@ -22,6 +22,7 @@ from ..transforms.typed_errors import Compiled
 from .batchsize import call_any_batch, check_fixed_shapes
 from .options import LoadOptions
 from .trees import build_tree, lookup
+from .x64 import require_x64_weights
 
 
 class LuxModel:
@@ -399,9 +400,7 @@ def bundle_model(
         result_labels=[r.label for r in m.results],
     )
     # Checked before jnp.asarray, which would silently truncate 64-bit weights.
-    dtypes.require_x64(
-        {a.label: a.dtype for a in m.arguments if a.role != "input"}, f"bundle {bundle.root}"
-    )
+    require_x64_weights(m, f"bundle {bundle.root}")
     leaves: dict[str, list[tuple[int, Any, Any]]] = {"parameter": [], "state": []}
     # Arrays arrive as they are read (in parallel) and verified. On CPU, device_put adopts the
     # aligned host buffer (no copy); elsewhere each host copy is dropped once transferred, so
