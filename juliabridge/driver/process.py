@@ -52,6 +52,7 @@ from typing import Any
 
 from ..errors import JuliaBridgeError, JuliaExportError, JuliaUnavailable
 from ..support.progress import enabled as progress_enabled
+from .juliaup import juliaup_executables
 
 #: UUID of the JuliaBridge.jl package (julia/Project.toml).
 JULIABRIDGE_UUID = "68228255-5dbd-4b1b-8e33-da13dc0231ec"
@@ -117,31 +118,11 @@ def _juliapkg_project() -> Path:
     return Path(depot) / "environments" / "pyjuliapkg"
 
 
-def _juliaup_executables() -> Iterator[str]:
-    """Executables of the Julia versions juliaup installed, newest first (juliaup.json)."""
-    depot = os.environ.get("JULIAUP_DEPOT_PATH") or str(Path.home() / ".julia")
-    meta = Path(depot) / "juliaup" / "juliaup.json"
-    try:
-        installed = json.loads(meta.read_text(encoding="utf-8")).get("InstalledVersions", {})
-    except (OSError, ValueError, AttributeError):
-        return
-    exe = "julia.exe" if os.name == "nt" else "julia"
-    found = []
-    for version, info in installed.items():
-        nums = tuple(int(n) for n in re.findall(r"\d+", str(version))[:3])
-        if "BinaryPath" in info:
-            found.append((nums, str(meta.parent / info["BinaryPath"])))
-        elif "Path" in info:
-            found.append((nums, str(meta.parent / info["Path"] / "bin" / exe)))
-    for _, path in sorted(found, reverse=True):
-        yield path
-
-
 def _candidates() -> Iterator[tuple[str, str]]:
     """(executable, source) in juliapkg's order: explicit, juliapkg install, juliaup, PATH."""
     exe = "julia.exe" if os.name == "nt" else "julia"
     yield str(_juliapkg_project() / "pyjuliapkg" / "install" / "bin" / exe), "juliapkg's install"
-    for path in _juliaup_executables():
+    for path in juliaup_executables():
         yield path, "juliaup"
     on_path = shutil.which("julia")
     if on_path:
