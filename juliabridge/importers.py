@@ -54,7 +54,7 @@ def import_lux(
         path: the bundle directory (``NAME.bundle``, docs/bundle-format.md).
         backend: "auto" (default: "lax" when every op lifts, else "enzyme" where enzyme-ad
             imports, else "xla"; ``model.metadata["backend_fallback"]`` says why), "lax",
-            "enzyme" or "xla". See the README's backend table for what each can do.
+            "enzyme" or "xla". docs/transforms.md compares what each can do.
         layout: "mlir" (default) uses the module's row-major shapes, Julia's dims reversed;
             "julia" presents params, state, inputs and outputs in Julia's dimension order.
         verify_checksums: check the digests the manifest records (default): BLAKE3 per
