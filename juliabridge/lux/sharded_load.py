@@ -14,7 +14,8 @@ a whole array it does not own, only its boxes of one dataset at a time besides t
   positions read ``"params.1.weight"``), `shape` the array's shape in the layout loaded and
   `dtype` its numpy dtype;
 - a pair ``(params_shardings, state_shardings)`` of trees shaped like ``(params, state)`` whose
-  leaves are Shardings or None (a None tree: every leaf None);
+  leaves are Shardings or None; as with JAX's prefix trees, a Sharding or None in place of a
+  subtree applies to every array below it;
 - one `jax.sharding.Sharding` for every array.
 
 None means replicated over the mesh of the first `NamedSharding` given (``P()`` on it), or,
@@ -62,8 +63,8 @@ class _Leaf:
 def _lookup(tree: Any, leaf: _Leaf) -> Any:
     node = tree
     for step in leaf.steps:
-        if node is None:
-            return None
+        if node is None or isinstance(node, Sharding):  # a prefix: for everything below
+            return node
         try:
             if isinstance(node, (tuple, list)):
                 node = node[(step if isinstance(step, int) else int(step)) - 1]

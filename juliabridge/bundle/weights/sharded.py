@@ -7,8 +7,8 @@ asked for, each decoded as a whole read would decode it, in one of three ways:
   a row-major contiguous dataset is a set of equal-length runs of bytes; neighbouring runs whose
   gap is at most `GAP` bytes are read together (up to `SLAB` bytes per read, into a scratch
   buffer), a run longer than that is read straight into the result. So a shard reads its own
-  bytes plus gaps of at most `GAP` bytes each, in at most ``shard bytes / SLAB + file bytes /
-  GAP + 1`` reads, and holds at most ``2 * SLAB`` bytes besides its result;
+  bytes plus gaps of at most `GAP` bytes each, in at most ``(shard bytes + file bytes) / SLAB
+  + 2 * (file bytes / GAP + 1)`` reads, and holds at most ``2 * SLAB`` bytes besides its result;
 - **one verified pass** (the dataset has a digest, bundle formats 2 and 3): a digest covers the
   whole dataset, which no part can be checked against, so the dataset is streamed through the
   hasher in `SLAB`-byte blocks and every box's bytes are copied out of the blocks as they pass.
