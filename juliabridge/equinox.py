@@ -37,7 +37,7 @@ class LuxModule(eqx.Module):  # type: ignore[misc]
             ``trainable = eqx.tree_at(lambda m: m.params, jax.tree.map(lambda _: False, m),
             jax.tree.map(lambda _: True, m.params))``, then ``diff, static =
             eqx.partition(m, trainable)`` and ``eqx.filter_grad`` of a loss of
-            ``eqx.combine(diff, static)`` (the README's Flax/Equinox block runs this).
+            ``eqx.combine(diff, static)`` (docs/importing.md's Flax/Equinox block runs this).
         lux: the `LuxModel` (a static field).
     """
 

@@ -113,7 +113,7 @@ def test_the_supported_versions_are_the_tested_ones() -> None:
 
     lo, hi = TESTED_JAX
     bound = f"0.{release(hi)[1] + 1}"  # the next minor release CI has not seen
-    text = _flat(README)
+    text = _flat(_doc("install.md"))  # the install page says it; README links to it
     assert f"jax/jaxlib {lo} to {hi}, the releases CI tests" in text
     assert (
         f"CPython 3.11 with jax {lo} and enzyme-ad, and CPython 3.13 with the newest jax release "
@@ -138,7 +138,7 @@ def test_the_supported_versions_are_the_tested_ones() -> None:
     assert f"juliabridge supports ({lo} to {hi}; CI tests {lo} and the newest release below" in (
         _flat(lax_doc)
     )
-    for doc in (README, lax_doc):
+    for doc in (README, _doc("install.md"), lax_doc):
         assert "any JAX version" not in _flat(doc)
         assert "0.12.x" not in doc
 
@@ -414,13 +414,14 @@ def test_the_test_files_the_readme_names_exist() -> None:
         assert (REPO / path).is_file(), path
 
 
-def test_the_readme_says_what_lenet_jl_writes() -> None:
+def test_the_docs_say_what_lenet_jl_writes() -> None:
     script = (REPO / "julia" / "examples" / "lenet.jl").read_text(encoding="utf-8")
     default = _find(r'ARGS\), 1, "([^"]+)"\)', script)
-    text = _flat(README)
+    text = _flat(_doc("from-julia.md"))
     assert "JuliaBridge.export_lux(" in script  # a Julia export directory (docs/julia-export.md)
-    assert f"as a Julia export directory (`{default}`, docs/julia-export.md)" in text
-    assert "lenet.jl` regenerates" not in text
+    assert f"as a Julia export directory (`{default}`, [the format](julia-export.md))" in text
+    assert "never writes the shipped bundle" in text
+    assert "lenet.jl` regenerates" not in text + _flat(README)
 
 
 # --- issue 53's audit: claims that had gone stale --------------------------------------------

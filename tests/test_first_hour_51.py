@@ -95,7 +95,7 @@ def test_export_jax_of_a_64_bit_bundle_keeps_its_precision(
 def test_verify_without_reference_outputs_has_its_own_exit_code(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Before: exit 10, which the README's table calls a malformed bundle."""
+    """Before: exit 10, which the exit-code table calls a malformed bundle."""
     bundle, _, _ = _f64_bundle(tmp_path / "noref.bundle", examples=False)
     with (
         pytest.raises(juliabridge.NoReferenceOutputsError, match="no reference outputs"),

@@ -15,7 +15,7 @@ from typing import Any
 from .._version import __version__
 from ..support.jaxversion import untested_message
 
-#: What each backend gives, as docs/architecture.md and the README describe it.
+#: What each backend gives, as docs/transforms.md compares them.
 TRANSFORMATIONS = {
     "lax": "jit, grad/vjp/jacrev, jvp/jacfwd, hessian and every higher order, vmap (batched), "
     "sharding propagation, any platform JAX runs on",

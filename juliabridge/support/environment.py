@@ -46,8 +46,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "JULIABRIDGE_PROGRESS",
         "unset: bars only when stderr is a terminal",
-        "`0` hides every progress bar (large loads, `juliabridge vjp`, exports); `1` shows them "
-        "even when stderr is not a terminal. A function's own `progress=` argument wins.",
+        "`0` hides every progress bar (loading a bundle with over 64 MiB of weights, "
+        "`juliabridge vjp`, an export); `1` shows them even when stderr is not a terminal. A "
+        "function's own `progress=` argument wins.",
     ),
     Variable(
         "JULIABRIDGE_HDF5_FASTPATH",
@@ -139,6 +140,14 @@ VARIABLES: tuple[Variable, ...] = (
         "unset: the cross-version tests skip",
         "A second Python with juliabridge installed (another jax): tests/test_cross_version.py "
         "loads the bundles each writes in the other.",
+        DEVELOPMENT,
+    ),
+    Variable(
+        "JULIABRIDGE_JULIA_TESTS",
+        "unset: the end-to-end Julia tests skip, with one reason",
+        "`1` (or `yes`, `true`, `on`) runs the end-to-end Julia tests where a `julia` >= 1.10 is "
+        "on PATH (another `julia` there is an error, not a skip); `require` also fails where "
+        "none is (tests/e2e_julia/gate.py).",
         DEVELOPMENT,
     ),
     Variable(
