@@ -226,3 +226,27 @@ def test_a_hostile_offset_is_refused_before_any_array_is_made(tmp_path: Path) ->
     with pytest.raises(BundleError, match="lie past the end of the"):
         load_params(path, shardings=SingleDeviceSharding(jax.devices()[0]))
     assert _bits(whole["w"]) == _bits(value)
+
+
+@pytest.mark.multidevice(devices=4)
+def test_a_julia_export_directory_is_placed_on_its_shardings(tmp_path: Path) -> None:
+    from tests.julia_export_writer import write_julia_export
+    from tests.test_julia_export import dense_bn
+
+    root = write_julia_export(tmp_path / "dense_bn", dense_bn())
+    mesh = _mesh("auto")
+    weight = NamedSharding(mesh, P("x"))
+    model = juliabridge.import_lux(
+        root, shardings=({"layer_1": {"weight": weight, "bias": None}, "layer_2": None}, None)
+    )
+    ref = juliabridge.import_lux(root)
+    assert model.params["layer_1"]["weight"].sharding == weight
+    assert model.params["layer_2"]["scale"].sharding == NamedSharding(mesh, P())
+    for (k, a), (_, b) in zip(
+        jax.tree_util.tree_flatten_with_path((model.params, model.state))[0],
+        jax.tree_util.tree_flatten_with_path((ref.params, ref.state))[0],
+        strict=True,
+    ):
+        assert _bits(a) == _bits(b), k
+    x = np.random.default_rng(0).standard_normal((5, 2)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(model(x)), np.asarray(ref(x)), rtol=1e-6, atol=1e-6)
