@@ -425,6 +425,11 @@ def test_julia_report_a_hanging_package_listing_is_stopped(julia_home: Path) -> 
     assert (packages.status, packages.error) == ("failed", "JuliaExportError")
     assert "within 1 s and was stopped" in packages.detail
     assert by_name(r)["export"].detail == "the packages do not resolve"
+    # A julia that started something still holding the output pipe: stopped all the same.
+    fake_julia(julia_home, packages="    sleep 60 &\n    wait")
+    start = time.monotonic()
+    assert by_name(julia_report(packages_timeout=1))["packages"].status == "failed"
+    assert time.monotonic() - start < 30
 
 
 @posix_only

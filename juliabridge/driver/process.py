@@ -36,6 +36,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -427,28 +428,50 @@ def package_versions(
     """
     cmd = [julia.executable, f"--project={environment}", "--startup-file=no",
            "--history-file=no", "--color=no", "-e", PACKAGES_MAIN, *names]  # fmt: skip
+    # A session of its own, so that a time-out stops Julia and anything it started that still
+    # holds the output pipe (which would otherwise keep the read waiting past the limit).
     try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=os.name == "posix",
         )
+    except OSError as exc:
+        raise JuliaUnavailable(f"could not start {julia.executable}: {exc}") from exc
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired as exc:
+        _stop_group(proc)
         raise JuliaExportError(
             f"Julia did not list the packages of {environment} within {timeout:g} s and was stopped"
         ) from exc
-    except OSError as exc:
-        raise JuliaUnavailable(f"could not start {julia.executable}: {exc}") from exc
     found: dict[str, str | None] = {}
-    for line in proc.stdout.splitlines():
+    for line in stdout.splitlines():
         m = PACKAGE_RE.match(line.strip())
         if m and m[1] in names:
             found[m[1]] = None if m[2] in ("missing", "nothing") else m[2]
     if proc.returncode != 0 or set(found) != set(names):
-        last = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:]) or "(no output)"
+        last = "\n".join((stdout + stderr).strip().splitlines()[-10:]) or "(no output)"
         raise JuliaExportError(
             f"Julia could not list the packages of {environment} (status {proc.returncode}); "
             f"its last output:\n{last}"
         )
     return found
+
+
+def _stop_group(proc: subprocess.Popen[str]) -> None:
+    """Kill `proc` and, on POSIX, the session it leads; reap it."""
+    try:
+        if os.name == "posix":
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+    except ProcessLookupError:
+        pass
+    proc.communicate()
 
 
 def _read_result(path: Path) -> dict[str, Any] | None:
