@@ -140,7 +140,7 @@ class SaveError(JuliaBridgeError, OSError):
 
 
 class JuliaBridgeWarning(UserWarning):
-    """Base class of every warning juliabridge emits (filter them all with this category)."""
+    """Base class of the warning categories juliabridge defines (filter them by this one)."""
 
 
 class UntestedJaxWarning(JuliaBridgeWarning):
