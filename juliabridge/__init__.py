@@ -10,11 +10,13 @@ from .errors import (
     ChecksumError,
     ExecutionError,
     JuliaBridgeError,
+    JuliaBridgeWarning,
     JuliaExportError,
     JuliaUnavailable,
     ManifestError,
     MLIRParseError,
     ModuleContractError,
+    NoReferenceOutputsError,
     OnnxConversionError,
     ResourceLimitError,
     SaveError,
@@ -23,15 +25,16 @@ from .errors import (
     UnsafeBundleError,
     UnsupportedModuleError,
     UnsupportedOpError,
+    UntestedJaxWarning,
     X64DisabledError,
 )
 from .exporting import export_jax, save_jax
 from .exporting_onnx import export_onnx, save_onnx
 from .function import ImportedFunction
-from .importers import import_lux, load_mlir, load_reactant_export
+from .importers import import_lux, load_into, load_mlir, load_params, load_reactant_export
 from .lux.model import LuxModel
-from .lux.params_io import load_params, save_params
-from .lux.restore import load_into
+from .lux.params_io import save_params
+from .support import jaxversion as _jaxversion
 from .verification import VerifyReport, verify
 
 __all__ = [
@@ -43,12 +46,14 @@ __all__ = [
     "ExecutionError",
     "ImportedFunction",
     "JuliaBridgeError",
+    "JuliaBridgeWarning",
     "JuliaExportError",
     "JuliaUnavailable",
     "LuxModel",
     "MLIRParseError",
     "ManifestError",
     "ModuleContractError",
+    "NoReferenceOutputsError",
     "OnnxConversionError",
     "ResourceLimitError",
     "SaveError",
@@ -57,6 +62,7 @@ __all__ = [
     "UnsafeBundleError",
     "UnsupportedModuleError",
     "UnsupportedOpError",
+    "UntestedJaxWarning",
     "VerifyReport",
     "X64DisabledError",
     "__version__",
@@ -73,3 +79,6 @@ __all__ = [
     "save_params",
     "verify",
 ]
+
+# One line, once, where jax or jaxlib is outside the releases CI tests (support/jaxversion.py).
+_jaxversion.warn_if_untested()

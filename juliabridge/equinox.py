@@ -37,7 +37,7 @@ class LuxModule(eqx.Module):  # type: ignore[misc]
             ``trainable = eqx.tree_at(lambda m: m.params, jax.tree.map(lambda _: False, m),
             jax.tree.map(lambda _: True, m.params))``, then ``diff, static =
             eqx.partition(m, trainable)`` and ``eqx.filter_grad`` of a loss of
-            ``eqx.combine(diff, static)`` (the README's Flax/Equinox block runs this).
+            ``eqx.combine(diff, static)`` (docs/importing.md's Flax/Equinox block runs this).
         lux: the `LuxModel` (a static field).
     """
 
@@ -49,7 +49,8 @@ class LuxModule(eqx.Module):  # type: ignore[misc]
         """Wrap `model`, or import the bundle at that path with `import_options`.
 
         Args:
-            model: a `LuxModel`, or the path of a bundle directory to import.
+            model: a `LuxModel`, or the path of anything `import_lux` reads (a bundle, a
+                JuliaBridge.jl or a Reactant export directory).
             **import_options: passed to `juliabridge.import_lux` when `model` is a path
                 (backend, layout, verify_checksums, trust).
 

@@ -27,6 +27,11 @@ class UnsafeBundleError(BundleError):
     """The bundle points outside its directory, or its HDF5 file uses external storage."""
 
 
+class NoReferenceOutputsError(BundleError):
+    """`verify` was given a bundle without reference outputs (no examples section, e.g. one
+    converted from a Reactant export directory): there is nothing to compare against."""
+
+
 class SignatureMismatchError(JuliaBridgeError):
     """The manifest, the MLIR module and the HDF5 file disagree on an argument or result."""
 
@@ -132,3 +137,11 @@ class SaveError(JuliaBridgeError, OSError):
 
     Also an OSError, so code that catches OSError around file writes keeps working.
     """
+
+
+class JuliaBridgeWarning(UserWarning):
+    """Base class of every warning juliabridge emits (filter them all with this category)."""
+
+
+class UntestedJaxWarning(JuliaBridgeWarning):
+    """The installed jax or jaxlib is outside the releases CI tests (`juliabridge doctor`)."""

@@ -142,12 +142,19 @@ def _function_program(
     """A load_mlir function: its arguments as traced, or the `batch_args` stacked on a new
     leading axis (independent calls, vmapped; the others shared by every call)."""
     n = len(fn.in_specs)
-    mapped = set(range(n) if batch_args is None else batch_args)
-    bad = [i for i in mapped if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n]
+    if batch_args is not None and isinstance(batch_args, (str, bytes, int)):
+        raise CallArgumentError(
+            f"batch_args={batch_args!r}: expected a sequence of argument indices in [0, {n}), "
+            "e.g. batch_args=[0]"
+        )
+    given = list(range(n) if batch_args is None else batch_args)
+    # Checked as given, not as a set: {1, True} is {1}, which would drop the bool unseen.
+    bad = [i for i in given if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n]
     if bad:
         raise CallArgumentError(
             f"batch_args={sorted(map(str, bad))}: expected argument indices in [0, {n})"
         )
+    mapped = set(given)
     sig = _Signature()
     dim = jax.export.symbolic_shape(batch)[0] if batch is not None else None
     for i, (label, spec) in enumerate(zip(fn.arg_labels, fn.in_specs)):

@@ -1,10 +1,11 @@
 """An imported Lux model as a Flax NNX module (optional extra: ``pip install juliabridge[flax]``).
 
 Parameters become `nnx.Param` variables and Lux state `LuxState` variables, in nested
-`nnx.Dict`s keyed by Lux names, so the module trains with `nnx.Optimizer(module, tx,
-wrt=nnx.Param)` and nests inside larger Flax models. Calling the module runs
-`LuxModel.apply` and writes the returned state back (running statistics in train mode), the
-way Flax's own BatchNorm updates its batch statistics.
+`nnx.Dict`s keyed by Lux names (and `nnx.List`s where the trees have positions, as a
+Reactant export directory's do: ``module.params[0][0]``), so the module trains with
+`nnx.Optimizer(module, tx, wrt=nnx.Param)` and nests inside larger Flax models. Calling the
+module runs `LuxModel.apply` and writes the returned state back (running statistics in train
+mode), the way Flax's own BatchNorm updates its batch statistics.
 """
 
 from __future__ import annotations
@@ -32,51 +33,46 @@ class LuxState(nnx.Variable):  # type: ignore[misc]
     """A Lux state leaf (e.g. BatchNorm running mean): not trained, updated by calls."""
 
 
-def _check_named(tree: Any, what: str, model: LuxModel) -> None:
-    """Refuse trees that are not Lux-named dicts (nnx.Dict holds names, not positions)."""
-    if isinstance(tree, dict):
-        for v in tree.values():
-            _check_named(v, what, model)
-    elif isinstance(tree, (tuple, list)) or tree is None:
-        raise JuliaBridgeError(
-            f"{model.manifest.name}: juliabridge.flax.LuxModule needs {what} named by Lux paths "
-            "(a bundle written by JuliaBridge.export_lux), but this model's are positional "
-            "tuples (a Reactant export_to_enzymejax directory records positions, not names); "
-            "use the LuxModel itself, or juliabridge.equinox.LuxModule, which takes any pytree"
-        )
-
-
 def _wrap(tree: Any, kind: type) -> Any:
+    # Lux names become nnx.Dicts; positions (a Reactant export's tuples) nnx.Lists, whose
+    # None entries (empty Lux containers) stay None: nnx treats them as static.
     if isinstance(tree, dict):
         return nnx.Dict({k: _wrap(v, kind) for k, v in tree.items()})
-    return kind(tree)
+    if isinstance(tree, (tuple, list)):
+        return nnx.List([_wrap(v, kind) for v in tree])
+    return None if tree is None else kind(tree)
 
 
 def _unwrap(tree: Any) -> Any:
     if isinstance(tree, (nnx.Dict, dict)):
         return {k: _unwrap(tree[k]) for k in tree}
-    return tree.get_value()
+    if isinstance(tree, (nnx.List, list, tuple)):
+        return tuple(_unwrap(v) for v in tree)  # the LuxModel's trees hold tuples
+    return None if tree is None else tree.get_value()
 
 
 def _assign(variables: Any, values: Any) -> None:
-    for k in variables:
-        if isinstance(values[k], dict):
+    keys = variables if isinstance(variables, (nnx.Dict, dict)) else range(len(variables))
+    for k in keys:
+        if isinstance(values[k], (dict, tuple, list)):
             _assign(variables[k], values[k])
-        else:
+        elif values[k] is not None:
             variables[k].set_value(values[k])
 
 
 class LuxModule(nnx.Module):  # type: ignore[misc]
-    """A Lux model imported from a bundle, as an `nnx.Module`.
+    """A Lux model imported from a bundle (or an export directory), as an `nnx.Module`.
 
     Args:
-        model: a `LuxModel`, or the path of a bundle directory to import.
+        model: a `LuxModel`, or the path of anything `import_lux` reads: a bundle, a
+            JuliaBridge.jl export directory or a Reactant export_to_enzymejax directory.
         **import_options: passed to `juliabridge.import_lux` when `model` is a path
             (backend, layout, verify_checksums, trust).
 
     Attributes:
-        params: the parameters, nnx.Param leaves in nested nnx.Dicts by Lux name.
-        state: the Lux state, LuxState leaves in nested nnx.Dicts.
+        params: the parameters, nnx.Param leaves in nested nnx.Dicts by Lux name (nnx.Lists
+            by position for a Reactant export directory; an empty Lux container is None).
+        state: the Lux state, LuxState leaves in the same containers.
 
     Raises:
         JuliaBridgeError (and subclasses): as `import_lux` does.
@@ -87,8 +83,6 @@ class LuxModule(nnx.Module):  # type: ignore[misc]
             model = import_lux(model, **import_options)
         elif import_options:
             raise JuliaBridgeError("import options only apply when a bundle path is given")
-        _check_named(model.params, "params", model)
-        _check_named(model.state, "state", model)
         self.lux = model
         self.params = _wrap(model.params, nnx.Param)
         self.state = _wrap(model.state, LuxState)

@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .function import load_mlir
-from .julia_export import import_julia_export, is_julia_export
+from .julia_export import complete, import_julia_export, is_julia_export
+from .lux import params_io as lux_params_io
+from .lux import restore
 from .lux.model import LuxModel, import_bundle_lux
 from .lux.options import LoadOptions
+from .lux.trees import build_tree
 from .reactant_export.directory import is_export_dir, load_reactant_export
-from .reactant_export.luxmodel import import_export_lux
+from .reactant_export.luxmodel import import_export_lux, read_export_params
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from .lux.sharded_load import ShardingSpec
@@ -49,7 +54,7 @@ def import_lux(
         path: the bundle directory (``NAME.bundle``, docs/bundle-format.md).
         backend: "auto" (default: "lax" when every op lifts, else "enzyme" where enzyme-ad
             imports, else "xla"; ``model.metadata["backend_fallback"]`` says why), "lax",
-            "enzyme" or "xla". See the README's backend table for what each can do.
+            "enzyme" or "xla". docs/transforms.md compares what each can do.
         layout: "mlir" (default) uses the module's row-major shapes, Julia's dims reversed;
             "julia" presents params, state, inputs and outputs in Julia's dimension order.
         verify_checksums: check the digests the manifest records (default): BLAKE3 per
@@ -106,4 +111,66 @@ def import_lux(
     return import_bundle_lux(path, options)
 
 
-__all__ = ["import_lux", "load_mlir", "load_reactant_export"]
+def load_params(path: str | os.PathLike[str]) -> tuple[Any, Any]:
+    """Read (params, state) as nested dicts/tuples of numpy arrays (MLIR layout).
+
+    `path` is a file written by `save_params` (or JuliaBridge), a bundle directory (its
+    weights, digests verified), a JuliaBridge.jl export directory (its weights, checked against
+    its description), or a directory written by Reactant's ``export_to_enzymejax``
+    (or its .py): the ps and st arrays saved in its npz, as tuples by position where the
+    paths have positions, shaped like ``import_lux(path).params``/``.state``. The rules and
+    checks of each are `juliabridge.lux.params_io.load_params`'s and
+    `reactant_export.luxmodel.read_export_params`'s.
+
+    Args:
+        path: a weights file, a bundle directory or a Reactant export directory.
+
+    Returns:
+        ``(params, state)`` shaped like ``model.params``/``model.state``.
+
+    Raises:
+        BundleError: the file or directory is missing, unreadable or not weights (a Reactant
+            export written with ``export_data_as_npz=false`` has no values); ChecksumError,
+            UnsafeBundleError and ManifestError as `juliabridge.lux.params_io.load_params`.
+    """
+    if is_julia_export(path):
+        return _julia_export_params(path)
+    if is_export_dir(path):
+        return read_export_params(path)
+    return lux_params_io.load_params(path)
+
+
+def _julia_export_params(path: str | os.PathLike[str]) -> tuple[Any, Any]:
+    """A JuliaBridge.jl export directory's (params, state), read and checked as `import_lux`
+    reads them (julia_export.complete), in the trees its model has."""
+    c = complete(path)
+    m = c.bundle.manifest
+    trees = []
+    for role, group in (("parameter", "params"), ("state", "state")):
+        leaves = [(a.path, c.weights[a.index]) for a in m.arguments if a.role == role]
+        trees.append(build_tree(leaves, empty=m.empty.get(group, ())))
+    return trees[0], trees[1]
+
+
+def load_into(target: T, path: str | os.PathLike[str]) -> T:
+    """Load the params and state saved at `path` into `target`, checked against its trees.
+
+    Args:
+        target: a `LuxModel`, or the Flax or Equinox ``LuxModule`` wrapping one.
+        path: a file written by `juliabridge.save_params` (or JuliaBridge), a bundle
+            directory, a JuliaBridge.jl export directory, or a Reactant
+            ``export_to_enzymejax`` directory (its npz's values), as `load_params` reads.
+
+    Returns:
+        For a `LuxModel` a copy holding the loaded trees; for an Equinox module a new module;
+        for a Flax NNX module the same module, its variables set (`lux.restore.load_into`).
+
+    Raises:
+        CallArgumentError: `target` is neither a model nor a wrapper.
+        SignatureMismatchError: the trees at `path` differ from the target's, named.
+        BundleError: `path` cannot be read (as `load_params`).
+    """
+    return restore.load_into(target, path, read=load_params)
+
+
+__all__ = ["import_lux", "load_into", "load_mlir", "load_params", "load_reactant_export"]

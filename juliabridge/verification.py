@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from .bundle.manifest import REACTANT_EXPORTER
-from .errors import BundleError, ExecutionError, JuliaBridgeError
+from .errors import BundleError, ExecutionError, JuliaBridgeError, NoReferenceOutputsError
 from .importers import import_lux
 from .lux.trees import lookup
 
@@ -120,8 +120,9 @@ def verify(
         A VerifyReport; ``.ok`` is False when any result is out of tolerance.
 
     Raises:
-        JuliaBridgeError (a subclass): everything import_lux raises; BundleError when the
-        bundle has no examples; ExecutionError when XLA fails to compile or run the module;
+        JuliaBridgeError (a subclass): everything import_lux raises; NoReferenceOutputsError
+        (a BundleError) when the bundle has no examples (exit code 24 on the command
+        line); ExecutionError when XLA fails to compile or run the module;
         JuliaBridgeError itself for a negative, infinite or NaN tolerance, or a
         matmul_precision JAX does not name.
     """
@@ -135,14 +136,16 @@ def verify(
     m = model.manifest
     examples = model.bundle.read_examples()
     if examples is None or m.examples is None:
-        raise BundleError(
-            f"{path}: the bundle has no reference outputs (no examples section"
+        raise NoReferenceOutputsError(
+            f"{path}: no reference outputs to verify against (the bundle has no examples "
+            "section"
             + (
                 "; it comes from a Reactant export_to_enzymejax directory, which records none"
                 if m.producer.tool == REACTANT_EXPORTER
                 else ""
             )
-            + "), so there is nothing to verify against; verify cannot pass or fail it"
+            + "), so verify can neither pass nor fail it; to check the model, compare its "
+            "outputs with ones you computed in Julia"
         )
     ins, outs = examples
     rtol = m.examples.rtol if rtol is None else rtol

@@ -57,8 +57,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
     Many tests compile the same programs (the fixtures under each backend and transformation);
     XLA's compile is most of their time, and a cache hit returns the executable XLA would build
-    from the same HLO and options, so nothing a test checks changes (the README's test section
-    gives the saving). Each xdist worker writes a subfolder of its own: JAX writes an entry
+    from the same HLO and options, so nothing a test checks changes (docs/benchmarks.md gives
+    the saving). Each xdist worker writes a subfolder of its own: JAX writes an entry
     without a lock, so a process reading one another is still writing would see it torn (JAX
     then warns and compiles again, and a test that turns warnings into errors would fail).
     Only pytest processes use it: the scripts and helper processes the tests start compile as a

@@ -359,18 +359,59 @@ def test_demo_says_whether_enzyme_was_installed(
     code, out, err = run_cli(["demo", "--backend", "lax"], capsys)
     assert code == OK, err
     v = sys.version_info
-    assert (
-        "enzyme backend: not available (enzyme-ad has CPython 3.11 wheels only, so the [enzyme] "
-        f"extra installs nothing on Python {v.major}.{v.minor}; `juliabridge doctor` says why)"
-    ) in " ".join(out.split())
-    readme = " ".join((REPO / "README.md").read_text().split())
-    assert 'prints "enzyme backend: not available"' in readme
+    said = " ".join(out.split())
+    assert "enzyme backend: not available (" in said
+    if v[:2] == (3, 11):
+        # Before: "installs nothing on Python 3.11", where the extra does install it.
+        assert "installs nothing on Python" not in said
+    else:
+        assert (
+            "enzyme backend: not available (enzyme-ad has CPython 3.11 wheels only, so the "
+            f"[enzyme] extra installs nothing on Python {v.major}.{v.minor}; `juliabridge "
+            "doctor` says why)"
+        ) in said
+    install = " ".join((REPO / "docs" / "install.md").read_text().split())
+    assert 'prints "enzyme backend: not available"' in install
     pyproject = (REPO / "pyproject.toml").read_text()
-    assert "enzyme-ad==0.0.16; python_version == '3.11'" in pyproject  # what README says
+    assert "enzyme-ad==0.0.16; python_version == '3.11'" in pyproject  # what install.md says
     monkeypatch.setattr(availability, "enzyme_available", lambda: True)
     code, out, err = run_cli(["demo", "--backend", "lax"], capsys)
     assert code == OK, err
     assert out.splitlines()[1] == "enzyme backend: available (enzyme-ad)"
+
+
+@pytest.mark.parametrize(
+    ("version", "system", "machine", "says", "never"),
+    [
+        ((3, 11), "linux", "x86_64", "the [enzyme] extra installs it", "installs nothing"),
+        ((3, 11), "linux", "aarch64", "the [enzyme] extra installs it", "installs nothing"),
+        ((3, 11), "darwin", "arm64", "the [enzyme] extra installs it", "installs nothing"),
+        ((3, 11), "win32", "AMD64", "no wheel for win32 x86_64", "installs it"),
+        ((3, 11), "darwin", "x86_64", "no wheel for darwin x86_64", "installs it"),
+        ((3, 12), "linux", "x86_64", "installs nothing on Python 3.12", "installs it"),
+        ((3, 13), "darwin", "arm64", "installs nothing on Python 3.13", "installs it"),
+    ],
+)
+def test_enzyme_note_is_true_for_each_python_and_platform(
+    monkeypatch: pytest.MonkeyPatch,
+    version: tuple[int, int],
+    system: str,
+    machine: str,
+    says: str,
+    never: str,
+) -> None:
+    """Where pyproject's marker installs enzyme-ad (CPython 3.11 on Linux x86_64/aarch64 and
+    macOS arm64) the note says the extra installs it; elsewhere that it installs nothing."""
+    from juliabridge.backends.enzyme import availability
+    from juliabridge.cli.commands import _enzyme_note
+
+    monkeypatch.setattr(availability, "enzyme_available", lambda: False)
+    note = _enzyme_note(version, system, machine)
+    assert note.startswith("enzyme backend: not available (")
+    assert says in note and never not in note
+    marker = (REPO / "pyproject.toml").read_text()
+    for platform_words in ("sys_platform == 'linux'", "platform_machine == 'aarch64'", "'arm64'"):
+        assert platform_words in marker  # the platforms the note names are the marker's
 
 
 # --- piped output -------------------------------------------------------------------------------

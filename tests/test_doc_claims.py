@@ -1,9 +1,9 @@
 """Figures and defaults the docs quote are the code's (issue 29: staleness made hard).
 
 Each test reads a claim from README.md, docs/ or benchmarks/README.md and checks it against
-what produces it: the backends' behaviour (the README's backend table), doctor's tested jax
-range, pyproject.toml and the CI constraints (the supported versions), the benchmark scripts'
-constants and defaults, and the fuzz test's splits.
+what produces it: the backends' behaviour (the backend table of docs/transforms.md), doctor's
+tested jax range, pyproject.toml and the CI constraints (the supported versions), the benchmark
+scripts' constants and defaults, and the fuzz test's splits.
 """
 
 from __future__ import annotations
@@ -46,11 +46,13 @@ def _constants(path: Path) -> dict[str, Any]:
     return out
 
 
-# --- the README's backend table ------------------------------------------------------------------
+# --- the backend table (docs/transforms.md) -----------------------------------------------------
 
 
 def _backend_table() -> dict[str, dict[str, str]]:
-    lines = [ln for ln in README.splitlines() if ln.startswith("| ")]
+    """The backends' comparison, in the one place the docs give it (docs/transforms.md)."""
+    page = (REPO / "docs" / "transforms.md").read_text(encoding="utf-8")
+    lines = [ln for ln in page.splitlines() if ln.startswith("| ")]
     head = next(ln for ln in lines if ln.startswith("| backend |"))
     cols = [c.strip() for c in head.strip("|").split("|")]
     rows = {}
@@ -107,23 +109,36 @@ def test_the_backend_table_says_what_each_backend_does(backend: str, tmp_path: P
 
 
 def test_the_supported_versions_are_the_tested_ones() -> None:
-    from juliabridge.cli.doctor import TESTED_JAX
+    from juliabridge.support.jaxversion import TESTED_JAX, release
 
     lo, hi = TESTED_JAX
-    text = _flat(README)
+    bound = f"0.{release(hi)[1] + 1}"  # the next minor release CI has not seen
+    text = _flat(_doc("install.md"))  # the install page says it; README links to it
     assert f"jax/jaxlib {lo} to {hi}, the releases CI tests" in text
-    assert f"CPython 3.11 with jax {lo} and enzyme-ad, and CPython 3.13 with jax {hi}" in text
-    for name, version in (("a", lo), ("b", hi)):
-        constraints = (REPO / ".ci" / f"constraints-{name}.txt").read_text()
-        assert f"jax=={version}\n" in constraints and f"jaxlib=={version}\n" in constraints
+    assert (
+        f"CPython 3.11 with jax {lo} and enzyme-ad, and CPython 3.13 with the newest jax release "
+        "pyproject.toml admits, installed when CI runs" in text
+    )
+    assert f"fails while that release is newer than {hi}" in text
+    # A pins the oldest; B pins neither, so it meets each new release the bound admits.
+    a = (REPO / ".ci" / "constraints-a.txt").read_text()
+    assert f"jax=={lo}\n" in a and f"jaxlib=={lo}\n" in a
+    b = (REPO / ".ci" / "constraints-b.txt").read_text().splitlines()
+    assert not [line for line in b if re.match(r"jax(lib)?\b", line)], b
     ci = (REPO / ".ci" / "run").read_text()
     assert "find_python 3.11" in ci and "find_python 3.13" in ci
+    assert "v.untested_message(v.installed())" in ci  # B fails on a jax past the range
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["requires-python"] == ">=3.11"
-    floor = next(d for d in project["dependencies"] if d.startswith("jax>="))[len("jax>=") :]
-    assert floor == lo
-    assert f"pyproject.toml asks for jax ≥ {floor} with no upper bound" in text
-    for doc in (README, (REPO / "docs" / "lax-backend.md").read_text()):
+    for dist in ("jax", "jaxlib"):
+        assert f"{dist}>={lo},<{bound}" in project["dependencies"], project["dependencies"]
+    assert f"pyproject.toml asks for jax and jaxlib ≥ {lo} and < {bound}, the next minor" in text
+    assert "`import juliabridge` then warns once, in one line (`UntestedJaxWarning`" in text
+    lax_doc = (REPO / "docs" / "lax-backend.md").read_text()
+    assert f"juliabridge supports ({lo} to {hi}; CI tests {lo} and the newest release below" in (
+        _flat(lax_doc)
+    )
+    for doc in (README, _doc("install.md"), lax_doc):
         assert "any JAX version" not in _flat(doc)
         assert "0.12.x" not in doc
 
@@ -351,10 +366,11 @@ def test_the_mutant_totals_are_the_sums_of_their_table() -> None:
     total = sum(_int(_find(r"^([\d,]+)", c[1])) for c in cells)
     s16 = sum(_int(c[2]) for c in cells)
     flat = _flat(doc)
-    assert (
-        f"Totals over the {len(rows)} modules: {total:,} mutants generated; "
-        f"{s16:,} in the current stride-16 sample"
-    ) in flat
+    assert re.search(
+        rf"Totals over the {len(rows)} rows \(\d+ of the {len(only)} modules\): {total:,} "
+        rf"mutants generated; {s16:,} in the current stride-16 sample",
+        flat,
+    )
     for quoted in re.findall(r"([\d,]{5,}) mutants", flat):  # every count of all of them
         assert _int(quoted) == total or _int(quoted) < 10_000, quoted
     assert (
@@ -398,10 +414,100 @@ def test_the_test_files_the_readme_names_exist() -> None:
         assert (REPO / path).is_file(), path
 
 
-def test_the_readme_says_what_lenet_jl_writes() -> None:
+def test_the_docs_say_what_lenet_jl_writes() -> None:
     script = (REPO / "julia" / "examples" / "lenet.jl").read_text(encoding="utf-8")
     default = _find(r'ARGS\), 1, "([^"]+)"\)', script)
-    text = _flat(README)
+    text = _flat(_doc("from-julia.md"))
     assert "JuliaBridge.export_lux(" in script  # a Julia export directory (docs/julia-export.md)
-    assert f"as a Julia export directory (`{default}`, docs/julia-export.md)" in text
-    assert "lenet.jl` regenerates" not in text
+    assert f"as a Julia export directory (`{default}`, [the format](julia-export.md))" in text
+    assert "never writes the shipped bundle" in text
+    assert "lenet.jl` regenerates" not in text + _flat(README)
+
+
+# --- issue 53's audit: claims that had gone stale --------------------------------------------
+
+
+def test_the_smoke_s_window_odds_are_the_script_s() -> None:
+    """The smoke's window holds MODULES_PER_RUN of the core; where it starts comes from the
+    tree's hash, so how often a module is sampled is a probability, not a schedule."""
+    smoke = _constants(REPO / "tools" / "mutation_smoke.py")
+    only = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
+    k, n = smoke["MODULES_PER_RUN"], len(only)
+    p = k / n
+    doc = _flat(_doc("mutation-testing.md"))
+    assert (
+        f"`MODULES_PER_RUN` = {k} of the {n} modules of `only_mutate` ({round(100 * p)} %)" in doc
+    )
+    assert f"with probability {k}/{n}" in doc
+    for runs, said in re.findall(r"(?:once )?in (\d+) runs(?: with probability)? (\d+) %", doc):
+        assert int(said) == round(100 * (1 - (1 - p) ** int(runs))), (runs, said)
+    assert re.search(r"in \d+ runs with probability", doc)
+    for stale in ("a quarter", "once in four runs", "every module is sampled once"):
+        assert stale not in doc, stale
+
+
+def _row_modules(cell: str) -> set[str]:
+    """The modules one row of the scores table stands for (``a/{b,c}.py`` is a/b.py, a/c.py)."""
+    name = cell.replace("‡", "").replace("†", "").strip()
+    m = re.fullmatch(r"(.*)\{([\w,]+)\}(\.py)", name)
+    if m is None:
+        return {name}
+    return {f"{m[1]}{part}{m[3]}" for part in m[2].split(",")}
+
+
+def test_the_scores_table_says_which_core_modules_it_covers() -> None:
+    doc = _doc("mutation-testing.md")
+    only = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
+    core = {m.removeprefix("juliabridge/") for m in only}
+    head = doc.index("| module | mutants | s16 now |")
+    rows = [ln for ln in doc[head : doc.index("Totals over the", head)].splitlines()[2:]]
+    rows = [r for r in rows if r.startswith("| ")]
+    covered: set[str] = set()
+    for row in rows:
+        covered |= _row_modules(row.strip("|").split("|")[0])
+    assert covered <= core, f"rows for modules outside only_mutate: {covered - core}"
+    flat = _flat(doc)
+    assert f"Totals over the {len(rows)} rows ({len(covered)} of the {len(core)} modules)" in flat
+    for module in sorted(core - covered):  # each module without a row is named as such
+        assert f"{module} has no row" in flat, module
+
+
+def test_lax_backend_lists_as_handled_only_types_that_load() -> None:
+    """lax-backend.md's element types: the narrow types it lists load on lax; the types every
+    backend refuses at load (stablehlo/elementtypes.py) are said to be refused."""
+    from juliabridge.backends.lax.valtypes import ELEMENT_TYPES  # the lift's own table
+    from juliabridge.stablehlo.elementtypes import REFUSED
+
+    section = _doc("lax-backend.md").split("## Element types", 1)[1].split("\n## ", 1)[0]
+    handled, refused = _flat(section).split("A module naming", 1)
+    listed = set(re.findall(r"`([a-z]+\d\w*|complex<f\d+>)`", handled))
+    assert listed & set(REFUSED) == set(), "a type every backend refuses is listed as handled"
+    assert set(ELEMENT_TYPES) - set(REFUSED) <= listed, "a type the lift handles is missing"
+    for name in REFUSED:
+        assert f"`{name}`" in refused.split("never reaches the lift")[0], name
+    assert "refused at load on every backend" in _flat(section)
+
+
+def test_the_source_paths_the_docs_name_exist() -> None:
+    """A path into the checkout that a doc names (`juliabridge/...py`, `tests/...`, or a path
+    inside the package such as `stablehlo/budget.py`) is a file there: code that moved takes
+    its mentions along (reliability.md named driver/driver.py and juliabridge/shown.py)."""
+    package_dirs = {p.name for p in (REPO / "juliabridge").iterdir() if p.is_dir()}
+    roots = {"juliabridge", "tests", "tools", "benchmarks", "julia", "docs", "tutorials"}
+    missing = []
+    for path in _prose_files():
+        if "logs" in path.parts:  # dated records keep the paths of their day
+            continue
+        for name in re.findall(
+            r"`([\w.-]+(?:/[\w.-]+)+\.(?:py|jl|md|toml|ipynb))`", path.read_text()
+        ):
+            first = name.split("/")[0]
+            if first == "juliabridge" or first in roots:
+                candidates = [REPO / name]
+            elif first in package_dirs:
+                candidates = [REPO / "juliabridge" / name]
+            else:
+                continue  # another project's path (jax/_src/..., Reactant's src/...)
+            if not any(c.exists() for c in candidates):
+                missing.append(f"{path.relative_to(REPO)}: {name}")
+    assert missing == []

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from juliabridge.stablehlo.module import parse_module
-
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "reactant"
+from tests.outside import reactant_fixture
 
 
 def _main(ret: str, body: str = "", args: str = "%arg0: tensor<2x3xf32>", res: str = "") -> str:
@@ -101,7 +98,4 @@ def test_three_dimensional_permutations_compose() -> None:
     ],
 )
 def test_real_reactant_modules(name: str, expected: dict[int, int]) -> None:
-    path = FIXTURES / name
-    if not path.exists():
-        pytest.skip(f"real Reactant fixture {path} is absent (../shared beside the clone)")
-    assert parse_module(path).returned_arguments == expected
+    assert parse_module(reactant_fixture(name)).returned_arguments == expected

@@ -24,6 +24,14 @@ def test_every_error_derives_from_the_root() -> None:
     classes = [
         c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, Exception)
     ]
+    # The warnings (Exception subclasses too) have their own root, a UserWarning.
+    warns = [c for c in classes if issubclass(c, Warning)]
+    assert juliabridge.UntestedJaxWarning in warns
+    for cls in warns:
+        assert issubclass(cls, juliabridge.JuliaBridgeWarning), cls
+        assert not issubclass(cls, juliabridge.JuliaBridgeError), cls
+    assert issubclass(juliabridge.JuliaBridgeWarning, UserWarning)
+    classes = [c for c in classes if c not in warns]
     assert len(classes) >= 15
     for cls in classes:
         assert issubclass(cls, juliabridge.JuliaBridgeError), cls

@@ -229,7 +229,7 @@ def test_save_params_takes_the_equinox_module(lenet: juliabridge.LuxModel, tmp_p
 
 
 def test_a_lux_model_is_one_leaf_so_nnx_modules_can_hold_it(lenet: juliabridge.LuxModel) -> None:
-    """README: a LuxModel is not a pytree, because nnx refuses a static attribute holding
+    """docs/transforms.md: a LuxModel is not a pytree, because nnx refuses a static attribute holding
     arrays; a user's module keeping the model itself works, and its trees are the pytrees."""
 
     class Holder(nnx.Module):  # type: ignore[misc]

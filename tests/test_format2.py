@@ -47,10 +47,14 @@ from tests.bundle_factory import (
     to_format1,
     to_format2,
 )
+from tests.outside import (
+    reactant_fixture_names,
+    reactant_fixture_text,
+    skip_without_reactant_fixtures,
+)
 from tests.reference.fixture_refs import FIXTURES
 from tests.test_manifest import spec_example, spec_example_with_aliases
 
-FIXTURE_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "reactant"
 HEX = "ab" * 32
 
 
@@ -989,18 +993,11 @@ def test_serialize_clamps_the_target_to_the_installed_version() -> None:
 # --- echoed arguments: the real Reactant fixture (§3.4, §7) --------------------------------
 
 
-def _fixture(name: str) -> Path:
-    path = FIXTURE_DIR / name
-    if not path.is_file():
-        pytest.skip(f"real Reactant fixture {path} is missing")
-    return path
-
-
 @pytest.mark.parametrize("echo_paths", ["none", "in_output"])
 def test_reactant_module_with_echoed_inputs(tmp_path: Path, echo_paths: str) -> None:
     # @main(a: 6x2, b: 2x4) -> (sum of matvecs: 4, a, b), the inputs returned through identity
     # transposes with tf.aliasing_output: honest only with echo_of.
-    text = _fixture("dense_matvec_slices.mlir").read_text()
+    text = reactant_fixture_text("dense_matvec_slices.mlir")
     ref = FIXTURES["dense_matvec_slices.mlir"]
     a, b = ref.make_inputs(np.random.default_rng(0))
     if echo_paths == "none":
@@ -1042,10 +1039,9 @@ def test_artifacts_of_every_fixture_round_trip() -> None:
     # signature and ops (through the child process, as a bundle would be read).
     from juliabridge.stablehlo import parse_module
 
-    names = sorted(p.name for p in FIXTURE_DIR.glob("*.mlir")) if FIXTURE_DIR.is_dir() else []
-    if not names:
-        pytest.skip(f"real Reactant fixtures not found in {FIXTURE_DIR}")
-    modules = [parse_module(FIXTURE_DIR / n) for n in names]
+    folder = skip_without_reactant_fixtures()
+    names = reactant_fixture_names()
+    modules = [parse_module(folder / n) for n in names]
     texts = artifact.deserialize(
         [artifact.serialize(m.text).data for m in modules], names, isolated=True
     )

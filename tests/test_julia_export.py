@@ -658,3 +658,195 @@ def test_producer_must_be_juliabridge(tmp_path: Path) -> None:
     _rewrite(d, desc)
     with pytest.raises(ManifestError, match=r"producer\.tool: expected 'JuliaBridge\.jl'"):
         complete(d)
+
+
+# --- what JuliaBridge.jl writes after the fifth review (issue 48) ------------------------------
+# Each directory is what the fixed Julia side writes (julia/src, docs/julia-export.md), next to
+# the Julia test of the same case in julia/test/runtests.jl.
+
+
+def _conv_ref(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Lux's Conv (a true convolution: the kernel flipped) in MLIR layout, NCHW and OIHW."""
+    kh, kw = w.shape[2:]
+    win = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(2, 3))
+    return np.einsum("nchwij,ocij->nohw", win, w[:, :, ::-1, ::-1]) + b[None, :, None, None]
+
+
+def _pool_ref(x: np.ndarray) -> np.ndarray:
+    n, c, h, w = x.shape
+    return x.reshape(n, c, h // 2, 2, w // 2, 2).max(axis=(3, 5))
+
+
+def lenet_export() -> tuple[JExport, np.ndarray]:
+    """julia/examples/lenet.jl as export_lux writes it, and Julia's output (numpy, f64)."""
+    r = _rng(5)
+    shapes = {  # MLIR shapes: Julia's reversed (a conv weight (kW, kH, Cin, Cout) is OIHW)
+        "layer_1": [(6, 1, 5, 5), (6,)],
+        "layer_3": [(16, 6, 5, 5), (16,)],
+        "layer_6": [(256, 128), (128,)],
+        "layer_7": [(128, 10), (10,)],
+    }
+    args = [JArg("input", [], r.standard_normal((4, 1, 28, 28)).astype(F))]
+    for layer, (ws, bs) in shapes.items():
+        scale = 1 / np.sqrt(np.prod(ws[1:]) if len(ws) == 4 else ws[0])
+        args.append(JArg("parameter", [layer, "weight"], (scale * r.standard_normal(ws)).astype(F)))
+        args.append(JArg("parameter", [layer, "bias"], (0.1 * r.standard_normal(bs)).astype(F)))
+
+    def fn(x: Any, w1: Any, b1: Any, w3: Any, b3: Any, w6: Any, b6: Any, w7: Any, b7: Any) -> Any:
+        from jax import lax
+
+        def conv(h: Any, w: Any, b: Any) -> Any:
+            dn = ("NCHW", "OIHW", "NCHW")
+            y = lax.conv_general_dilated(
+                h, w[:, :, ::-1, ::-1], (1, 1), "VALID", dimension_numbers=dn
+            )
+            return jnp.maximum(y + b[None, :, None, None], 0)
+
+        def pool(h: Any) -> Any:
+            return lax.reduce_window(h, -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+
+        h = pool(conv(pool(conv(x, w1, b1)), w3, b3)).reshape(x.shape[0], -1)
+        return (jnp.maximum(h @ w6 + b6, 0) @ w7 + b7,)
+
+    v = [np.asarray(a.value, np.float64) for a in args]
+    h = _pool_ref(np.maximum(_conv_ref(v[0], v[1], v[2]), 0))
+    h = _pool_ref(np.maximum(_conv_ref(h, v[3], v[4]), 0)).reshape(4, -1)
+    ref = np.maximum(h @ v[5] + v[6], 0) @ v[7] + v[8]
+    e = JExport(
+        "lenet",
+        flat(fn, args),
+        args,
+        [["output"]],
+        example_outputs={0: ref.astype(F)},
+        empty={
+            "params": [["layer_2"], ["layer_4"], ["layer_5"]],
+            "state": [[f"layer_{i}"] for i in range(1, 8)],
+        },
+        static_state=[],
+        metadata={"lux_model": "Chain(...)", "kind": "lenet", "seed": 0},
+    )
+    return e, ref
+
+
+def test_lenet_as_the_shipped_example_exports_it(tmp_path: Path, backend: str) -> None:
+    e, ref = lenet_export()
+    d = write_julia_export(tmp_path / "lenet.jlexport", e)
+    model = juliabridge.import_lux(d, backend=backend)
+    assert model.manifest.name == "lenet" and model.metadata["metadata"]["kind"] == "lenet"
+    assert model.params["layer_2"] == {} and model.params["layer_5"] == {}
+    assert set(model.state) == {f"layer_{i}" for i in range(1, 8)}
+    assert model.params["layer_1"]["weight"].shape == (6, 1, 5, 5)
+    y, _ = model.apply(model.params, model.state, e.args[0].value)
+    _close(y, ref, 1e-4, 1e-4)
+    assert juliabridge.verify(d, backend=backend).ok
+
+
+def _lcg(seed: Any, xp: Any) -> Any:
+    """The new seed of a draw (a 64-bit LCG step, wrapping), in numpy or jax (`xp`)."""
+    return seed * xp.uint64(6364136223846793005) + xp.uint64(1442695040888963407)
+
+
+def noisy_export(*, weights_after_reference: bool = False, trailing: bool = False) -> JExport:
+    """A layer drawing from its state RNG in place (`rand!` without `Lux.replicate`) and
+    returning that state: Julia hands the model copies, so the changed seed is the new state
+    (results: output, then state.rng.seed) and the weights hold the seed before the draw. The
+    flags write what the Julia side did before the fix: weights written after the reference run
+    had changed the seed in place, or the changed argument as an extra computed @main result."""
+    x = _rng(6).standard_normal((3, 2)).astype(F)
+    seed = np.array([12345, 678910], np.uint64)
+    new = _lcg(seed, np)
+    noise = np.float32((int(new[0]) >> 40) / 2**24)
+
+    def fn(x: Any, s: Any) -> tuple[Any, ...]:
+        n = _lcg(s, jnp)
+        y = x + (n[0] >> jnp.uint64(40)).astype(jnp.float32) / jnp.float32(2**24)
+        return (y, n, n) if trailing else (y, n)
+
+    args = [JArg("input", [], x), JArg("state", ["rng", "seed"], seed)]
+    e = JExport(
+        "noisy",
+        flat(fn, args),
+        args,
+        [["output"], ["state", "rng", "seed"]],
+        example_outputs={0: x + noise, 1: new},
+        empty={"params": [], "state": []},
+        static_state=[{"path": ["rng", "algorithm"], "value": "DEFAULT", "julia_type": "String"}],
+    )
+    if weights_after_reference:
+        e.args[1] = JArg("state", ["rng", "seed"], new)
+    return e
+
+
+def test_a_state_rng_drawn_in_place_is_new_state(tmp_path: Path, backend: str, x64: None) -> None:
+    e = noisy_export()
+    d = write_julia_export(tmp_path / "noisy", e)
+    model = juliabridge.import_lux(d, backend=backend)
+    x = e.args[0].value
+    y, new_state = model.apply(model.params, model.state, x)
+    new = _lcg(np.array([12345, 678910], np.uint64), np)
+    np.testing.assert_array_equal(np.asarray(new_state["rng"]["seed"]), new)
+    _close(y, x.astype(np.float64) + (int(new[0]) >> 40) / 2**24)
+    assert [r.paths for r in model.manifest.results] == [
+        (("output",),),
+        (("state", "rng", "seed"),),
+    ]
+    assert juliabridge.verify(d, backend=backend).ok
+    # Before the fix: the seed written after the reference run had advanced it (the examples
+    # no longer follow from the weights), or the changed argument trailed as a computed result.
+    late = write_julia_export(tmp_path / "late", noisy_export(weights_after_reference=True))
+    assert not juliabridge.verify(late, backend=backend).ok
+    extra = write_julia_export(tmp_path / "extra", noisy_export(trailing=True))
+    with pytest.raises(SignatureMismatchError, match=r"result 2 \(tensor<2xui64>\) is computed"):
+        complete(extra)
+
+
+@pytest.mark.parametrize("role", ["parameter", "state"])
+def test_an_array_valued_ps_or_st_is_refused_saying_so(tmp_path: Path, role: str) -> None:
+    """What JuliaBridge.jl wrote before it refused `ps` (or `st`) that is itself an array."""
+    x = _rng(7).standard_normal((2, 3)).astype(F)
+    w = _rng(8).standard_normal(3).astype(F)
+    args = [
+        JArg("input", [], x),
+        JArg(role, [], w, dataset="/params" if role == "parameter" else "/state"),
+    ]
+    results = [["output"]] + ([["state"]] if role == "state" else [])
+    e = JExport("bare", flat(lambda x, w: (x + w, w)[: len(results)], args), args, results)
+    d = write_julia_export(tmp_path / "bare", e)
+    root = "ps" if role == "parameter" else "st"
+    with pytest.raises(ManifestError, match=rf"arguments\[1\]\.path: .*{root} is itself an array"):
+        complete(d)
+
+
+def test_save_params_records_the_empties_julia_restores(tmp_path: Path) -> None:
+    """JuliaBridge.load_params(file) without templates adds `params.empty` and `state.empty` of
+    /juliabridge/tree (julia/src/load.jl) to the trees of the file's groups; this is that
+    reading, in Python, of a file save_params wrote for a Chain with pooling layers."""
+    import h5py
+
+    r = _rng(9)
+    params = {
+        "layer_1": {"weight": r.standard_normal((2, 1, 3, 3)).astype(F), "bias": np.zeros(2, F)},
+        "layer_2": {},
+        "layer_3": {},
+        "layer_4": {"weight": r.standard_normal((8, 2)).astype(F), "bias": np.zeros(2, F)},
+    }
+    state: dict[str, Any] = {f"layer_{i}": {} for i in range(1, 5)}
+    path = juliabridge.save_params(params, tmp_path / "pooled.h5", state=state)
+
+    def groups(g: Any) -> dict[str, Any]:
+        return {k: groups(v) if isinstance(v, h5py.Group) else v[()] for k, v in g.items()}
+
+    with h5py.File(path, "r") as f:
+        tree = f["/juliabridge/tree"]
+        assert tree.attrs["dtype"] == "ui8" and tree.ndim == 1 and tree.dtype == np.uint8
+        record = json.loads(bytes(tree[()]).decode())
+        trees = {g: groups(f[g]) if g in f else {} for g in ("params", "state")}
+    for g, tree_ in trees.items():
+        for p in record[g]["empty"]:  # load.jl: insert_at!(node, p, Node())
+            node = tree_
+            for step in p[:-1]:
+                node = node.setdefault(step, {})
+            node.setdefault(p[-1], {})
+    assert set(trees["params"]) == set(params) and trees["params"]["layer_2"] == {}
+    assert trees["state"] == state
+    np.testing.assert_array_equal(trees["params"]["layer_4"]["weight"], params["layer_4"]["weight"])

@@ -151,7 +151,7 @@ def test_second_order_on_lax_matches_the_hand_written_hessian() -> None:
 
 
 def test_enzyme_forward_mode_failure_is_a_transform_error() -> None:
-    # Enzyme has no forward rule for reduce_window (README); the failure must be typed.
+    # Enzyme has no forward rule for reduce_window (docs/transforms.md); the failure must be typed.
     require_backend("enzyme")
     x = np.arange(4, dtype=np.float32)
     text = lower(lambda x: lax.reduce_window(x, -np.inf, lax.max, (2,), (2,), "VALID"), x)

@@ -90,7 +90,9 @@ def test_vjp_shows_a_spinner_when_forced(
     assert "deriving" not in capsys.readouterr().err
 
 
-def test_readme_states_the_threshold_and_the_switch() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    assert progress.MIN_BYTES == 64 << 20 and "over 64 MiB of weights" in readme
-    assert f"`{progress.ENV}=0`" in readme
+def test_the_environment_table_states_the_threshold_and_the_switch() -> None:
+    from juliabridge.support.environment import VARIABLES
+
+    (entry,) = [v for v in VARIABLES if v.name == progress.ENV]
+    assert progress.MIN_BYTES == 64 << 20 and "over 64 MiB of weights" in entry.effect
+    assert entry.effect.startswith("`0` hides every progress bar") and "`1` shows" in entry.effect

@@ -26,16 +26,11 @@ from juliabridge.errors import (
 )
 from juliabridge.examples import luxmodels
 from tests.conftest import require_backend
+from tests.outside import reactant_fixture as _fixture
 from tests.reactant_export_writer import ArgInfo, Export, write_export
 from tests.reference import lux_numpy
 from tests.reference.fixture_refs import FIXTURES
 
-# ../shared next to the repository (a worktree one level deeper looks one level further up).
-_HERE = Path(__file__).resolve()
-FIXTURE_DIR = next(
-    (d for d in (p / "shared" / "fixtures" / "reactant" for p in _HERE.parents[1:4]) if d.is_dir()),
-    _HERE.parents[1].parent / "shared" / "fixtures" / "reactant",
-)
 LENET = Path(juliabridge.__file__).parent / "examples" / "lenet.bundle"
 
 # Lux's field order (Lux src/layers/basic.jl Dense: weight, bias; normalize.jl BatchNorm ps:
@@ -47,13 +42,6 @@ def _step(name: str | int) -> int:
     if isinstance(name, int):
         return name
     return int(name[6:]) if name.startswith("layer_") else FIELD[name]
-
-
-def _fixture(name: str) -> Path:
-    path = FIXTURE_DIR / name
-    if not path.is_file():
-        pytest.skip(f"real Reactant fixture {path} is missing")
-    return path
 
 
 # --- Lux models in export_to_enzymejax's result layout --------------------------------------
@@ -428,14 +416,21 @@ def test_convert_then_bundle_tools(tmp_path: Path, capsys: pytest.CaptureFixture
     with pytest.raises(BundleError, match="no reference outputs"):
         juliabridge.verify(out)
     capsys.readouterr()
-    assert main(["verify", str(out)]) != OK
-    assert "records none" in capsys.readouterr().err
+    # No reference outputs is its own outcome (exit 24), not a malformed bundle (10).
+    assert main(["verify", str(out)]) == 24
+    err = capsys.readouterr().err
+    assert "records none" in err and "no reference outputs to verify against" in err
     # The bundle names leaves by Julia position; the export directory by Python index, beside
     # Reactant's own path, and says it has no digests (not "--no-verify").
-    for target, leaf in ((out, "state[2][1]"), (d, "state[1][0]")):
+    for target, leaf, fmt in (
+        (out, "state[2][1]", "format 3 "),
+        (d, "state[1][0]", "format n/a (a Reactant export directory, not a bundle)"),
+    ):
         assert main(["inspect", str(target)]) == OK
         text = capsys.readouterr().out
         assert "export_to_enzymejax" in text and leaf in text
+        head = [ln for ln in text.splitlines() if " mode=" in ln]
+        assert fmt in head[0], text  # the directory is not called a bundle
     assert "arg.4.2.1" in text and "records no digests" in text and "--no-verify" not in text
 
 
@@ -567,11 +562,56 @@ def test_batch_axis_refused_for_train_mode(tmp_path: Path) -> None:
     assert juliabridge.import_lux(d).manifest.mode == "train"  # without it, it loads
 
 
-def test_flax_wrapper_refuses_positional_trees(tmp_path: Path) -> None:
+def test_flax_and_equinox_wrap_an_export_and_load_into_reads_it(tmp_path: Path) -> None:
+    """Before: the Flax wrapper refused positional trees, and load_into(model, export_dir)
+    asked for a weights.h5 the directory never had."""
     pytest.importorskip("flax.nnx", reason="flax (the [flax] extra) is not installed")
+    pytest.importorskip("equinox", reason="equinox (the [equinox] extra) is not installed")
+    import equinox as eqx
+    import optax
+    from flax import nnx
+
+    import juliabridge.equinox
     import juliabridge.flax
 
-    spec = luxmodels.batchnorm_model(mode="test", batch=6)
-    model = juliabridge.import_lux(write_lux_export(tmp_path, spec))
-    with pytest.raises(juliabridge.JuliaBridgeError, match="positional"):
-        juliabridge.flax.LuxModule(model)
+    spec = luxmodels.batchnorm_model(mode="train", batch=6)
+    d = write_lux_export(tmp_path / "exp", spec)
+    model = juliabridge.import_lux(d)
+    x = spec.arguments[0].value
+    want_y, want_st = lux_numpy.batchnorm_chain(
+        x, _named(spec, "parameter"), _named(spec, "state"), training=True
+    )
+    fmod = juliabridge.flax.LuxModule(d)
+    assert fmod.state[0] is None  # st.layer_1: an empty NamedTuple, as in model.state
+    np.testing.assert_allclose(np.asarray(fmod(x)), want_y, rtol=1e-5, atol=1e-5)
+    # The call wrote Lux's new state (train mode: running statistics) back.
+    np.testing.assert_allclose(
+        np.asarray(fmod.state[1][0].get_value()),
+        want_st["layer_2"]["running_mean"],
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    weight = np.asarray(model.params[0][0])
+    opt = nnx.Optimizer(fmod, optax.sgd(0.5), wrt=nnx.Param)
+    _, grads = nnx.value_and_grad(lambda m: jnp.sum(m(x) ** 2))(fmod)
+    opt.update(fmod, grads)
+    assert not np.allclose(np.asarray(fmod.params[0][0].get_value()), weight)
+    # load_into reads the directory's npz: the exported values come back, state included.
+    assert juliabridge.load_into(fmod, d) is fmod
+    np.testing.assert_array_equal(np.asarray(fmod.params[0][0].get_value()), weight)
+    np.testing.assert_array_equal(
+        np.asarray(fmod.state[1][0].get_value()), np.asarray(model.state[1][0])
+    )
+    params, state = juliabridge.load_params(d)
+    assert jax.tree.structure(params) == jax.tree.structure(model.params)
+    assert jax.tree.structure(state) == jax.tree.structure(model.state)
+    for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(model.params), strict=True):
+        np.testing.assert_array_equal(got, np.asarray(want))
+    emod = juliabridge.equinox.LuxModule(d)
+    y, emod2 = emod.apply(x)
+    np.testing.assert_allclose(np.asarray(y), want_y, rtol=1e-5, atol=1e-5)
+    changed = eqx.tree_at(lambda m: m.params[0][0], emod2, emod2.params[0][0] + 1)
+    restored = juliabridge.load_into(changed, d)
+    np.testing.assert_array_equal(np.asarray(restored.params[0][0]), weight)
+    moved = juliabridge.load_into(model, d)  # the LuxModel itself
+    np.testing.assert_array_equal(np.asarray(moved.params[1][1]), np.asarray(model.params[1][1]))

@@ -7,27 +7,17 @@ to them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 
 import juliabridge
+from tests.outside import reactant_fixture
 from tests.reference.fixture_refs import FIXTURES, FixtureRef
 
-FIXTURE_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "reactant"
 BACKENDS = ("xla", "enzyme")
 MODES = ("eager", "jit")
-
-
-def _fixture_path(name: str) -> Path:
-    if not FIXTURE_DIR.is_dir():
-        pytest.skip(f"real Reactant fixtures not found: {FIXTURE_DIR} is missing")
-    path = FIXTURE_DIR / name
-    if not path.is_file():
-        pytest.skip(f"real Reactant fixture {path} is missing")
-    return path
 
 
 def _require_backend(backend: str) -> None:
@@ -64,7 +54,7 @@ def _assert_matches(
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_fixture_matches_numpy_reference(fixture_name: str, backend: str, mode: str) -> None:
-    path = _fixture_path(fixture_name)
+    path = reactant_fixture(fixture_name)
     _require_backend(backend)
     ref = FIXTURES[fixture_name]
     fn = juliabridge.load_mlir(path, backend=backend)
@@ -82,7 +72,7 @@ def test_source_may_be_text_or_str_path(backend: str, source_kind: str) -> None:
     # This fixture has a `module @reactant_sine_lo...` name and enzymexla / enzyme
     # attributes, so text input has to go through the same clean-up as a file.
     name = "sine_loop_while.mlir"
-    path = _fixture_path(name)
+    path = reactant_fixture(name)
     _require_backend(backend)
     ref = FIXTURES[name]
     source = path.read_text() if source_kind == "text" else str(path)

@@ -206,6 +206,10 @@ def test_bad_shardings_are_typed_errors(tmp_path: Path) -> None:
         mesh = jax.make_mesh((2,), ("x",))
         with pytest.raises(CallArgumentError, match=r"shape \[3, 4\] does not fit"):
             load_params(path, shardings=NamedSharding(mesh, P("x")))
+    # A spec naming more axes than the array has (JAX's own check is an IndexError).
+    mesh1 = jax.make_mesh((1,), ("x",))
+    with pytest.raises(CallArgumentError, match=r"params\.a\.w of shape \[3, 4\] \(rank 2\)"):
+        load_params(path, shardings=NamedSharding(mesh1, P(None, None, "x")))
 
 
 @pytest.mark.multidevice(devices=1)

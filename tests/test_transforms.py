@@ -11,8 +11,7 @@ import pytest
 
 import juliabridge
 from juliabridge.examples.paths import example_bundle_path
-
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "reactant"
+from tests.outside import reactant_fixture
 
 
 def pure(x: jax.Array, w: jax.Array, k: jax.Array) -> tuple[jax.Array, ...]:
@@ -170,9 +169,7 @@ def test_enzyme_grad_with_more_results_than_arguments() -> None:
     # enzyme_ad's own VJP fails with IndexError on this real module (3 results, 2 arguments);
     # juliabridge pads @main with unused arguments so Enzyme's activity list is long enough.
     pytest.importorskip("enzyme_ad.jax", reason="needs enzyme-ad")
-    path = FIXTURES / "dense_matvec_slices.mlir"
-    if not path.is_file():
-        pytest.skip(f"real Reactant fixture {path} is missing")
+    path = reactant_fixture("dense_matvec_slices.mlir")
     fn = juliabridge.load_mlir(path, backend="enzyme")
     xla = juliabridge.load_mlir(path, backend="xla")
     rng = np.random.default_rng(0)

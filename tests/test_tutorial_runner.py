@@ -1,4 +1,4 @@
-"""README's way of running the tutorials works with what `[test]` installs (issue 29 item 11:
+"""The docs' way of running the tutorials (docs/from-julia.md) works with what `[test]` installs (issue 29 item 11:
 `jupyter nbconvert` is not installed, and tutorial 01's "Run All" stopped at its first Julia
 cell with no word on skipping them)."""
 
@@ -13,7 +13,8 @@ from types import ModuleType
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-README = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+#: Where the docs say how to run the tutorials and test against Julia.
+README = " ".join((REPO / "docs" / "from-julia.md").read_text(encoding="utf-8").split())
 
 
 def _tool() -> ModuleType:

@@ -56,8 +56,9 @@ MEASURED_STRIDE = 16
 PER_MODULE = 3
 #: Core modules a run samples: a window of `only_mutate`, rotated by the tree's hash (`window`),
 #: so that the same code always samples the same modules and successive changes cover them all
-#: (every module once in four runs). Mutants, their stats and clean runs, the stage's fixed
-#: costs, grow with the modules mutated, so a window costs a quarter of the whole core.
+#: (each run's window holds a module with probability MODULES_PER_RUN / len(core), not on a
+#: schedule). Mutants, their stats and clean runs, the stage's fixed costs, grow with the
+#: modules mutated, so a window costs about MODULES_PER_RUN / len(core) of the whole core.
 MODULES_PER_RUN = 21
 #: Seconds CI gives the whole smoke; the sampled mutants run in ORDER (`ordered`) and those not
 #: run by then are listed, not scored, so the job ends in a fixed time on a slower machine too.

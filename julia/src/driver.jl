@@ -15,11 +15,14 @@ function load_script(script::AbstractString)
     Core.eval(mod, :(eval(x) = Core.eval($mod, x)))
     Core.eval(mod, :(include(path::AbstractString) = Base.include($mod, path)))
     Base.include(mod, abspath(script))
-    missing_ = [n for n in (:model, :ps, :st, :x) if !isdefined(mod, n)]
+    # The script's globals are newer than this call's world: read them in the latest one (Julia
+    # 1.12 warns about, and will refuse, reading a binding from an older world).
+    defined(n) = Base.invokelatest(isdefined, mod, n)::Bool
+    missing_ = [n for n in (:model, :ps, :st, :x) if !defined(n)]
     isempty(missing_) || throw(ArgumentError("$script must define model, ps, st and x; it does not define $(join(missing_, ", "))"))
-    get_(n, default) = isdefined(mod, n) ? getfield(mod, n) : default
+    get_(n, default=nothing) = defined(n) ? Base.invokelatest(getglobal, mod, n) : default
     get_(:metadata, Dict()) isa AbstractDict || throw(ArgumentError("metadata in $script must be an AbstractDict"))
-    return (; model=mod.model, ps=mod.ps, st=mod.st, x=mod.x, metadata=get_(:metadata, Dict()), name=get_(:name, nothing))
+    return (; model=get_(:model), ps=get_(:ps), st=get_(:st), x=get_(:x), metadata=get_(:metadata, Dict()), name=get_(:name))
 end
 
 """The objects a juliacall session serialized, after loading the packages it named so that their

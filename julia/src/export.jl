@@ -25,9 +25,18 @@ struct FlatModel{M}
     model::M
 end
 
+# Reactant appends every argument the function changed in place (`.=`, `rand!` on a state RNG:
+# R src/stdlibs/Random.jl:84-85) to @main's results, found by comparing the traced array's SSA
+# value, its field `mlir_data` (R src/Types.jl:67-70), with the block argument (in make_mlir_fn,
+# read at 0.2.280). The model gets copies (R src/TracedRArray.jl:66), so no argument changes,
+# and a change shows on its copy's `mlir_data`: captured as new state or refused.
+ssa(v) = getfield(v, :mlir_data)
+
 function (f::FlatModel)(leaves...)
     t = TRACE[]::TraceState
-    traced(v, _) = v isa Reactant.ConcreteRArray ? leaves[t.flat.index[v]] : v
+    copies = map(copy, leaves)
+    before = map(ssa, copies)
+    traced(v, _) = v isa Reactant.ConcreteRArray ? copies[t.flat.index[v]] : v
     x, ps, st = (map_tree(traced, tree, root) for (tree, root) in zip(t.trees, (:x, :ps, :st)))
     y, st_new = f.model(x, ps, st)
     ys = Pair{Vector{Any},Any}[]
@@ -41,10 +50,20 @@ function (f::FlatModel)(leaves...)
     end
     new_state = Dict(leaves_with_paths(st_new, :st_new))
     states = Pair{Vector{Any},Any}[]
-    for a in t.flat.args
-        a["role"] == "state" || continue
-        v = as_traced(get(new_state, a["path"], nothing))
-        v isa TracedRArray || throw(ExportError("the new state has $(v === nothing ? "nothing" : "a $(typeof(v))") at $(label(:st, a["path"])) where st has an array; the model must return st's structure"))
+    for (k, a) in enumerate(t.flat.args)
+        where_, changed = label(root_of(a["role"]), a["path"]), ssa(copies[k]) != before[k]
+        if a["role"] != "state"
+            changed && throw(ExportError("the model changes $where_ in place; the exported function returns no new value for an input or a parameter, so the change would be lost: change a copy, or keep the array in st and return it"))
+            continue
+        end
+        raw = get(new_state, a["path"], nothing)
+        v = as_traced(raw)
+        v isa TracedRArray || throw(ExportError("the new state has $(raw === nothing ? "nothing" : "a $(typeof(raw))") at $where_ where st has an array; the model must return st's structure"))
+        (changed && raw !== copies[k]) && throw(ExportError("the model changes $where_ in place but returns another array there; return the array it changed (or change a copy)"))
+        # One array at several paths is one argument: its new value must be one array too.
+        for p in get(a, "tied_paths", [])
+            get(new_state, p, nothing) === raw || throw(ExportError("$where_ and $(label(:st, p)) are one array in st, but the model returns different new values for them; pass separate arrays (copy) to untie them"))
+        end
         push!(states, Any["state"; a["path"]] => v)
     end
     for (s, old) in zip(t.flat.static, t.flat.static_leaves)
@@ -92,6 +111,19 @@ function export_lux(model, ps, st, inputs...; out=nothing, kwargs...)::String
     return export_lux(out, model, ps, st, inputs...; kwargs...)
 end
 
+"""
+A `StatefulLuxLayer` holds a layer with its own ps and st (L lib/LuxCore/src/stateful.jl:14-19;
+the state is field `st` or `st_any` by `fixed_state_type`, :46-47): the layer inside is exported,
+with the ps and st given, or the wrapper's where those are `nothing`.
+"""
+function unwrap(model, ps, st)
+    model isa Lux.StatefulLuxLayer || return (model, ps, st)
+    ps = something(ps, getfield(model, :ps), Some(nothing))
+    st = something(st, getfield(model, getfield(model, :fixed_state_type) === Val(true) ? :st : :st_any), Some(nothing))
+    (ps === nothing || st === nothing) && throw(ExportError("the StatefulLuxLayer holds no $(ps === nothing ? "ps" : "st") and none was given: export_lux(dir, layer, ps, st, x)"))
+    return (getfield(model, :model), ps, st)
+end
+
 """`export_lux` with the model input `x` as is (a tuple stays one input structure)."""
 function export_model(dir::AbstractString, model, ps, st, x; name=nothing, mode::Symbol=:test, overwrite::Bool=false,
                       reference::Bool=true, metadata=Dict{String,Any}(), samples_independent::Union{Nothing,Bool}=nothing, progress=nothing)::String
@@ -103,6 +135,7 @@ function export_model(dir::AbstractString, model, ps, st, x; name=nothing, mode:
         (isdir(target) && (isempty(readdir(target)) || any(n -> isfile(joinpath(target, n)), (DESCRIPTION_FILE, "manifest.json")))) ||
             throw(ArgumentError("$target is not an export directory or bundle; refusing to replace it"))
     end
+    model, ps, st = unwrap(model, ps, st)
     meta = Dict{String,Any}("lux_model" => first(sprint(show, model), 10_000))
     merge!(meta, Dict{String,Any}(string(k) => v for (k, v) in pairs(metadata)))
     JSON.json(meta)                                       # fails now, not after tracing
@@ -115,19 +148,22 @@ function export_model(dir::AbstractString, model, ps, st, x; name=nothing, mode:
     trees = (flatten!(flat, x, :x), flatten!(flat, ps, :ps), flatten!(flat, st_mode, :st))
     f = FlatModel(model)
     opts = compile_options()
-    text, outputs, paths = lock(TRACE_LOCK) do
+    text, outputs, paths, host = lock(TRACE_LOCK) do
         t = TRACE[] = TraceState(trees, flat, Any[])
         try
             report("tracing model(x, ps, st) with Reactant")
             # @code_hlo and @jit are documented (R docs/src/api/api.md:42); String of the
-            # TextualModule @code_hlo returns: R src/compiler/Macros.jl:36.
+            # TextualModule @code_hlo returns: R src/compiler/Macros.jl:34.
             hlo = Reactant.@code_hlo compile_options = opts f(flat.leaves...)
             text = String(hlo)
             paths = copy(t.results)
+            # The values written leave for the host first; the reference runs on copies of them.
+            host = map(Array, flat.leaves)     # R src/ConcreteRArray.jl:150
             report(reference ? "running the flat function on the example input" : "skipping the reference outputs")
             outputs = ()
-            reference && (outputs = Reactant.@jit compile_options = opts f(flat.leaves...))
-            (text, outputs, paths)
+            fresh = reference ? map(Reactant.to_rarray, host) : ()
+            reference && (outputs = Reactant.@jit compile_options = opts f(fresh...))
+            (text, outputs, paths, host)
         finally
             TRACE[] = nothing
         end
@@ -143,7 +179,7 @@ function export_model(dir::AbstractString, model, ps, st, x; name=nothing, mode:
         "arguments" => flat.args, "results" => [Dict("index" => k - 1, "path" => p) for (k, p) in enumerate(paths)],
         "empty" => flat.empty, "static_state" => flat.static, "samples_independent" => samples_independent, "metadata" => meta,
     )
-    inputs = [(a["index"], leaf) for (a, leaf) in zip(flat.args, flat.leaves) if a["role"] == "input"]
+    inputs = [(a["index"], h) for (a, h) in zip(flat.args, host) if a["role"] == "input"]
     # A reader wants at least one reference output: a model without outputs has no examples.
     examples = reference && !isempty(outputs)
     examples && (desc["examples"] = Dict(
@@ -155,9 +191,8 @@ function export_model(dir::AbstractString, model, ps, st, x; name=nothing, mode:
     try
         write(joinpath(tmp, MODULE_FILE), text)
         HDF5.h5open(joinpath(tmp, WEIGHTS_FILE), "w") do h
-            # Array of a Reactant array: its values on the host (R src/ConcreteRArray.jl:150).
-            foreach(((a, leaf),) -> haskey(a, "dataset") && write_array(h, a["dataset"], Array(leaf)), zip(flat.args, flat.leaves))
-            examples && foreach(((i, leaf),) -> write_array(h, "/examples/inputs/$i", Array(leaf)), inputs)
+            foreach(((a, v),) -> haskey(a, "dataset") && write_array(h, a["dataset"], v), zip(flat.args, host))
+            examples && foreach(((i, v),) -> write_array(h, "/examples/inputs/$i", v), inputs)
             foreach(((k, o),) -> write_array(h, "/examples/outputs/$(k - 1)", Array(o)), enumerate(outputs))
         end
         write(joinpath(tmp, DESCRIPTION_FILE), JSON.json(desc))

@@ -12,7 +12,8 @@ at its path and must have the template leaf's shape and element type (a Reactant
 Reactant array); empty layers, settings (`training = Val(false)`) and RNGs are the template's.
 Without: NamedTuples from the file's groups (keys in natural order, `layer_2` before `layer_10`;
 keys 1..n make a Tuple), and for a directory also the tied paths, empty containers and static
-state its description records. Digests are not checked (Python's `juliabridge verify` does).
+state its description records; for a file from Python's `save_params`, the empty containers of
+its tree record. Digests are not checked (Python's `juliabridge verify` does).
 Throws `BundleReadError` for a missing or malformed file or a template that does not match it.
 """
 function load_params(path::AbstractString)
@@ -27,6 +28,19 @@ function load_params(path::AbstractString)
             foreach(p -> insert_at!(ps, p, Node()), get(empties, "params", []))
             foreach(p -> insert_at!(st, p, Node()), get(empties, "state", []))
             foreach(s -> insert_at!(st, s["path"], static_from(s)), something(get(desc, "static_state", nothing), []))
+        elseif haskey(f, TREE_RECORD)
+            # Python's save_params records the empty containers (a MaxPool's NamedTuple())
+            # that HDF5 groups cannot hold (docs/bundle-format.md §4.2).
+            record = try
+                JSON.parse(String(read_array(f, TREE_RECORD)))
+            catch err
+                err isa BundleReadError ? rethrow() : throw(BundleReadError("$file: $TREE_RECORD is not JSON ($(sprint(showerror, err)))"))
+            end
+            for (node, g) in ((ps, "params"), (st, "state"))
+                empties = record isa AbstractDict && get(record, g, nothing) isa AbstractDict ? get(record[g], "empty", []) : nothing
+                empties isa AbstractVector && all(p -> p isa AbstractVector, empties) || throw(BundleReadError("$file: $TREE_RECORD has no list of paths at $g.empty (docs/bundle-format.md §4.2)"))
+                foreach(p -> insert_at!(node, p, Node()), empties)
+            end
         end
         (materialize(ps), materialize(st))
     end
@@ -62,6 +76,9 @@ function weights_file(path::AbstractString)
     end
     throw(BundleReadError("$path has neither $DESCRIPTION_FILE nor manifest.json"))
 end
+
+"""The dataset of Python's tree record (juliabridge/lux/params_io.py: TREE_DATASET)."""
+const TREE_RECORD = "/juliabridge/tree"
 
 # Trees under construction: a node lists key => (node or value) in insertion order.
 const Node = Vector{Pair{Any,Any}}

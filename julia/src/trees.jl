@@ -67,6 +67,8 @@ function static_value(v)
 end
 
 const ROLES = (x="input", ps="parameter", st="state")
+"""The root name (`:x`, `:ps`, `:st`) of an argument's `role`, for messages."""
+root_of(role) = only(k for (k, r) in pairs(ROLES) if r == role)
 
 """What the flatten of (x, ps, st) found: the arguments and everything else the description records."""
 Base.@kwdef struct Flattened
@@ -90,6 +92,8 @@ function flatten!(flat::Flattened, tree, root::Symbol)
     role = ROLES[root]
     function leaf(v, path)
         if v isa AbstractArray{<:Number}
+            # Lux names parameters and states by their path in the tree: a bare array has none.
+            (root === :x || !isempty(path)) || throw(ExportError("$root is itself an array ($(typeof(v))); JuliaBridge names parameters and states by their Lux paths, so $root must be a NamedTuple of arrays: pass (; weight=$root) and read $root.weight in the model"))
             # Documented: to_rarray converts an array to a ConcreteRArray (R docs/src/api/api.md:29).
             r = get!(() -> v isa Reactant.ConcreteRArray ? v : Reactant.to_rarray(Array(v)), flat.converted, v)
             k = get(flat.index, r, 0)
@@ -104,7 +108,7 @@ function flatten!(flat::Flattened, tree, root::Symbol)
                 push!(flat.args, arg)
             elseif flat.args[k]["role"] != role
                 a = flat.args[k]
-                throw(ExportError("the array at $(label(root, path)) is also the $(a["role"]) at $(label(a["role"], a["path"])); an argument has one role: pass a copy (copy(A)) to one of them"))
+                throw(ExportError("the array at $(label(root, path)) is also the $(a["role"]) at $(label(root_of(a["role"]), a["path"])); an argument has one role: pass a copy (copy(A)) to one of them"))
             else
                 push!(get!(flat.args[k], "tied_paths", Any[]), path)
             end

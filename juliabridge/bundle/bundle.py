@@ -8,7 +8,6 @@ what the manifest declares before anything is hashed.
 
 from __future__ import annotations
 
-import itertools
 import os
 import stat
 from collections.abc import Iterator, Sequence
@@ -26,7 +25,7 @@ from ..errors import (
     UnsafeBundleError,
 )
 from ..stablehlo import StableHLOModule, TensorSpec
-from .files import safefile
+from .files import nearby, safefile
 from .manifest import MANIFEST_NAME, ArgumentEntry, FileRef, Manifest, load_manifest, tensor_bytes
 from .sources import ModuleSource, parse_source, read_module_sources
 from .weights import (
@@ -238,7 +237,7 @@ def _resolve_root(path: str | os.PathLike[str]) -> Path:
     except FileNotFoundError:
         raise BundleError(
             f"{root}: no such bundle directory; check the path (relative paths start at "
-            f"{Path.cwd()})"
+            f"{Path.cwd()}){nearby.did_you_mean(root)}"
         ) from None
     except OSError as e:
         raise BundleError(f"{root}: cannot access it ({e.strerror}); check its permissions") from e
@@ -264,8 +263,7 @@ def _resolve_root(path: str | os.PathLike[str]) -> Path:
     try:
         mst = os.lstat(manifest)
     except FileNotFoundError:
-        inner = sorted(p.name for p in _children(root) if (p / MANIFEST_NAME).is_file())
-        hint = f"; did you mean {root / inner[0]}?" if inner else ""
+        hint = nearby.found_inside(root)
         raise BundleError(
             f"{root}: no {MANIFEST_NAME} in this directory, so it is not a juliabridge bundle "
             f"(a bundle holds {MANIFEST_NAME}, model.mlir and weights.h5){hint}"
@@ -282,13 +280,6 @@ def _resolve_root(path: str | os.PathLike[str]) -> Path:
     if not stat.S_ISREG(mst.st_mode):
         raise BundleError(f"{manifest}: expected a regular file, found {_kind(mst.st_mode)}")
     return root.resolve()
-
-
-def _children(root: Path) -> list[Path]:
-    try:
-        return [p for p in itertools.islice(root.iterdir(), 1000) if p.is_dir()]
-    except OSError:
-        return []
 
 
 _kind = safefile.kind_of

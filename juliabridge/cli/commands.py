@@ -8,6 +8,7 @@ failure ends in one line on stderr and the exit code of its error class (exitcod
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -102,7 +103,14 @@ def _print_summary(bundle: Bundle, export: ReactantExport | None, console: Conso
     m = bundle.manifest
     p = m.producer
     head = _t(m.name, style="bold")
-    head.append(_t(f"  format {m.format_version}  mode={m.mode}  ", bundle.root))
+    # An export directory is read into an in-memory manifest of format 3's model; it has no
+    # format of its own, and calling it "format 3" would make it look like a bundle.
+    fmt = (
+        "format n/a (a Reactant export directory, not a bundle)"
+        if export is not None
+        else f"format {m.format_version}"
+    )
+    head.append(_t(f"  {fmt}  mode={m.mode}  ", bundle.root))
     console.print(head)
     made = (
         f"Julia {p.julia}, Lux {p.lux}, Reactant {p.reactant}"
@@ -252,9 +260,17 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
     from .doctor import report as doctor_report
 
     r = doctor_report()
+    julia = None
+    if args.julia:
+        from .doctor_julia import julia_report
+
+        julia = julia_report(export=not args.no_export, export_timeout=args.timeout)
     if args.json:
-        print(json.dumps(r.as_dict(), indent=2))
-        return OK
+        data = r.as_dict()
+        if julia is not None:
+            data["julia_end_to_end"] = julia.as_dict()
+        print(json.dumps(data, indent=2))
+        return OK if julia is None else julia.exit_code
     tested = "tested" if r.jax_tested else "NOT in the tested range"
     console.print(_t(f"juliabridge {r.juliabridge}, Python {r.python}, {r.platform}"))
     console.print(_t(f"jax {r.jax} ({tested}), jaxlib {r.jaxlib}, devices: {r.devices}"))
@@ -268,7 +284,12 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
                 _t(c.name), Text("yes") if c.ok else Text("no", style="red"), _t(c.detail)
             )
         console.print(table)
-    return OK
+    if julia is None:
+        return OK
+    console.print(_t("Julia, end to end (juliabridge doctor --julia):"))
+    for line in julia.lines():
+        console.print(_t("  " + line))
+    return julia.exit_code
 
 
 #: What each StableHLO version doctor reports means (its JSON keys are kept for scripts).
@@ -419,18 +440,48 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     return OK if result.ok else MISMATCH
 
 
-def _enzyme_note() -> str:
-    """Whether the enzyme backend is here: pip installs the [enzyme] extra's enzyme-ad on
-    CPython 3.11 only and says nothing elsewhere, so the first command run says it."""
+#: Where the [enzyme] extra installs enzyme-ad (pyproject.toml's marker: its wheels).
+_ENZYME_WHEELS = {("linux", "x86_64"), ("linux", "aarch64"), ("darwin", "arm64")}
+
+
+def _enzyme_note(
+    version: tuple[int, int] | None = None,
+    system: str | None = None,
+    machine: str | None = None,
+) -> str:
+    """Whether the enzyme backend is here and, if not, why, true for this Python: pip installs
+    the [enzyme] extra's enzyme-ad on CPython 3.11 (Linux x86_64/aarch64, macOS arm64) only and
+    says nothing elsewhere, so the first command run says it. The arguments stand in for this
+    interpreter's (sys.version_info, sys.platform, platform.machine()) in tests."""
+    import platform
+
     from ..backends.enzyme import availability
 
     if availability.enzyme_available():
         return "enzyme backend: available (enzyme-ad)"
-    v = sys.version_info
+    major, minor = version or sys.version_info[:2]
+    system = system or sys.platform
+    machine = (machine or platform.machine()).lower()
+    machine = {"amd64": "x86_64", "arm64": "arm64" if system == "darwin" else "aarch64"}.get(
+        machine, machine
+    )
+    tail = "; lax and xla need nothing extra"
+    if (major, minor) != (3, 11):
+        return (
+            f"enzyme backend: not available (enzyme-ad has CPython 3.11 wheels only, so the "
+            f"[enzyme] extra installs nothing on Python {major}.{minor}; "
+            "`juliabridge doctor` says why)" + tail
+        )
+    if (system, machine) not in _ENZYME_WHEELS:
+        return (
+            f"enzyme backend: not available (enzyme-ad has no wheel for {system} {machine}, "
+            "only Linux x86_64/aarch64 and macOS arm64, so the [enzyme] extra installs nothing "
+            "here)" + tail
+        )
     return (
-        f"enzyme backend: not available (enzyme-ad has CPython 3.11 wheels only, so the "
-        f"[enzyme] extra installs nothing on Python {v.major}.{v.minor}; "
-        "`juliabridge doctor` says why); lax and xla need nothing extra"
+        "enzyme backend: not available (enzyme-ad does not import; on this Python the "
+        "[enzyme] extra installs it: pip install 'juliabridge[enzyme]' (or -e '.[enzyme]' in "
+        "a clone); if it is installed, `juliabridge doctor` says why it fails)" + tail
     )
 
 
@@ -676,7 +727,35 @@ def _add_doctor(sub: Subparsers) -> None:
     """``juliabridge doctor``: what this installation can do."""
     p = sub.add_parser("doctor", help="show what this installation can do (backends, Julia)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--julia",
+        action="store_true",
+        help="also check the Julia half end to end: Julia, its environment, the versions of "
+        "JuliaBridge, Reactant and Lux, and a two-layer export in a child julia; exits with "
+        "the first failure's code",
+    )
+    p.add_argument(
+        "--no-export", action="store_true", help="with --julia: skip the export (minutes)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=900,
+        metavar="SECONDS",
+        help="with --julia: stop the export after this many seconds (default 900)",
+    )
     p.set_defaults(func=cmd_doctor)
+
+
+def _positive_seconds(text: str) -> float:
+    """A time limit from the command line: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -714,6 +793,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The commands that run a bundle's module, and so need x64 where it has 64-bit types.
+_RUNS_THE_MODULE = frozenset({"inspect", "verify", "vjp", "export-jax", "export-onnx"})
+
+
+def _x64_for(args: argparse.Namespace) -> contextlib.AbstractContextManager[None]:
+    """x64 turned on (and said so) for a command running a bundle with 64-bit types (x64.py)."""
+    if args.command not in _RUNS_THE_MODULE or getattr(args, "path", None) is None:
+        return contextlib.nullcontext()
+    from .x64 import x64_where_needed
+
+    return x64_where_needed(args.command, args.path)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: the command's exit code; one escaped line on stderr for any failure."""
     try:
@@ -732,7 +824,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         emoji=False,
     )
     try:
-        return int(args.func(args, console))
+        with _x64_for(args):
+            return int(args.func(args, console))
     except KeyboardInterrupt:
         sys.stderr.write(f"juliabridge {args.command}: interrupted\n")
         return INTERRUPTED

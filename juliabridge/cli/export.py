@@ -25,8 +25,9 @@ Export the Lux model defined by a Julia script to a Julia export directory (impo
 juliabridge.import_lux, or make a bundle of it with `juliabridge convert`). The script must
 define `model` (a Lux layer), `ps` and `st` (e.g. `ps, st = Lux.setup(rng, model)`) and `x`
 (an example input in Julia's layout, batch last; a tuple for several inputs); it may define
-`metadata` (a Dict) and `name`. Needs Julia >= 1.10 (juliaup, or PYTHON_JULIAPKG_EXE); the
-Julia packages are installed with juliapkg on first use."""
+`metadata` (a Dict) and `name`. Example: `juliabridge export julia/examples/lenet.jl --out
+lenet.jlexport` in juliabridge's source tree. Needs Julia >= 1.10 (juliaup, or
+PYTHON_JULIAPKG_EXE); the Julia packages are installed with juliapkg on first use."""
 
 
 def add_export_parser(subparsers: Any) -> argparse.ArgumentParser:

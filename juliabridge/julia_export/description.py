@@ -48,6 +48,7 @@ from ..bundle.manifest.schema import (
 )
 from ..bundle.manifest.schema import fail as _fail
 from ..errors import BundleError, BundleVersionError, ManifestError, UnsafeBundleError
+from ..support.slots import check_tuple_slots
 
 #: The description's file name; a directory holding it is a Julia export directory.
 DESCRIPTION_NAME = "juliabridge-export.json"
@@ -133,8 +134,12 @@ def _argument_rule(obj: dict[str, Any], where: str, version: int) -> None:
     if role != "input" and dataset is None:
         raise _fail(where, f"a {role} needs the HDF5 'dataset' that holds its value")
     if role != "input" and not obj["path"]:
+        root = "ps" if role == "parameter" else "st"
         raise _fail(
-            f"{where}.path", f"a {role} path names a leaf inside the tree, so it cannot be empty"
+            f"{where}.path",
+            f"a {role} path names a leaf inside the tree, so it cannot be empty (here {root} "
+            f"is itself an array, which has no Lux name; JuliaBridge.jl now refuses that: wrap "
+            f"it in Julia, (; weight={root}), and export again)",
         )
     if role == "input" and obj["tied_paths"]:
         raise _fail(
@@ -272,6 +277,12 @@ def check_description(obj: Any, root: Path) -> Description:
         raise _renamed(e, where) from None
     ex = d["examples"]
     empty = d["empty"]
+    for group, role in (("params", "parameter"), ("state", "state")):
+        args = [a for a in d["arguments"] if a["role"] == role]
+        paths = [p for a in args for p in (a["path"], *a["tied_paths"])]
+        paths += [] if empty is None else list(empty[group])
+        paths += [s["path"] for s in d["static_state"]] if group == "state" else []
+        check_tuple_slots(paths, f"{where}: the {group} tree")
     return Description(
         root=root,
         name=d["name"],

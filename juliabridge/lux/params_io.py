@@ -18,11 +18,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..bundle.files import safefile
+from ..bundle.files import nearby, safefile
 from ..bundle.manifest import MANIFEST_NAME, LuxPath, load_manifest
 from ..bundle.weights import ReadRequest, open_weights, write_weights
 from ..errors import BundleError, CallArgumentError, ChecksumError, SaveError, UnsafeBundleError
 from ..support import dtypes
+from ..support.slots import check_tuple_slots
 from .sharded_load import ShardingSpec, load_requests
 from .trees import build_tree
 
@@ -316,7 +317,8 @@ def _open(file: Path, what: str, dfd: int | None) -> tuple[int, os.stat_result]:
         found = "no such file" if not os.path.lexists(file) else "not a regular file"
         raise BundleError(
             f"{file}: {found}; pass a weights file written by juliabridge.save_params (or "
-            "JuliaBridge's save_params), or a bundle directory"
+            "JuliaBridge's save_params), or a bundle or export directory"
+            f"{nearby.did_you_mean(file) if found == 'no such file' else ''}"
         ) from e
 
 
@@ -389,12 +391,14 @@ def _read_record(file: Path, f: Any, entry: dict[str, Any] | None) -> TreeRecord
             if len(names) != len(leaves):
                 raise ValueError("two leaves at one path")
             out[g] = (names, [_path(p) for p in doc[g]["empty"]])
-        return out
     except (ValueError, KeyError, TypeError, RecursionError) as e:
         raise BundleError(
             f"{file}: dataset {TREE_DATASET} does not hold a valid tree record ({type(e).__name__}"
             "); write the file again with juliabridge.save_params"
         ) from None
+    for g, (names, empty) in out.items():
+        check_tuple_slots([*names.values(), *empty], f"{file}: the tree record of {g}")
+    return out
 
 
 def _path(p: Any) -> LuxPath:
@@ -420,7 +424,9 @@ def _from_record(
             "juliabridge.save_params"
         )
     try:
-        return build_tree([(p, flat[n]) for n, p in names.items()], empty=empty)
+        return build_tree(
+            [(p, flat[n]) for n, p in names.items()], empty=empty, what=f"{file}: {group}"
+        )
     except (TypeError, AttributeError) as e:  # a position and a name below one parent
         raise BundleError(
             f"{file}: the tree record of {group} mixes positions and names below one parent; "

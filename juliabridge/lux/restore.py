@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import jax
@@ -63,13 +64,20 @@ def _fit(root: str, loaded: Any, like: Any, file: str, layout: str) -> Any:
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
-def load_into(target: T, path: str | os.PathLike[str]) -> T:
+def load_into(
+    target: T,
+    path: str | os.PathLike[str],
+    *,
+    read: Callable[[str | os.PathLike[str]], tuple[Any, Any]] = load_params,
+) -> T:
     """Load the params and state saved at `path` into `target`, checked against its trees.
 
     Args:
         target: a `LuxModel`, or the Flax or Equinox ``LuxModule`` wrapping one.
         path: a file written by `juliabridge.save_params` (or JuliaBridge), or a bundle
-            directory.
+            directory (``juliabridge.load_into`` also takes a Reactant export directory).
+        read: what reads `path` into (params, state) numpy trees (`load_params`;
+            juliabridge.importers passes the one that also reads export directories).
 
     Returns:
         For a `LuxModel` a copy holding the loaded trees (the original is unchanged); for an
@@ -93,7 +101,7 @@ def load_into(target: T, path: str | os.PathLike[str]) -> T:
             f"{type(target).__name__}; for a params tree use juliabridge.load_params"
         )
     file = os.fspath(path)
-    loaded_params, loaded_state = load_params(path)
+    loaded_params, loaded_state = read(path)
     new_params = _fit("params", loaded_params, params, file, lux.layout)
     new_state = _fit("state", loaded_state, state, file, lux.layout)
     if callable(trees):

@@ -117,6 +117,13 @@ def resolve(spec: Any, leaves: Sequence[_Leaf]) -> list[Sharding]:
     out = []
     for leaf, s in zip(leaves, got, strict=True):
         s = default if s is None else s
+        if isinstance(s, NamedSharding) and len(s.spec) > len(leaf.shape):
+            # JAX's own check of this is an IndexError from deep inside (jax 0.10.2).
+            raise CallArgumentError(
+                f"shardings: {leaf.label} of shape {list(leaf.shape)} (rank {len(leaf.shape)}) "
+                f"got {s.spec}, which names {len(s.spec)} axes; give a PartitionSpec of at most "
+                "the array's rank, or None for it"
+            )
         try:
             s.shard_shape(leaf.shape)
         except (ValueError, TypeError) as e:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..backends import make_backend, resolve_backend_name
+from ..bundle.files import nearby
 from ..bundle.manifest import REACTANT_EXPORTER
 from ..bundle.manifest.schema import safe_file_name
 from ..errors import BundleError, SignatureMismatchError, UnsafeBundleError
@@ -102,24 +103,17 @@ class ReactantExport:
 
 def _module_names(script: Path) -> bool:
     """Whether ``{fn}_{id}.mlir`` sits beside ``{fn}.py`` (EnzymeJAX.jl:128-132, 175)."""
-    stem = script.stem
-    for p in script.parent.iterdir():
-        name = p.name
-        if (
-            name.startswith(stem + "_")
-            and name.endswith(".mlir")
-            and name[len(stem) + 1 : -len(".mlir")].isdigit()
-        ):
-            return True
-    return False
+    return nearby.is_reactant_script(script)
 
 
 def _find_script(path: Path) -> Path:
     if path.suffix == ".py":
         return path
     if not path.is_dir():
+        what = "no such file or directory" if not os.path.lexists(path) else "not a directory"
         raise BundleError(
-            f"{path}: not a directory written by {PRODUCER} (nor its .py); pass the directory"
+            f"{path}: not a directory written by {PRODUCER} (nor its .py): {what}; pass the "
+            f"directory{nearby.did_you_mean(path)}"
         )
     scripts = sorted(p for p in path.iterdir() if p.suffix == ".py" and not p.name.startswith("."))
     if len(scripts) > 1:
@@ -129,11 +123,26 @@ def _find_script(path: Path) -> Path:
         scripts = paired if len(paired) == 1 else scripts
     if len(scripts) != 1:
         found = ", ".join(p.name for p in scripts[:6]) or "none"
+        advice = (
+            nearby.found_inside(path) or "; pass the export directory"
+            if not scripts
+            else "; pass the path of the .py you mean"
+        )
         raise BundleError(
-            f"{path}: expected the one .py that {PRODUCER} writes, found {len(scripts)} ({found}); "
-            "pass the path of the .py you mean"
+            f"{path}: expected the one .py that {PRODUCER} writes, found {len(scripts)} "
+            f"({found}){advice}"
         )
     return scripts[0]
+
+
+def read_export_script(path: str | os.PathLike[str]) -> ExportScript:
+    """The .py of the export at `path` (the directory or the .py), read as data: what it
+    declares, without reading the module or the npz.
+
+    Raises:
+        BundleError / ManifestError: as for `open_export`.
+    """
+    return read_script(_find_script(Path(path)))
 
 
 def _inside(root: Path, name: str, what: str) -> Path:
@@ -300,4 +309,5 @@ __all__ = [
     "is_export_dir",
     "load_reactant_export",
     "open_export",
+    "read_export_script",
 ]

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 import jax
+import numpy as np
 
 from ..backends import make_backend
 from ..bundle.bundle import Bundle
@@ -13,7 +16,7 @@ from ..function import ImportedFunction
 from ..lux.model import LuxModel
 from ..lux.options import DEFAULT_OPTIONS, LoadOptions
 from ..lux.trees import build_tree
-from ..support import dtypes
+from ..lux.x64 import require_x64_weights
 from .directory import ReactantExport, open_export
 from .luxmap import argument_entries, build_manifest, map_results, positions
 
@@ -99,23 +102,53 @@ def import_export_lux(
         arg_labels=[a.label for a in manifest.arguments],
         result_labels=[r.label for r in manifest.results],
     )
-    dtypes.require_x64(
-        {a.label: a.dtype for a in manifest.arguments if a.role != "input"},
-        f"export {export.root}",
+    require_x64_weights(manifest, f"export {export.root}")
+    # Placed leaf by leaf before the trees are built: a tree map would sort the Dict keys.
+    params, state = export_trees(
+        bundle, export, lambda h: jax.device_put(h.T if options.layout == "julia" else h)
     )
-    values = export.example_inputs()
-    leaves: dict[str, list[tuple[tuple[int | str, ...], jax.Array]]] = {
-        "parameter": [],
-        "state": [],
-    }
-    for a, host in zip(manifest.arguments, values):
-        if a.role != "input":
-            leaves[a.role].append(
-                (a.path, jax.device_put(host.T if options.layout == "julia" else host))
-            )
-    params = build_tree(leaves["parameter"])
-    state = build_tree(leaves["state"])
     return LuxModel(bundle, fn, params, state, layout=options.layout)
 
 
-__all__ = ["export_bundle", "import_export_lux"]
+def export_trees(
+    bundle: Bundle, export: ReactantExport, place: Callable[[np.ndarray], Any] = lambda h: h
+) -> tuple[Any, Any]:
+    """(params, state) of an export from its npz: integer path steps as tuples (an empty
+    container None), named steps as dicts in the .py's order, as `import_export_lux`
+    presents them.
+
+    Args:
+        bundle, export: as `export_bundle` returns them.
+        place: applied to each host array (MLIR layout) before it enters a tree.
+
+    Raises:
+        BundleError: no npz, or it is unreadable or disagrees with @main.
+    """
+    values = export.example_inputs()
+    leaves: dict[str, list[tuple[tuple[int | str, ...], Any]]] = {"parameter": [], "state": []}
+    for a, host in zip(bundle.manifest.arguments, values):
+        if a.role != "input":
+            leaves[a.role].append((a.path, place(host)))
+    return build_tree(leaves["parameter"]), build_tree(leaves["state"])
+
+
+def read_export_params(
+    path: str | os.PathLike[str], options: LoadOptions = DEFAULT_OPTIONS
+) -> tuple[Any, Any]:
+    """(params, state) saved in an ``export_to_enzymejax`` directory's npz, as numpy trees in
+    MLIR layout shaped like the `import_export_lux` model's (what `juliabridge.load_params`
+    gives for such a directory).
+
+    Args:
+        path: the directory or its .py.
+        options: the overrides the model was imported with (positions=, outputs=, ...), when
+            the directory needs them to be read as a Lux model.
+
+    Raises:
+        BundleError / ManifestError / SignatureMismatchError: as for `import_export_lux`.
+    """
+    bundle, export = export_bundle(path, options)
+    return export_trees(bundle, export)
+
+
+__all__ = ["export_bundle", "export_trees", "import_export_lux", "read_export_params"]

@@ -21,6 +21,7 @@ from pathlib import Path
 from ..errors import BundleError, ManifestError, ResourceLimitError, UnsafeBundleError
 from ..stablehlo.budget import host_memory, human
 from ..support.shown import shown
+from ..support.slots import TUPLE_SLOTS_BASE, TUPLE_SLOTS_PER_PATH, slot_allowance, tuple_slots
 from .files import read_bytes
 
 #: Largest .py accepted (bytes): the template is ~400 bytes per argument, so this is far above
@@ -43,12 +44,6 @@ MAX_ARGUMENTS = 16_384
 #: Most steps in one argument's path, and most characters in one named step.
 MAX_PATH_DEPTH = 256
 MAX_STEP_CHARS = 1024
-#: Tuple slots the paths' integer steps may ask for in all (each integer-indexed container is
-#: as long as its largest step): a fixed allowance plus this many per argument, checked before
-#: any tuple is built, so ``arg.3.999999999`` is refused instead of allocated.
-TUPLE_SLOTS_BASE = 1 << 16
-TUPLE_SLOTS_PER_ARGUMENT = 64
-
 #: Reactant's NUMPY_SIMPLE_TYPES (src/serialization/Serialization.jl:13-29) -> MLIR element type.
 #: ``complex32`` (ComplexF16) has no numpy dtype, so it is absent and refused by name.
 NUMPY_TO_MLIR = {
@@ -341,24 +336,18 @@ def _steps(text: str, path: Path, line: int) -> tuple[int | str, ...]:
 
 
 def _check_slots(arguments: list[ScriptArgument], path: Path) -> None:
-    """Refuse integer steps that would build longer tuples than the arguments justify."""
-    longest: dict[tuple[int | str, ...], tuple[int, int]] = {}
-    for a in arguments:
-        for n, step in enumerate(a.path):
-            if isinstance(step, int):
-                prefix = a.path[:n]
-                if step > longest.get(prefix, (0, 0))[0]:
-                    longest[prefix] = (step, a.line)
-    total = sum(step for step, _ in longest.values())
-    allowed = TUPLE_SLOTS_BASE + TUPLE_SLOTS_PER_ARGUMENT * len(arguments)
+    """Refuse integer steps that would build longer tuples than the arguments justify (the
+    bound every tree reader shares: support/slots.py), naming the line of the largest."""
+    total, step, where = tuple_slots(a.path for a in arguments)
+    allowed = slot_allowance(len(arguments))
     if total > allowed:
-        step, line = max(longest.values())
+        line = next(a.line for a in arguments if a.path == where)
         raise _fail(
             path,
             line,
             f"the paths' positions ask for {total} tuple slots (the largest step is {step}) for "
             f"{len(arguments)} arguments, more than the {allowed} juliabridge allows "
-            f"({TUPLE_SLOTS_BASE} plus {TUPLE_SLOTS_PER_ARGUMENT} per argument)",
+            f"({TUPLE_SLOTS_BASE} plus {TUPLE_SLOTS_PER_PATH} per argument)",
         )
 
 

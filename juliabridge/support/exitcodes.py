@@ -1,10 +1,11 @@
 """The `juliabridge` command's exit codes (one per error class) and its one-line error output.
 
 Every command ends in exactly one of these codes; the table is printed by ``juliabridge
---help`` and reproduced in README.md and docs/reliability.md (tests/test_cli_errors.py checks
-that all three say the same). An error is reported on one line of stderr, with every character
-that could act on a terminal escaped, so a hostile bundle cannot retitle the window, clear
-the screen or write the clipboard through an error message.
+--help``, reproduced in docs/reliability.md and generated into the site's CLI reference
+(tests/test_cli_errors.py checks that all three say the same). An error is reported on one
+line of stderr, with every character that could act on a terminal escaped, so a hostile
+bundle cannot retitle the window, clear the screen or write the clipboard through an error
+message.
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode(21, OSError, "reading or writing a file failed (operating-system error)"),
     ExitCode(22, E.UnsupportedOpError, "backend lax: an op of the module does not lift"),
     ExitCode(23, E.OnnxConversionError, "export-onnx: jax2onnx cannot convert a JAX primitive"),
+    ExitCode(
+        24,
+        E.NoReferenceOutputsError,
+        "verify: the bundle has no reference outputs to verify against",
+    ),
     ExitCode(29, E.JuliaBridgeError, "any other juliabridge error"),
     ExitCode(70, None, "internal error (a bug in juliabridge: please report it)"),
     ExitCode(130, None, "interrupted (Ctrl-C)"),
@@ -72,7 +78,7 @@ def table_text() -> str:
 
 
 def table_markdown() -> str:
-    """The table as the markdown README.md and docs/reliability.md carry."""
+    """The table as the markdown docs/reliability.md and the site's CLI reference carry."""
     lines = ["| code | meaning | error class |", "| ---: | --- | --- |"]
     for row in EXIT_CODES:
         cls = "" if row.error is None else f"`{row.error.__name__}`"

@@ -8,7 +8,6 @@ numpy reference; derivatives against central finite differences in f64.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -19,11 +18,9 @@ import pytest
 import juliabridge
 from juliabridge import ModuleContractError, TransformError, UnsupportedOpError
 from juliabridge.backends.lax import RULES
+from tests.outside import reactant_fixture_text
 
 from .oracles import check_module
-
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "reactant"
-
 
 # f64 arguments and results need x64 outside the module too (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("x64")
@@ -417,7 +414,7 @@ def test_nested_counted_loops_reading_outer_values() -> None:
 
 @needs("stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice", "stablehlo.reshape")
 def test_reactant_sine_loop_fixture() -> None:
-    text = (FIXTURES / "sine_loop_while.mlir").read_text()
+    text = reactant_fixture_text("sine_loop_while.mlir")
     x = np.linspace(-1.0, 1.0, 10).astype(np.float32)
     # The Julia loop: for i in 1:10, x[i] = (|4 + (10 - i0) - 5| * 2 clamped > 31 ? sin : cos)
     # of the element read at 10 - i0 (1-based), written back at ((10 - i0 - 1) % 10) + 1.
@@ -487,7 +484,7 @@ def test_if_grad_jvp_and_batched_predicate() -> None:
 
 @needs("stablehlo.transpose", "stablehlo.broadcast_in_dim", "stablehlo.reduce")
 def test_reactant_if_fixture() -> None:
-    text = (FIXTURES / "conditional_if_f64.mlir").read_text()
+    text = reactant_fixture_text("conditional_if_f64.mlir")
     for x in (np.arange(20.0).reshape(10, 2), -np.arange(20.0).reshape(10, 2) - 5):
         xt = x.T + 1
         pos = xt.sum() > 0

@@ -4,7 +4,6 @@ against XLA, the reference interpreter and numpy.fft; derivatives against finite
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -15,11 +14,9 @@ import pytest
 import juliabridge
 from juliabridge import ModuleContractError, UnsupportedOpError
 from juliabridge.backends.lax import RULES
+from tests.outside import reactant_fixture_text
 
 from .oracles import check_module
-
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "reactant"
-
 
 # f64 arguments and results need x64 outside the module too (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("x64")
@@ -184,7 +181,7 @@ def test_fft_derivatives(kind: str, shape: tuple[int, ...], lengths: tuple[int, 
     reason="needs scatter, dot_general, transpose, reshape, concatenate (other families)",
 )
 def test_reactant_fixture_with_fft() -> None:
-    text = (FIXTURES / "complex_scatter_fft_dot_symattr.mlir").read_text()
+    text = reactant_fixture_text("complex_scatter_fft_dot_symattr.mlir")
     rng = np.random.default_rng(2)
 
     def c(*shape: int) -> np.ndarray:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -32,6 +31,11 @@ import pytest
 import juliabridge
 from juliabridge.examples.paths import example_bundle_path
 from juliabridge.stablehlo import parse_module
+from tests.outside import (
+    reactant_fixture,
+    reactant_fixture_names,
+    skip_without_reactant_fixtures,
+)
 from tests.reference import lux_numpy
 from tests.reference.fixture_refs import FIXTURES
 
@@ -51,8 +55,7 @@ from .transform_checks import (
     x64,
 )
 
-FIXTURE_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "reactant"
-NAMES = sorted(p.name for p in FIXTURE_DIR.glob("*.mlir")) if FIXTURE_DIR.is_dir() else []
+NAMES = reactant_fixture_names()
 #: The interpreter evaluates op by op in C++ loops: a 1024^3 dot_general takes hours; and it
 #: returns complex results as attributes jaxlib's bindings cannot read back. XLA and the numpy
 #: reference are the oracles there.
@@ -78,7 +81,7 @@ _PARAMS: list[str | None] = [*NAMES] or [None]
 @pytest.fixture(params=_PARAMS, ids=NAMES or ["no-fixtures"])
 def name(request: pytest.FixtureRequest) -> str:
     if request.param is None:
-        pytest.skip(f"real Reactant fixtures not found: {FIXTURE_DIR} is missing or empty")
+        skip_without_reactant_fixtures()
     return str(request.param)
 
 
@@ -132,7 +135,7 @@ class Fixture:
 
     def __init__(self, name: str, seed: int = 0) -> None:
         self.name = name
-        self.path = FIXTURE_DIR / name
+        self.path = reactant_fixture(name)
         self.module = parse_module(self.path)
         self.text = self.module.text  # Reactant-only attributes removed (what XLA sees)
         self.ref = FIXTURES.get(name)
@@ -237,8 +240,7 @@ def test_hessian_of_the_dense_module() -> None:
 
 
 def _require(fixture: str) -> str:
-    if fixture not in NAMES:
-        pytest.skip(f"real Reactant fixture {FIXTURE_DIR / fixture} is missing")
+    reactant_fixture(fixture)
     return fixture
 
 

@@ -8,7 +8,6 @@ derivatives against finite differences in float64; vmap for being batched.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -18,12 +17,12 @@ import juliabridge
 from juliabridge import TransformError, UnsupportedOpError
 from juliabridge.backends.lax.registry import RULES
 from juliabridge.backends.lax.valtypes import ELEMENT_TYPES
+from tests.outside import reactant_fixture_text
 
 from . import reduction_reference as ref
 from .oracles import assert_same, check_module, random_array, run_lax, run_xla
 from .transform_checks import check_batched, check_grad, check_hvp, check_jvp, lax_fn, x64
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "reactant"
 MINE = {"stablehlo.reduce", "stablehlo.reduce_window", "stablehlo.select_and_scatter"}
 
 IDENTITY = {
@@ -634,7 +633,7 @@ def _needs_only_mine(text: str) -> None:
 
 
 def test_cumsum_fixture_module() -> None:
-    text = (FIXTURES / "cumsum_reduce_window.mlir").read_text()
+    text = reactant_fixture_text("cumsum_reduce_window.mlir")
     _needs_only_mine(text)
     x = np.random.default_rng(12).standard_normal((5, 7)).astype(np.float32)
     check_module(text, [x], expected=[np.cumsum(x, axis=0).T, x])

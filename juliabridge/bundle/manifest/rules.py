@@ -3,6 +3,7 @@ and datasets, echoes, the returned state tree, static state, prefixes."""
 
 from __future__ import annotations
 
+from ...support.slots import check_tuple_slots
 from .entries import MANIFEST_NAME, LuxPath, Manifest, ResultEntry, format_path
 from .schema import (
     ROLES,
@@ -96,6 +97,7 @@ def check_consistency(m: Manifest) -> None:
                 )
         _check_prefixes(list(leaves), role)
         _check_step_kinds([*leaves, *empties], role)
+        check_tuple_slots([*leaves, *empties], f"{MANIFEST_NAME}: the {group} tree")
     _check_step_kinds([p for (r, p) in seen if r == "input"], "input")
     _check_returned_state(m)
 
