@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import AxisType, NamedSharding, SingleDeviceSharding
+from jax.sharding import AxisType, NamedSharding, make_single_device_sharding
 from jax.sharding import PartitionSpec as P
 
 import juliabridge
@@ -185,7 +185,7 @@ def test_import_lux_sharded_equals_one_device_and_so_does_a_training_step(
 def test_one_device_sharding_and_a_pair_of_trees(tmp_path: Path) -> None:
     value = np.arange(12, dtype=np.float32).reshape(3, 4)
     path = save_params({"a": {"w": value}, "b": (np.ones(2, np.int8),)}, tmp_path / "w.h5")
-    dev = SingleDeviceSharding(jax.devices()[0])
+    dev = make_single_device_sharding(jax.devices()[0])
     got, _ = load_params(path, shardings=({"a": {"w": dev}, "b": (None,)}, None))
     assert _bits(got["a"]["w"]) == _bits(value)
     assert got["a"]["w"].sharding == dev
@@ -228,7 +228,7 @@ def test_a_hostile_offset_is_refused_before_any_array_is_made(tmp_path: Path) ->
     data[where : where + 8] = (len(data) * 4).to_bytes(8, "little")
     path.write_bytes(bytes(data))
     with pytest.raises(BundleError, match="lie past the end of the"):
-        load_params(path, shardings=SingleDeviceSharding(jax.devices()[0]))
+        load_params(path, shardings=make_single_device_sharding(jax.devices()[0]))
     assert _bits(whole["w"]) == _bits(value)
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
+from jax.sharding import NamedSharding, PartitionSpec, Sharding, make_single_device_sharding
 
 from ..bundle import Bundle
 from ..bundle.manifest import ArgumentEntry
@@ -112,7 +112,7 @@ def resolve(spec: Any, leaves: Sequence[_Leaf]) -> list[Sharding]:
     default: Sharding = (
         NamedSharding(mesh, PartitionSpec())
         if mesh is not None
-        else SingleDeviceSharding(jax.local_devices()[0])
+        else make_single_device_sharding(jax.local_devices()[0])
     )
     out = []
     for leaf, s in zip(leaves, got, strict=True):
