@@ -3,8 +3,8 @@ that keep every value and give jax2onnx forms it converts faithfully.
 
 - calls (``jit``, ``custom_jvp_call``, ``custom_vjp_call``, ``closed_call``) are inlined: the
   ONNX graph is forward-only, so the custom derivative rules have nothing to do there;
-- the bodies of ``while`` and ``cond`` are evaluated the same way (re-bound with
-  ``lax.while_loop`` / ``lax.switch``), so what follows holds inside loops too;
+- the bodies of ``while``, ``cond`` and ``scan`` are evaluated the same way (re-bound with
+  ``lax.while_loop`` / ``lax.switch`` / ``lax.scan``), so what follows holds inside loops too;
 - a max or sum window (``reduce_window_max``/``reduce_window_sum``) whose window leaves some
   axes alone (size 1, stride 1, no padding, no dilation: the batch and channel axes of a
   pooling layer) reduces over those axes moved to the front and folded into one. jax2onnx
@@ -17,8 +17,8 @@ that keep every value and give jax2onnx forms it converts faithfully.
   operands transposed to it and its result transposed back;
 - the primitives of `faithful` take their faithful forms.
 
-The bodies of ``scan`` and other higher-order primitives are left as they are; one of
-`faithful`'s primitives there is refused by name (`unfaithful_in_bodies`).
+The bodies of other higher-order primitives (custom_vmap_call, ...) are left as they are; one
+of `faithful`'s primitives there is refused by name (`unfaithful_in_bodies`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import jax
 from jax import lax
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
 
@@ -38,7 +39,7 @@ INLINED = frozenset(
 )
 _FOLDABLE = frozenset({"reduce_window_max", "reduce_window_sum"})
 #: Higher-order primitives whose bodies `evaluate` rewrites too.
-_ENTERED = INLINED | {"while", "cond"}
+_ENTERED = INLINED | {"while", "cond", "scan"}
 #: onnxruntime's MaxPool/AveragePool/LpPool: at most three spatial axes.
 _MAX_POOLED_AXES = 3
 
@@ -139,6 +140,14 @@ def _cond(eqn: Any, ins: list[Any]) -> list[Any]:
     return list(lax.switch(ins[0], [branch(b) for b in eqn.params["branches"]], *ins[1:]))
 
 
+def _scan(eqn: Any, ins: list[Any]) -> list[Any]:
+    """The scan re-bound with its body rewritten (its parameters, which say how the
+    operands split into consts, carry and xs, differ between jax versions, are kept)."""
+    body = eqn.params["jaxpr"]
+    rewritten = jax.make_jaxpr(lambda *a: evaluate(body, a))(*body.in_avals)
+    return list(eqn.primitive.bind(*ins, **{**eqn.params, "jaxpr": rewritten}))
+
+
 def apply(eqn: Any, ins: list[Any]) -> Any:
     """The value of one eqn of the program (not a call), rewritten as the module docstring
     says."""
@@ -147,6 +156,8 @@ def apply(eqn: Any, ins: list[Any]) -> Any:
         return _while(eqn, ins)
     if name == "cond":
         return _cond(eqn, ins)
+    if name == "scan":
+        return _scan(eqn, ins)
     if name in _FOLDABLE:
         return _folded_window(eqn, ins[0])
     if name == "conv_general_dilated":
