@@ -32,6 +32,7 @@ from jax import lax
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
 
 from ..backends.lax.evaluate import SCOPE_SEPARATOR
+from ..errors import OnnxConversionError
 from . import faithful
 
 INLINED = frozenset(
@@ -113,9 +114,50 @@ def _canonical_conv(eqn: Any, lhs: Any, rhs: Any) -> Any:
         return eqn.primitive.bind(lhs, rhs, **params)
     params["dimension_numbers"] = lax.ConvDimensionNumbers(canonical, canonical, canonical)
     lhs_spec, rhs_spec, out_spec = specs
-    out = eqn.primitive.bind(lax.transpose(lhs, lhs_spec), lax.transpose(rhs, rhs_spec), **params)
+    x, w = lax.transpose(lhs, lhs_spec), lax.transpose(rhs, rhs_spec)
+    out = _conv3d_as_2d(x, w, params) if x.ndim == 5 else eqn.primitive.bind(x, w, **params)
     # out_spec[j] is the result's axis holding canonical axis j
     return lax.transpose(out, [out_spec.index(k) for k in range(out.ndim)])
+
+
+def _conv3d_as_2d(x: Any, w: Any, params: dict[str, Any]) -> Any:
+    """A canonical 3-D convolution (jax2onnx 0.17 converts 1-D and 2-D ones only) as the sum,
+    over the kernel's first spatial axis, of 2-D convolutions of strided slices of the input,
+    the output's first spatial axis folded into the batch."""
+    strides, padding = params["window_strides"], params["padding"]
+    lhs_dil, rhs_dil = params["lhs_dilation"], params["rhs_dilation"]
+    if lhs_dil[0] != 1:
+        raise OnnxConversionError(
+            "a 3-D convolution with input dilation on its first spatial axis (a transposed "
+            "3-D convolution) does not convert: jax2onnx converts 1-D and 2-D ones only; the "
+            "model still runs in JAX (and exports with export_jax)",
+            primitive="conv_general_dilated",
+        )
+    zero = lax.full((), 0, x.dtype)
+    lo, hi = padding[0]
+    x = lax.pad(x, zero, [(0, 0, 0), (0, 0, 0), (lo, hi, 0), (0, 0, 0), (0, 0, 0)])
+    n, c, depth = x.shape[0], x.shape[1], x.shape[2]
+    span = (w.shape[2] - 1) * rhs_dil[0] + 1
+    out_depth = (depth - span) // strides[0] + 1
+    total = None
+    for k in range(w.shape[2]):
+        start = k * rhs_dil[0]
+        plane = lax.slice_in_dim(x, start, start + (out_depth - 1) * strides[0] + 1, strides[0], 2)
+        plane = lax.reshape(lax.transpose(plane, (0, 2, 1, 3, 4)), (n * out_depth, c, *x.shape[3:]))
+        y = lax.conv_general_dilated(
+            plane,
+            lax.index_in_dim(w, k, 2, keepdims=False),
+            strides[1:],
+            padding[1:],
+            lhs_dil[1:],
+            rhs_dil[1:],
+            feature_group_count=params["feature_group_count"],
+            precision=params["precision"],
+            preferred_element_type=params["preferred_element_type"],
+        )
+        y = lax.transpose(lax.reshape(y, (n, out_depth, *y.shape[1:])), (0, 2, 1, 3, 4))
+        total = y if total is None else lax.add(total, y)
+    return total
 
 
 def _while(eqn: Any, ins: list[Any]) -> list[Any]:
