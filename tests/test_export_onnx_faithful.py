@@ -341,3 +341,16 @@ def test_an_unfaithful_graph_is_refused_naming_the_op_unless_check_is_off(
     x, y = _float_values(np.float32)
     got = _run(juliabridge.export_onnx(fn, check=False), x, y)[0]
     assert got[list(x).index(np.float32(0.5))] == 0.0  # what the check kept from the user
+
+
+def test_docs_list_the_faithful_ops_these_tests_prove() -> None:
+    """docs/exporting.md's faithful forms are exactly the ops of this file's modules."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "exporting.md").read_text()
+    section = doc.split("**Faithful forms.**", 1)[1].split("\n\n", 1)[0]
+    listed = set(re.findall(r"`(stablehlo\.[a-z_0-9]+)`", section))
+    text = _reactant_float_module("f32", 2, list(OPS)) + _reactant_int_module("i32", 2, INT_OPS)
+    tested = set(re.findall(r"= (stablehlo\.[a-z_0-9]+)", text))
+    assert listed == tested

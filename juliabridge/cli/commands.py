@@ -352,20 +352,29 @@ def cmd_convert(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_export_jax(args: argparse.Namespace, console: Console) -> int:
     """Write a bundle's model as a serialized jax.export artifact and its JSON description."""
+    from ..errors import CallArgumentError
     from ..exporting import save_jax
     from ..importers import import_lux
 
     model = import_lux(args.path, backend="lax", verify_checksums=not args.no_verify)
     batch = None if args.batch.lower() == "none" else args.batch
-    info = save_jax(
-        model,
-        args.out,
-        batch=batch,
-        weights=args.weights,
-        vjp_order=args.vjp_order,
-        platforms=args.platform or None,
-        overwrite=args.overwrite,
-    )
+    try:
+        info = save_jax(
+            model,
+            args.out,
+            batch=batch,
+            weights=args.weights,
+            vjp_order=args.vjp_order,
+            platforms=args.platform or None,
+            overwrite=args.overwrite,
+        )
+    except CallArgumentError as e:  # the advice in the command's own words
+        said = str(e).replace("batch=None", "--batch none")
+        said = said.replace(
+            "import_lux(dir, batch_axis=0) (juliabridge convert DIR --batch-axis 0)",
+            "juliabridge convert DIR --batch-axis 0",
+        )
+        raise CallArgumentError(said) from e
     shapes = ", ".join(f"{a['name']} {a['shape']}" for a in info["arguments"][:4])
     more = ", ..." if len(info["arguments"]) > 4 else ""
     console.print(_t(f"wrote {args.out} and {args.out}.json: ({shapes}{more})"))
