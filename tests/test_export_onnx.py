@@ -297,6 +297,11 @@ def test_cli_writes_a_file_onnxruntime_runs(tmp_path: Path, lenet: juliabridge.L
         got, np.asarray(lenet_reference(lenet.params, x)), rtol=1e-4, atol=1e-5
     )
     assert main(["export-onnx", str(lenet_bundle()), "--out", str(out)]) == 20  # SaveError
+    fixed = tmp_path / "fixed.onnx"
+    assert main(["export-onnx", str(lenet_bundle()), "--out", str(fixed), "--batch", "none",
+                 "--no-check"]) == 0  # fmt: skip
+    session = ort.InferenceSession(str(fixed), providers=["CPUExecutionProvider"])
+    assert session.get_inputs()[0].shape == [4, 1, 28, 28]
 
 
 def test_docs_list_the_ops_these_tests_convert(tmp_path: Path, bench_lax: ModuleType) -> None:

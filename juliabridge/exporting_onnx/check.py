@@ -2,10 +2,11 @@
 declared types and its outputs are compared with juliabridge's own; where they differ, the
 first op that differs converted alone is found and named.
 
-Inputs are generated (seeded): floats from a standard normal, integers in [-3, 4] ([0, 7]
-unsigned), Booleans at random. Floats compare within a tolerance of the element type's
-precision (``rtol * |want| + rtol * max |want|``: 1e-2 for 16-bit, 1e-4 for 32-bit, 1e-9 for
-64-bit floats), NaNs and infinities exactly where they are; integers and Booleans exactly.
+Inputs are generated (seeded): floats from a standard normal, every fourth a half-integer or
+a tiny value, integers in [-3, 4] ([0, 7] unsigned), Booleans at random. Floats compare
+within a tolerance of the element type's precision (``rtol * |want| + rtol * max |want|``:
+1e-2 for 16-bit, 1e-4 for 32-bit, 1e-9 for 64-bit floats), NaNs and infinities exactly
+where they are; integers and Booleans exactly.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .plugins import onnxruntime_module
 DIAGNOSE_OPS = 64
 DIAGNOSE_SECONDS = 60.0
 _SEED = 0
+_EDGES = np.array([0.5, -0.5, 1.5, 2.5, -2.5, 1e-7, -1e-7, 3e-5])
 
 #: convert(fn, specs, **names) -> the ModelProto of `fn` at `specs` (OnnxConversionError).
 Convert = Callable[..., Any]
@@ -52,6 +54,10 @@ def example_arguments(specs: Sequence[Any], batch_size: int) -> list[np.ndarray]
             value = rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
         else:
             value = rng.standard_normal(shape)
+            # every fourth a half-integer or a tiny value: where ONNX operators round or
+            # cancel otherwise than StableHLO's (half to even, exp(x) - 1)
+            flat = value.reshape(-1)
+            flat[::4] = rng.choice(_EDGES, flat[::4].shape)
         out.append(np.asarray(value).astype(dtype))
     return out
 

@@ -260,9 +260,9 @@ def _unfaithful(what: str, eqn: Any) -> OnnxConversionError:
     name = eqn.primitive.name
     return OnnxConversionError(
         f"{what}: the JAX primitive {name!r} (from the module's {op or 'op'} at "
-        f"{where or 'an unknown line'}) sits in the body of a loop export_onnx does not "
-        "rewrite (a scan), where its ONNX form computes something else; the model still runs "
-        "in JAX (and exports with export_jax)",
+        f"{where or 'an unknown line'}) sits in the body of a higher-order primitive "
+        "export_onnx does not rewrite, where its ONNX form computes something else; the "
+        "model still runs in JAX (and exports with export_jax)",
         primitive=name,
         op=op,
         where=where,

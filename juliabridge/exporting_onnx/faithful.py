@@ -45,49 +45,75 @@ def _c(x: Any, value: float | int) -> Any:
     return lax.full_like(x, value)
 
 
-def round_half_away(x: Any) -> Any:
-    """Round half away from zero. floor(|x|) and |x| - floor(|x|) are exact in floating
-    point, so unlike floor(|x| + 0.5) (0.49999997 + 0.5 rounds up to 1 in float32) the
-    half is compared exactly; the sign of a zero result is x's (-0.3 -> -0)."""
-    a = lax.abs(x)
-    f = lax.floor(a)
-    m = lax.select(lax.ge(lax.sub(a, f), _c(x, 0.5)), lax.add(f, _c(x, 1)), f)
-    signed = lax.select(lax.lt(x, _c(x, 0)), lax.neg(m), m)
-    return lax.select(lax.eq(m, _c(x, 0)), lax.mul(x, _c(x, 0)), signed)
-
-
-def _unsigned(dtype: np.dtype) -> np.dtype:
-    return np.dtype(f"uint{np.iinfo(dtype).bits}")
-
-
-def shift(name: str, x: Any, s: Any) -> Any:
-    """StableHLO's shift `name` on integers of any signedness, through unsigned BitShifts by
-    less than the bit width (spec.md#shift_left: a shift by the width or more gives 0, or
-    all sign bits for shift_right_arithmetic)."""
-    dtype = np.dtype(x.dtype)
-    bits = np.iinfo(dtype).bits
-    u = _unsigned(dtype)
-    xu = lax.convert_element_type(x, u) if dtype != u else x
-    su = lax.convert_element_type(s, u) if dtype != u else s
-    big = lax.ge(su, _c(su, bits))
-    amount = lax.min(su, _c(su, bits - 1))
-    zero = _c(xu, 0)
-    if name == "shift_left":
-        out = lax.select(big, zero, lax.shift_left(xu, amount))
-    elif name == "shift_right_logical":
-        out = lax.select(big, zero, lax.shift_right_logical(xu, amount))
-    else:  # arithmetic: a set top bit is shifted in; by bits - 1 every bit is the sign
-        negative = lax.ge(xu, _c(xu, 1 << (bits - 1)))
-        flipped = lax.bitwise_not(lax.shift_right_logical(lax.bitwise_not(xu), amount))
-        out = lax.select(negative, flipped, lax.shift_right_logical(xu, amount))
-    return lax.convert_element_type(out, dtype) if dtype != u else out
-
-
 def _signbit(x: Any) -> Any:
     """x < 0, or x is -0 (1 / -0 = -inf)."""
     zero = _c(x, 0)
     minus_zero = lax.bitwise_and(lax.eq(x, zero), lax.lt(lax.div(_c(x, 1), x), zero))
     return lax.bitwise_or(lax.lt(x, zero), minus_zero)
+
+
+def _sign_factor(x: Any) -> Any:
+    """-1 where x's sign bit is set, else 1. A sign is put on a value by multiplying: where
+    the value may be a zero, onnxruntime's Where (1.32, CPU) returns +0 for a -0 it picks
+    from its true branch."""
+    return lax.select(_signbit(x), _c(x, -1), _c(x, 1))
+
+
+def round_half_away(x: Any) -> Any:
+    """Round half away from zero. floor(|x|) and |x| - floor(|x|) are exact in floating
+    point, so unlike floor(|x| + 0.5) (0.49999997 + 0.5 rounds up to 1 in float32) the
+    half is compared exactly; the result has x's sign, a zero's too (-0.3 -> -0)."""
+    a = lax.abs(x)
+    f = lax.floor(a)
+    m = lax.select(lax.ge(lax.sub(a, f), _c(x, 0.5)), lax.add(f, _c(x, 1)), f)
+    return lax.mul(m, _sign_factor(x))
+
+
+def _convert(x: Any, dtype: np.dtype) -> Any:
+    """x as `dtype`, wrapping (two's complement) where it does not fit, as XLA's and
+    onnxruntime's casts between integers do."""
+    return x if np.dtype(x.dtype) == dtype else lax.convert_element_type(x, dtype)
+
+
+def shift(name: str, x: Any, s: Any) -> Any:
+    """StableHLO's shift `name` on integers of any signedness, through unsigned BitShifts by
+    less than the bit width (spec.md#shift_left: a shift by the width or more gives 0, or
+    all sign bits for shift_right_arithmetic). 8- and 16-bit operands are shifted as 32-bit
+    ones (onnxruntime has no Where or Min for them), extended by zeros, or by their sign for
+    shift_right_arithmetic, and truncated back: the bits past the width fall off as the spec
+    says."""
+    dtype = np.dtype(x.dtype)
+    bits = np.iinfo(dtype).bits
+    shape = max(np.shape(x), np.shape(s), key=len)  # lax takes a scalar for either operand
+    x, s = (v if np.shape(v) == shape else lax.broadcast_in_dim(v, shape, ()) for v in (x, s))
+    if bits < 32:
+        signed_n, unsigned_n = np.dtype(f"int{bits}"), np.dtype(f"uint{bits}")
+        amount = _convert(_convert(s, unsigned_n), np.dtype("uint32"))
+        if name == "shift_right_arithmetic":
+            wide = _convert(_convert(x, signed_n), np.dtype("int32"))
+            amount = _convert(amount, np.dtype("int32"))
+        else:
+            wide = _convert(_convert(x, unsigned_n), np.dtype("uint32"))
+        out = shift(name, wide, amount)
+        narrow = signed_n if np.dtype(wide.dtype).kind == "i" else unsigned_n
+        return _convert(_convert(out, narrow), dtype)
+    # BitShift on the unsigned bits; every select on the signed ones (onnxruntime has no
+    # Where for unsigned integers)
+    u, i = np.dtype(f"uint{bits}"), np.dtype(f"int{bits}")
+    xu, su = _convert(x, u), _convert(s, u)
+    big = lax.ge(su, _c(su, bits))
+    amount = _convert(lax.select(big, _c(x, bits - 1).astype(i), _convert(s, i)), u)
+    if name == "shift_left":
+        out = lax.select(big, _c(x, 0).astype(i), _convert(lax.shift_left(xu, amount), i))
+    elif name == "shift_right_logical":
+        logical = _convert(lax.shift_right_logical(xu, amount), i)
+        out = lax.select(big, _c(x, 0).astype(i), logical)
+    else:  # arithmetic: a set top bit is shifted in; by bits - 1 every bit is the sign
+        negative = lax.lt(_convert(x, i), _c(x, 0).astype(i))
+        flipped = lax.bitwise_not(lax.shift_right_logical(lax.bitwise_not(xu), amount))
+        logical = lax.shift_right_logical(xu, amount)
+        out = lax.select(negative, _convert(flipped, i), _convert(logical, i))
+    return _convert(out, dtype)
 
 
 def atan2(y: Any, x: Any) -> Any:
@@ -100,7 +126,7 @@ def atan2(y: Any, x: Any) -> Any:
     zeros = lax.bitwise_and(lax.eq(ax, _c(x, 0)), lax.eq(ay, _c(x, 0)))
     base = lax.select(zeros, _c(x, 0), base)
     base = lax.select(_signbit(x), lax.sub(_c(x, np.pi), base), base)
-    return lax.select(_signbit(y), lax.neg(base), base)
+    return lax.mul(base, _sign_factor(y))
 
 
 def log1p(x: Any) -> Any:
@@ -109,7 +135,7 @@ def log1p(x: Any) -> Any:
     u = lax.add(_c(x, 1), x)
     d = lax.sub(u, _c(x, 1))
     out = lax.mul(lax.log(u), lax.div(x, d))
-    out = lax.select(lax.eq(d, _c(x, 0)), x, out)
+    out = lax.select(lax.ne(d, _c(x, 0)), out, x)
     return lax.select(lax.eq(u, _c(x, np.inf)), u, out)
 
 
@@ -119,7 +145,7 @@ def expm1(x: Any) -> Any:
     d = lax.sub(u, _c(x, 1))
     out = lax.mul(d, lax.div(x, lax.log(u)))
     out = lax.select(lax.eq(d, _c(x, -1)), d, out)
-    out = lax.select(lax.eq(u, _c(x, 1)), x, out)
+    out = lax.select(lax.ne(u, _c(x, 1)), out, x)
     return lax.select(lax.eq(u, _c(x, np.inf)), u, out)
 
 

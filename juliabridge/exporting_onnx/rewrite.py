@@ -3,8 +3,8 @@ that keep every value and give jax2onnx forms it converts faithfully.
 
 - calls (``jit``, ``custom_jvp_call``, ``custom_vjp_call``, ``closed_call``) are inlined: the
   ONNX graph is forward-only, so the custom derivative rules have nothing to do there;
-- the bodies of ``while`` and ``cond`` are evaluated the same way (re-bound with
-  ``lax.while_loop`` / ``lax.switch``), so what follows holds inside loops too;
+- the bodies of ``while``, ``cond`` and ``scan`` are evaluated the same way (re-bound with
+  ``lax.while_loop`` / ``lax.switch`` / ``lax.scan``), so what follows holds inside loops too;
 - a max or sum window (``reduce_window_max``/``reduce_window_sum``) whose window leaves some
   axes alone (size 1, stride 1, no padding, no dilation: the batch and channel axes of a
   pooling layer) reduces over those axes moved to the front and folded into one. jax2onnx
@@ -17,8 +17,8 @@ that keep every value and give jax2onnx forms it converts faithfully.
   operands transposed to it and its result transposed back;
 - the primitives of `faithful` take their faithful forms.
 
-The bodies of ``scan`` and other higher-order primitives are left as they are; one of
-`faithful`'s primitives there is refused by name (`unfaithful_in_bodies`).
+The bodies of other higher-order primitives (custom_vmap_call, ...) are left as they are; one
+of `faithful`'s primitives there is refused by name (`unfaithful_in_bodies`).
 """
 
 from __future__ import annotations
@@ -27,10 +27,12 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import jax
 from jax import lax
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
 
 from ..backends.lax.evaluate import SCOPE_SEPARATOR
+from ..errors import OnnxConversionError
 from . import faithful
 
 INLINED = frozenset(
@@ -38,7 +40,7 @@ INLINED = frozenset(
 )
 _FOLDABLE = frozenset({"reduce_window_max", "reduce_window_sum"})
 #: Higher-order primitives whose bodies `evaluate` rewrites too.
-_ENTERED = INLINED | {"while", "cond"}
+_ENTERED = INLINED | {"while", "cond", "scan"}
 #: onnxruntime's MaxPool/AveragePool/LpPool: at most three spatial axes.
 _MAX_POOLED_AXES = 3
 
@@ -112,9 +114,50 @@ def _canonical_conv(eqn: Any, lhs: Any, rhs: Any) -> Any:
         return eqn.primitive.bind(lhs, rhs, **params)
     params["dimension_numbers"] = lax.ConvDimensionNumbers(canonical, canonical, canonical)
     lhs_spec, rhs_spec, out_spec = specs
-    out = eqn.primitive.bind(lax.transpose(lhs, lhs_spec), lax.transpose(rhs, rhs_spec), **params)
+    x, w = lax.transpose(lhs, lhs_spec), lax.transpose(rhs, rhs_spec)
+    out = _conv3d_as_2d(x, w, params) if x.ndim == 5 else eqn.primitive.bind(x, w, **params)
     # out_spec[j] is the result's axis holding canonical axis j
     return lax.transpose(out, [out_spec.index(k) for k in range(out.ndim)])
+
+
+def _conv3d_as_2d(x: Any, w: Any, params: dict[str, Any]) -> Any:
+    """A canonical 3-D convolution (jax2onnx 0.17 converts 1-D and 2-D ones only) as the sum,
+    over the kernel's first spatial axis, of 2-D convolutions of strided slices of the input,
+    the output's first spatial axis folded into the batch."""
+    strides, padding = params["window_strides"], params["padding"]
+    lhs_dil, rhs_dil = params["lhs_dilation"], params["rhs_dilation"]
+    if lhs_dil[0] != 1:
+        raise OnnxConversionError(
+            "a 3-D convolution with input dilation on its first spatial axis (a transposed "
+            "3-D convolution) does not convert: jax2onnx converts 1-D and 2-D ones only; the "
+            "model still runs in JAX (and exports with export_jax)",
+            primitive="conv_general_dilated",
+        )
+    zero = lax.full((), 0, x.dtype)
+    lo, hi = padding[0]
+    x = lax.pad(x, zero, [(0, 0, 0), (0, 0, 0), (lo, hi, 0), (0, 0, 0), (0, 0, 0)])
+    n, c, depth = x.shape[0], x.shape[1], x.shape[2]
+    span = (w.shape[2] - 1) * rhs_dil[0] + 1
+    out_depth = (depth - span) // strides[0] + 1
+    total = None
+    for k in range(w.shape[2]):
+        start = k * rhs_dil[0]
+        plane = lax.slice_in_dim(x, start, start + (out_depth - 1) * strides[0] + 1, strides[0], 2)
+        plane = lax.reshape(lax.transpose(plane, (0, 2, 1, 3, 4)), (n * out_depth, c, *x.shape[3:]))
+        y = lax.conv_general_dilated(
+            plane,
+            lax.index_in_dim(w, k, 2, keepdims=False),
+            strides[1:],
+            padding[1:],
+            lhs_dil[1:],
+            rhs_dil[1:],
+            feature_group_count=params["feature_group_count"],
+            precision=params["precision"],
+            preferred_element_type=params["preferred_element_type"],
+        )
+        y = lax.transpose(lax.reshape(y, (n, out_depth, *y.shape[1:])), (0, 2, 1, 3, 4))
+        total = y if total is None else lax.add(total, y)
+    return total
 
 
 def _while(eqn: Any, ins: list[Any]) -> list[Any]:
@@ -139,6 +182,14 @@ def _cond(eqn: Any, ins: list[Any]) -> list[Any]:
     return list(lax.switch(ins[0], [branch(b) for b in eqn.params["branches"]], *ins[1:]))
 
 
+def _scan(eqn: Any, ins: list[Any]) -> list[Any]:
+    """The scan re-bound with its body rewritten (its parameters, which say how the
+    operands split into consts, carry and xs, differ between jax versions, are kept)."""
+    body = eqn.params["jaxpr"]
+    rewritten = jax.make_jaxpr(lambda *a: evaluate(body, a))(*body.in_avals)
+    return list(eqn.primitive.bind(*ins, **{**eqn.params, "jaxpr": rewritten}))
+
+
 def apply(eqn: Any, ins: list[Any]) -> Any:
     """The value of one eqn of the program (not a call), rewritten as the module docstring
     says."""
@@ -147,6 +198,8 @@ def apply(eqn: Any, ins: list[Any]) -> Any:
         return _while(eqn, ins)
     if name == "cond":
         return _cond(eqn, ins)
+    if name == "scan":
+        return _scan(eqn, ins)
     if name in _FOLDABLE:
         return _folded_window(eqn, ins[0])
     if name == "conv_general_dilated":
