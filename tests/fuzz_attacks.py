@@ -891,8 +891,8 @@ def refusal_attack(draw: st.DrawFn, base: str) -> Attack:
 def compile_time_attack(draw: st.DrawFn, base: str) -> Attack:
     """A chain of complex elementwise ops, which XLA compiles in quadratic time (issue 50):
     short chains, and 40 sines or exponentials, must load and run; 40 sqrt (minutes to compile)
-    must end at the compile limit (tests/test_fuzz.py's runner sets JULIABRIDGE_COMPILE_LIMIT)
-    as a ResourceLimitError."""
+    must end as a ResourceLimitError: past budget.COMPLEX_EXPANSION, with the compile limit
+    (tests/test_fuzz.py's runner sets JULIABRIDGE_COMPILE_LIMIT) behind it."""
     n = draw(st.sampled_from([2, 4, 40]))
     op = draw(st.sampled_from(["sqrt", "sine", "exponential"]))
     t, f = "tensor<3xcomplex<f32>>", "tensor<3xf32>"
