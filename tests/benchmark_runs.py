@@ -84,6 +84,12 @@ RUNS: dict[str, SmokeRun] = {
         "test_cache",
         ("tests", "repeats", "medians_s", "ratio_with_over_without", "samples_s"),
     ),
+    # Two fresh processes: a 2-op complex chain, trusted and not (the child compile's cost).
+    "bench_compile_deadline.py": SmokeRun(
+        ("--ops", "2", "--repeats", "1"),
+        "compile_deadline",
+        ("ops", "repeats", "medians_s", "ratio_untrusted_over_trusted", "samples"),
+    ),
 }
 
 
@@ -159,6 +165,7 @@ SHARE_OF = {
     "bench_parse_memory.py": 2,
     "bench_test_cache.py": 2,
     "bench_sharded_load.py": 2,
+    "bench_compile_deadline.py": 2,
 }
 
 #: The two halves, one per test file (about equal wall time at the tiny sizes): the scripts
@@ -176,4 +183,5 @@ FRESH_PROCESSES = (
     "bench_import_ab.py",
     "bench_test_cache.py",
     "bench_sharded_load.py",
+    "bench_compile_deadline.py",
 )

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from juliabridge.driver.juliaup import MAX_JULIAUP_JSON, juliaup_executables
 from juliabridge.driver.process import export_script, find_julia
@@ -125,3 +127,43 @@ def test_versions_are_tried_newest_first(no_julia: Path, tmp_path: Path) -> None
     meta.write_text(json.dumps(doc))
     assert juliaup_executables() == [str(new), str(old)]
     assert find_julia().executable == str(new)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    doc=st.one_of(
+        JSON,
+        st.dictionaries(st.just("InstalledVersions"), JSON, min_size=1),
+        st.builds(
+            lambda v, e: {"InstalledVersions": {v: e}},
+            st.text(max_size=12),
+            st.one_of(JSON, st.dictionaries(st.sampled_from(["Path", "BinaryPath"]), JSON)),
+        ),
+    )
+)
+def test_fuzz_juliaup_json_any_shape_is_a_list_or_julia_unavailable(
+    doc: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The driver family of the hostile battery: any JSON value in juliaup.json gives the
+    executables (strings) or a JuliaUnavailable, never another exception."""
+    depot = tmp_path_factory.mktemp("juliaup-depot")
+    meta = depot / "juliaup" / "juliaup.json"
+    meta.parent.mkdir()
+    meta.write_text(json.dumps(doc))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("JULIAUP_DEPOT_PATH", str(depot))
+        try:
+            found = juliaup_executables()
+        except JuliaUnavailable as e:
+            assert "juliaup.json" in str(e)
+        else:
+            assert all(isinstance(p, str) and p for p in found)

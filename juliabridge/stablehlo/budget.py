@@ -111,6 +111,17 @@ EXPANSION: dict[str, int] = {op: _weight(op) for op in INSTRUCTIONS}
 EXPANSION.update(
     {f"chlo.broadcast_{n}": EXPANSION[f"chlo.{n}"] for n in ("next_after", "polygamma", "zeta")}
 )
+#: Ops on complex elements whose chains XLA compiles in quadratic time (issue 50), and what one
+#: counts in MAX_OPS: measured (jax 0.10.2, XLA's CPU compiler, the shared 2-core development
+#: machine, load average 8, 2026-12-06), a chain of n complex sqrt took 3.6 s at n = 5 and
+#: 18.9 s at n = 10 (f32: 0.28 s at 10; 40 complex multiplies 0.3 s), and of complex acos
+#: 2.7 s at 3 and 7.1 s at 6; so each counts MAX_OPS // 12, admitting the about ten that
+#: compile within COMPILE_TARGET_S. Kinds not measured count as their real form; the compile
+#: limit (backends/deadline.py) bounds the time of whatever no weight predicts.
+COMPLEX_EXPANSION: dict[str, int] = {"stablehlo.sqrt": MAX_OPS // 12, "chlo.acos": MAX_OPS // 12}
+#: The suffix that names the complex form of a kind in EXPANSION and in budget messages.
+COMPLEX_KIND = " on complex"
+EXPANSION.update({f"{n}{COMPLEX_KIND}": w for n, w in COMPLEX_EXPANSION.items()})
 #: Ops whose cost grows with their operand count, which the module's size does not bound (one
 #: value may be passed any number of times), and what each operand counts in MAX_OPS: a sort's
 #: comparator takes two scalars per operand, and 16,384 operands (one value repeated: one op
@@ -120,13 +131,22 @@ EXPANSION.update(
 PER_OPERAND: dict[str, int] = {"stablehlo.sort": 2}
 
 
+def weight_kind(op: ir.Operation) -> str:
+    """The kind `op` is weighed as: its name, with COMPLEX_KIND for a COMPLEX_EXPANSION op
+    whose result has complex elements."""
+    name = op.name
+    if name in COMPLEX_EXPANSION and op.results and "complex<" in str(op.results[0].type):
+        return name + COMPLEX_KIND
+    return name
+
+
 def op_weight(op: ir.Operation) -> int:
     """What `op` itself counts in MAX_OPS (its callees not included)."""
     name = op.name
     per = PER_OPERAND.get(name)
     if per is not None:
         return max(1, per * len(op.operands))
-    return EXPANSION.get(name, 1)
+    return EXPANSION.get(weight_kind(op), 1)
 
 
 #: Window elements visited by every reduce_window and select_and_scatter once calls are inlined
@@ -439,7 +459,7 @@ class _Analysis:
             weight = op_weight(op)
             ops += weight
             if weight > 1:
-                _tally(weighted, op.name, 1, weight)
+                _tally(weighted, weight_kind(op), 1, weight)
             work += window_work(op)
             for callee in _callees(op):
                 for name, (n, w) in self.costs[callee].weighted.items():
