@@ -10,6 +10,7 @@ from .errors import (
     ChecksumError,
     ExecutionError,
     JuliaBridgeError,
+    JuliaBridgeWarning,
     JuliaExportError,
     JuliaUnavailable,
     ManifestError,
@@ -24,6 +25,7 @@ from .errors import (
     UnsafeBundleError,
     UnsupportedModuleError,
     UnsupportedOpError,
+    UntestedJaxWarning,
     X64DisabledError,
 )
 from .exporting import export_jax, save_jax
@@ -32,6 +34,7 @@ from .function import ImportedFunction
 from .importers import import_lux, load_into, load_mlir, load_params, load_reactant_export
 from .lux.model import LuxModel
 from .lux.params_io import save_params
+from .support import jaxversion as _jaxversion
 from .verification import VerifyReport, verify
 
 __all__ = [
@@ -43,6 +46,7 @@ __all__ = [
     "ExecutionError",
     "ImportedFunction",
     "JuliaBridgeError",
+    "JuliaBridgeWarning",
     "JuliaExportError",
     "JuliaUnavailable",
     "LuxModel",
@@ -58,6 +62,7 @@ __all__ = [
     "UnsafeBundleError",
     "UnsupportedModuleError",
     "UnsupportedOpError",
+    "UntestedJaxWarning",
     "VerifyReport",
     "X64DisabledError",
     "__version__",
@@ -74,3 +79,6 @@ __all__ = [
     "save_params",
     "verify",
 ]
+
+# One line, once, where jax or jaxlib is outside the releases CI tests (support/jaxversion.py).
+_jaxversion.warn_if_untested()

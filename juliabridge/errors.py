@@ -137,3 +137,11 @@ class SaveError(JuliaBridgeError, OSError):
 
     Also an OSError, so code that catches OSError around file writes keeps working.
     """
+
+
+class JuliaBridgeWarning(UserWarning):
+    """Base class of the warning categories juliabridge defines (filter them by this one)."""
+
+
+class UntestedJaxWarning(JuliaBridgeWarning):
+    """The installed jax or jaxlib is outside the releases CI tests (`juliabridge doctor`)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,9 @@ def _model_program(
         if m.batch is None:
             raise CallArgumentError(
                 f"{name}: the bundle records no batch size (docs/bundle-format.md §3.6), so it "
-                "cannot serve a symbolic batch; export with batch=None (the traced shapes)"
+                "cannot serve a symbolic batch. A Reactant export declares its batch axis when "
+                "imported: import_lux(dir, batch_axis=0) (juliabridge convert DIR --batch-axis "
+                "0); or export with batch=None (the traced shapes)"
             )
         if not m.batch.samples_independent:
             raise CallArgumentError(
@@ -142,12 +145,19 @@ def _function_program(
     """A load_mlir function: its arguments as traced, or the `batch_args` stacked on a new
     leading axis (independent calls, vmapped; the others shared by every call)."""
     n = len(fn.in_specs)
-    mapped = set(range(n) if batch_args is None else batch_args)
-    bad = [i for i in mapped if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n]
+    if batch_args is not None and isinstance(batch_args, (str, bytes, int)):
+        raise CallArgumentError(
+            f"batch_args={batch_args!r}: expected a sequence of argument indices in [0, {n}), "
+            "e.g. batch_args=[0]"
+        )
+    given = list(range(n) if batch_args is None else batch_args)
+    # Checked as given, not as a set: {1, True} is {1}, which would drop the bool unseen.
+    bad = [i for i in given if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n]
     if bad:
         raise CallArgumentError(
             f"batch_args={sorted(map(str, bad))}: expected argument indices in [0, {n})"
         )
+    mapped = set(given)
     sig = _Signature()
     dim = jax.export.symbolic_shape(batch)[0] if batch is not None else None
     for i, (label, spec) in enumerate(zip(fn.arg_labels, fn.in_specs)):
@@ -333,17 +343,86 @@ def save_jax(
     return info
 
 
+#: A manifest larger than this is not digested (manifests are kilobytes).
+MANIFEST_DIGEST_LIMIT = 64 * 2**20
+
+
 def _source_digest(model: LuxModel | ImportedFunction) -> dict[str, Any]:
     """sha256 of the bundle's manifest.json (which records every other file's digest), or of
-    the module text for a load_mlir function."""
+    the module text for a load_mlir function.
+
+    The manifest is opened once, not through a symbolic link (a link's target outside the
+    bundle is not the bundle's), checked to be a regular file within
+    `MANIFEST_DIGEST_LIMIT`, and digested as it is read, in chunks.
+    """
     if isinstance(model, LuxModel):
-        manifest = Path(model.bundle.root) / MANIFEST_NAME
-        if manifest.is_file():
-            digest = hashlib.sha256(manifest.read_bytes()).hexdigest()
-            return {"source_digest": {"algorithm": "sha256", "of": MANIFEST_NAME, "hex": digest}}
-        return {"source_digest": None}
+        digest = _digest_file(Path(model.bundle.root) / MANIFEST_NAME)
+        if digest is None:
+            return {"source_digest": None}
+        return {"source_digest": {"algorithm": "sha256", "of": MANIFEST_NAME, "hex": digest}}
     digest = hashlib.sha256(model.module.text.encode()).hexdigest()
     return {"source_digest": {"algorithm": "sha256", "of": "module text", "hex": digest}}
+
+
+def _digest_file(path: Path) -> str | None:
+    """sha256 of the regular file `path` read once through one descriptor, or None where
+    there is none (or it is a link, or too large to be a manifest)."""
+    try:
+        fd = os.open(
+            path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        )
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MANIFEST_DIGEST_LIMIT:
+            return None
+        h = hashlib.sha256()
+        read = 0
+        while chunk := f.read(1 << 20):
+            read += len(chunk)
+            if read > MANIFEST_DIGEST_LIMIT:  # grew while read
+                return None
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def arguments_of(model: LuxModel, *inputs: Any) -> list[Any]:
+    """The arrays a ``weights="arguments"`` artifact of `model` takes, in its order (Lux's
+    @main order, the ``arguments`` of its JSON description): the inputs' leaves, and the
+    leaves of ``model.params`` and ``model.state`` at the manifest's paths.
+
+    Args:
+        model: the LuxModel the artifact was exported from.
+        inputs: the model's inputs, as ``model(*inputs)`` takes them.
+
+    Returns:
+        The flat list for ``exported.call(*arrays)``.
+
+    Raises:
+        CallArgumentError: not a LuxModel, or a tree lacks a path the manifest records.
+    """
+    if not isinstance(model, LuxModel):
+        raise CallArgumentError(
+            f"arguments_of takes a LuxModel (import_lux), got a {type(model).__name__}"
+        )
+    m = model.manifest
+    entries = [a for a in m.arguments if a.role == "input"]
+    positional = bool(entries) and all(a.path and isinstance(a.path[0], int) for a in entries)
+    roots = {"input": inputs if positional else (inputs[0] if inputs else None),
+             "parameter": model.params, "state": model.state}  # fmt: skip
+    out = []
+    for a in m.arguments:
+        tree = roots[a.role]
+        try:
+            for key in a.path:
+                tree = tree[key]
+        except (KeyError, IndexError, TypeError) as e:
+            raise CallArgumentError(
+                f"{m.name}: no value at {a.label} ({a.role} path {list(a.path)}): {e!r}"
+            ) from e
+        out.append(tree)
+    return out
 
 
 def _check_target(target: Path, overwrite: bool) -> None:
@@ -362,4 +441,4 @@ def _write_atomic(target: Path, content: bytes, overwrite: bool) -> None:
         raise SaveError(f"{target}: cannot write ({e.strerror or e})") from e
 
 
-__all__ = ["WEIGHTS", "describe", "export_jax", "save_jax"]
+__all__ = ["WEIGHTS", "arguments_of", "describe", "export_jax", "save_jax"]

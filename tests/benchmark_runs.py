@@ -72,11 +72,23 @@ RUNS: dict[str, SmokeRun] = {
     "bench_parse_memory.py": SmokeRun(("--mb", "0.05"), "parse_memory", ("mb", "results")),
     # Not a timing (errors per matmul precision); already small: the shipped LeNet bundle.
     "bench_precision.py": SmokeRun((), "precision", ("platform", "results")),
+    # Three loads in fresh processes (one, then two jax.distributed ones twice).
+    "bench_sharded_load.py": SmokeRun(
+        ("--mb", "0.25", "--width", "128"),
+        "sharded_load",
+        ("weight_bytes", "target_ratio_at_most", "results"),
+    ),
     # Two fresh pytest processes on one quick file of lax custom calls.
     "bench_test_cache.py": SmokeRun(
         ("--tests", "tests/lax/test_custom_call.py", "--repeats", "1"),
         "test_cache",
         ("tests", "repeats", "medians_s", "ratio_with_over_without", "samples_s"),
+    ),
+    # Two fresh processes: a 2-op complex chain, trusted and not (the child compile's cost).
+    "bench_compile_deadline.py": SmokeRun(
+        ("--ops", "2", "--repeats", "1"),
+        "compile_deadline",
+        ("ops", "repeats", "medians_s", "ratio_untrusted_over_trusted", "samples"),
     ),
 }
 
@@ -152,6 +164,8 @@ SHARE_OF = {
     "bench_lax.py": 2,
     "bench_parse_memory.py": 2,
     "bench_test_cache.py": 2,
+    "bench_sharded_load.py": 2,
+    "bench_compile_deadline.py": 2,
 }
 
 #: The two halves, one per test file (about equal wall time at the tiny sizes): the scripts
@@ -168,4 +182,6 @@ FRESH_PROCESSES = (
     "bench_loading.py",
     "bench_import_ab.py",
     "bench_test_cache.py",
+    "bench_sharded_load.py",
+    "bench_compile_deadline.py",
 )

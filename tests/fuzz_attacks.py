@@ -864,6 +864,47 @@ def expansion_attack(draw: st.DrawFn, base: str) -> Attack:
     )
 
 
+#: Modules of a kind juliabridge refuses with advice of its own (issue 50): the injected line,
+#: given the f32 scalar %zk, defines the f32 scalar %ze.
+_REFUSALS = {
+    "elided constant": "%ze = stablehlo.constant dense_resource<__elided__> : tensor<f32>",
+    "enzyme.autodiff": '%ze = "enzyme.autodiff"(%zk) {fn = @main} : (tensor<f32>) -> tensor<f32>',
+    "enzyme.batch": "%ze = enzyme.batch @main(%zk) {batch_shape = array<i64: 2>} : "
+    "(tensor<f32>) -> tensor<f32>",
+    "mhlo.add": '%ze = "mhlo.add"(%zk, %zk) : (tensor<f32>, tensor<f32>) -> tensor<f32>',
+    "metal kernel": "%ze = stablehlo.custom_call @metal_gelu_kernel(%zk) : "
+    "(tensor<f32>) -> tensor<f32>",
+    "cuda kernel": "%ze = stablehlo.custom_call @cublas_gemm(%zk) : (tensor<f32>) -> tensor<f32>",
+}
+
+
+@st.composite
+def refusal_attack(draw: st.DrawFn, base: str) -> Attack:
+    """A module juliabridge refuses on every backend, trusted or not where trust cannot help:
+    elided weights, ops outside StableHLO, a kernel for another platform (issue 50)."""
+    kind = draw(st.sampled_from(sorted(_REFUSALS)))
+    body = ["%zk = stablehlo.constant dense<0.25> : tensor<f32>", _REFUSALS[kind]]
+    return Attack(_edit(base, body, sink="%ze"), f"refusal: {kind}", ("UnsupportedModuleError",))
+
+
+@st.composite
+def compile_time_attack(draw: st.DrawFn, base: str) -> Attack:
+    """A chain of complex elementwise ops, which XLA compiles in quadratic time (issue 50):
+    short chains, and 40 sines or exponentials, must load and run; 40 sqrt (minutes to compile)
+    must end as a ResourceLimitError: past budget.COMPLEX_EXPANSION, with the compile limit
+    (tests/test_fuzz.py's runner sets JULIABRIDGE_COMPILE_LIMIT) behind it."""
+    n = draw(st.sampled_from([2, 4, 40]))
+    op = draw(st.sampled_from(["sqrt", "sine", "exponential"]))
+    t, f = "tensor<3xcomplex<f32>>", "tensor<3xf32>"
+    # From an argument, so XLA cannot fold the chain into a constant.
+    body = [f"%zv0 = stablehlo.complex %arg2, %arg3 : ({f}, {f}) -> {t}"]
+    body += [f"%zv{i + 1} = stablehlo.{op} %zv{i} : {t}" for i in range(n)]
+    body += [f"%zr = stablehlo.real %zv{n} : ({t}) -> {f}", *_sum_f32("%zr", f)]
+    # Measured: 40 chained complex sqrt take minutes; sine and exponential compile in seconds.
+    fails = ("ResourceLimitError",) if n == 40 and op == "sqrt" else None
+    return Attack(_edit(base, body, sink="%zs"), f"compile time: {n} complex {op}", fails)
+
+
 def module_attacks(base: str, long_run: bool = False) -> st.SearchStrategy[Attack]:
     """One attack of any class."""
     return st.one_of(
@@ -878,6 +919,8 @@ def module_attacks(base: str, long_run: bool = False) -> st.SearchStrategy[Attac
         element_type_attack(base),
         reuse_attack(base),
         expansion_attack(base),
+        refusal_attack(base),
+        compile_time_attack(base),
     )
 
 

@@ -72,6 +72,12 @@ def _scenarios(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
         f.seek(offset)
         f.write(b"\x00\x00\x80\x7f")  # the first weight becomes +inf
     out["checksum"] = _raised(lambda: juliabridge.import_lux(changed))
+    out["typo"] = _raised(lambda: juliabridge.import_lux(tmp / "lenet_copy.bundel"))
+    models = tmp / "models"
+    models.mkdir()
+    _copy(models, "a.bundle")
+    _copy(models, "b.bundle")
+    out["folder of models"] = _raised(lambda: juliabridge.import_lux(models))
     newer = _copy(tmp, "newer.bundle")
     edit_manifest(newer, lambda m: m.update(format_version=4))
     out["newer format"] = _raised(lambda: juliabridge.import_lux(newer))
@@ -127,6 +133,11 @@ def _scenarios(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     bn = juliabridge.import_lux(build_bundle("batchnorm_train", tmp / "bn.bundle", batch=6, seed=0))
     out["batch"] = _raised(lambda: bn.apply(bn.params, bn.state, np.ones((8, 3), np.float32)))
 
+    pair, named = _input_forms(tmp)
+    a = np.ones(3, np.float32)
+    out["tuple input"] = _raised(lambda: pair((a, a)))
+    out["dict input"] = _raised(lambda: named({"img": a}))
+
     # Transformations
     on_xla = juliabridge.import_lux(lenet_bundle(), backend="xla")
     out["xla forward"] = _raised(lambda: jax.jvp(on_xla, (x,), (x,)))
@@ -178,6 +189,26 @@ def _scenarios(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
         cli.main(["export", str(script), "--out", str(tmp / "out.bundle")])
     out["no julia"] = err.getvalue().strip().splitlines()[-1]
     return out
+
+
+def _input_forms(tmp: Path) -> tuple[juliabridge.LuxModel, juliabridge.LuxModel]:
+    """A model of Julia's tuple x = (a, b), and one of a NamedTuple x = (img=..., mask=...)."""
+    from juliabridge.bundle.write.description import ArgumentSpec, BundleDescription
+    from juliabridge.bundle.write.writer import write_bundle
+
+    a = np.ones(3, np.float32)
+    text = jax.jit(lambda p, q: p * q).lower(a, a).as_text()
+    models = []
+    for name, paths in (("pair", [[1], [2]]), ("named", [["img"], ["mask"]])):
+        desc = BundleDescription(
+            name=name,
+            mlir_text=text,
+            arguments=[ArgumentSpec("input", p, a) for p in paths],
+            result_paths=[[["output"]]],
+            portable_artifact=False,
+        )
+        models.append(juliabridge.import_lux(write_bundle(tmp / f"{name}.bundle", desc)))
+    return models[0], models[1]
 
 
 def _matches(quote: str, message: str) -> bool:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +14,12 @@ import jax
 import numpy as np
 import pytest
 
+import juliabridge
 from juliabridge.backends.enzyme import enzyme_available
 from juliabridge.cli import doctor
+from juliabridge.support import jaxversion
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_report_matches_the_installation() -> None:
@@ -30,12 +37,115 @@ def test_report_matches_the_installation() -> None:
     assert r.as_dict()["backends"][0]["name"] == "lax"
 
 
+def test_the_tested_range_is_ci_s_oldest_and_newest_jax() -> None:
+    # A pins 0.10.2; B installs the newest release pyproject.toml admits, 0.12.1 when last run.
+    assert jaxversion.TESTED_JAX == ("0.10.2", "0.12.1")
+
+
 @pytest.mark.parametrize(
     ("version", "tested"),
-    [("0.10.2", True), ("0.11.1", True), ("0.12.0.1", True), ("0.10.1", False), ("0.13.0", False)],
+    [
+        ("0.10.2", True),
+        ("0.11.1", True),
+        ("0.12.0.1", True),
+        ("0.12.1", True),
+        ("0.12.1.dev20270101", True),
+        ("0.10.1", False),
+        ("0.10.1.9", False),
+        ("0.12.2", False),
+        ("0.12.10", False),  # numerically, not as text
+        ("0.13.0rc1", False),
+        ("0.13.0", False),
+        ("1.0", False),
+        ("", False),
+    ],
 )
 def test_tested_range(version: str, tested: bool) -> None:
-    assert doctor._in_tested_range(version) is tested
+    assert jaxversion.in_tested_range(version) is tested
+
+
+@pytest.fixture
+def fresh_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if juliabridge had not warned yet in this process."""
+    monkeypatch.setattr(jaxversion, "_warned", False)
+
+
+@pytest.mark.usefixtures("fresh_warning")
+def test_an_untested_jax_warns_once_in_one_line_naming_it_and_the_range() -> None:
+    versions = {"jax": "0.12.2", "jaxlib": "0.12.2"}
+    with pytest.warns(juliabridge.UntestedJaxWarning) as caught:
+        assert jaxversion.warn_if_untested(versions)
+    (w,) = caught
+    message = str(w.message)
+    assert message == (
+        "juliabridge is untested with jax 0.12.2 and jaxlib 0.12.2: CI tests jax and jaxlib "
+        "0.10.2 to 0.12.1 (pip install 'jax>=0.10.2,<=0.12.1' 'jaxlib>=0.10.2,<=0.12.1' for a "
+        "tested pair; `juliabridge doctor` says more)"
+    )
+    assert "\n" not in message
+    assert issubclass(juliabridge.UntestedJaxWarning, juliabridge.JuliaBridgeWarning)
+    assert issubclass(juliabridge.JuliaBridgeWarning, UserWarning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second warning would raise
+        assert not jaxversion.warn_if_untested(versions)
+
+
+@pytest.mark.usefixtures("fresh_warning")
+@pytest.mark.parametrize(
+    ("versions", "named"),
+    [
+        ({"jax": "0.12.1", "jaxlib": "0.12.1"}, None),
+        ({"jax": "0.10.2", "jaxlib": "0.10.2"}, None),
+        ({"jax": "0.12.1", "jaxlib": "unknown"}, None),
+        ({"jax": "0.12.1", "jaxlib": "0.12.2"}, "jaxlib 0.12.2"),
+        ({"jax": "0.10.1", "jaxlib": "0.10.2"}, "jax 0.10.1"),
+    ],
+)
+def test_only_a_version_outside_the_range_is_named(
+    versions: dict[str, str], named: str | None
+) -> None:
+    message = jaxversion.untested_message(versions)
+    if named is None:
+        assert message is None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert not jaxversion.warn_if_untested(versions)
+    else:
+        assert message is not None
+        assert message.startswith(f"juliabridge is untested with {named}: CI tests")
+
+
+def test_importing_juliabridge_warns_only_outside_the_range() -> None:
+    # A fresh interpreter, as a user's: the installed jax here (tested) gives no warning, and
+    # one reporting an untested version gives exactly one line naming it.
+    probe = (
+        "import importlib.metadata as m, sys, warnings\n"
+        "real = m.version\n"
+        "m.version = lambda d: sys.argv[1] if d in ('jax', 'jaxlib') else real(d)\n"
+        "warnings.simplefilter('default')\n"
+        "import juliabridge\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    here = jax.__version__
+    for version, warned in ((here, not jaxversion.in_tested_range(here)), ("0.12.2", True)):
+        proc = subprocess.run(
+            [sys.executable, "-c", probe, version],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=True,
+        )
+        lines = [line for line in proc.stderr.splitlines() if "UntestedJaxWarning" in line]
+        assert len(lines) == int(warned), proc.stderr
+        if warned:
+            assert f"untested with jax {version} and jaxlib {version}: CI tests" in lines[0]
+
+
+def test_doctor_reports_the_range_the_warning_uses(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert doctor.report().jax_tested is jaxversion.in_tested_range(jax.__version__)
+    monkeypatch.setattr(jax, "__version__", "0.12.2")
+    assert doctor.report().jax_tested is False
 
 
 def test_julia_absence_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -315,6 +425,11 @@ def test_julia_report_a_hanging_package_listing_is_stopped(julia_home: Path) -> 
     assert (packages.status, packages.error) == ("failed", "JuliaExportError")
     assert "within 1 s and was stopped" in packages.detail
     assert by_name(r)["export"].detail == "the packages do not resolve"
+    # A julia that started something still holding the output pipe: stopped all the same.
+    fake_julia(julia_home, packages="    sleep 60 &\n    wait")
+    start = time.monotonic()
+    assert by_name(julia_report(packages_timeout=1))["packages"].status == "failed"
+    assert time.monotonic() - start < 30
 
 
 @posix_only
@@ -395,3 +510,23 @@ def test_cli_doctor_julia_prints_the_report_and_exits_with_the_failure_code(
     assert main(["doctor"]) == 0 and "end to end" not in capsys.readouterr().out
     for bad in ("0", "-1", "inf", "soon"):
         assert main(["doctor", "--julia", "--timeout", bad]) == 2
+
+
+@posix_only
+def test_julia_report_a_julia_that_cannot_list_the_packages(julia_home: Path) -> None:
+    from juliabridge.cli.doctor_julia import julia_report
+
+    fake_julia(julia_home, packages='    echo "ERROR: expected a Manifest.toml"; exit 1')
+    packages = by_name(julia_report())["packages"]
+    assert (packages.status, packages.error, packages.exit_code) == (
+        "failed",
+        "JuliaExportError",
+        4,
+    )
+    assert "(status 1)" in packages.detail and "expected a Manifest.toml" in packages.detail
+    # Exit 0 but only part of the answer: refused too, not taken as "the rest is missing".
+    fake_julia(julia_home, packages='    echo "[juliabridge:package] Lux 1.31.4"')
+    assert by_name(julia_report())["packages"].detail.startswith("Julia could not list")
+    # The whole answer, then a failure (a crash on exit): not trusted either.
+    fake_julia(julia_home, packages=VERSIONS + "    exit 1")
+    assert "(status 1)" in by_name(julia_report())["packages"].detail

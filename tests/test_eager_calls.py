@@ -136,7 +136,8 @@ def test_model_call_checks_every_new_signature(tmp_path: Path, backend: str) -> 
         for _ in range(2):
             assert _message(model, jnp.asarray(bad)) == want
     assert _message(model, jnp.asarray(x), jnp.asarray(x)) == (
-        "layout: the model takes 1 input(s) (x), got 2"
+        "layout: the model takes one array: model(x) or model.apply(params, state, x); got 2 "
+        "argument(s)"
     )
     # Another batch size (the module serves any): a new signature, checked and computed.
     x7 = np.random.default_rng(2).standard_normal((7, 2, 3)).astype(np.float32)

@@ -289,3 +289,61 @@ def test_artifact_written_there_runs_here(lenet: Any, tmp_path: Path) -> None:
     )
     cases = _cases(lenet, (7,) if batch == "b" else (4,))
     _check_loaded(lenet, _run_loader(sys.executable, artifact, cases, tmp_path), cases)
+
+
+def test_arguments_of_builds_the_arguments_artifacts_order(lenet: Any) -> None:
+    """jax.tree.leaves(model.params) is sorted (bias before weight): not the artifact's order,
+    which arguments_of builds from the manifest's paths."""
+    from juliabridge.exporting import arguments_of
+
+    exported = juliabridge.export_jax(lenet, weights="arguments", vjp_order=0)
+    x = _x(5)
+    arrays = arguments_of(lenet, x)
+    assert [np.shape(a) for a in arrays] == [tuple(int(d) if isinstance(d, int) else 5
+                                                   for d in a.shape) for a in exported.in_avals]  # fmt: skip
+    assert [np.shape(a) for a in arrays[1:]] != [np.shape(a) for a in jax.tree.leaves(lenet.params)]
+    y, _ = exported.call(*arrays)
+    _close(y, lenet_reference(lenet.params, x), "arguments_of")
+    with pytest.raises(CallArgumentError, match="LuxModel"):
+        arguments_of(object(), x)  # type: ignore[arg-type]
+
+
+def test_a_bundle_without_a_batch_names_the_way_to_every_batch_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from juliabridge.cli import main
+
+    bundle = make_dense_bn(tmp_path / "bn.bundle")
+    edit_manifest(bundle, lambda m: m.pop("batch"))
+    model = juliabridge.import_lux(bundle, backend="lax")
+    with pytest.raises(CallArgumentError, match=r"import_lux\(dir, batch_axis=0\).*batch=None"):
+        juliabridge.export_jax(model)
+    out = str(tmp_path / "bn.jaxexport")
+    assert main(["export-jax", str(bundle), "--out", out]) != 0
+    err = capsys.readouterr().err
+    assert "convert DIR --batch-axis 0" in err and "--batch none" in err
+    assert "batch=None" not in err and "import_lux(" not in err
+
+
+def test_save_jax_digests_the_manifest_once_and_not_through_a_link(
+    lenet: Any, tmp_path: Path
+) -> None:
+    import shutil
+
+    from juliabridge import exporting
+
+    info = juliabridge.save_jax(lenet, tmp_path / "a.jaxexport", vjp_order=0)
+    manifest = (Path(lenet.bundle.root) / "manifest.json").read_bytes()
+    assert info["source_digest"]["hex"] == hashlib.sha256(manifest).hexdigest()
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    outside = tmp_path / "outside.json"
+    outside.write_bytes(b'{"not": "the bundle"}')
+    (linked / "manifest.json").symlink_to(outside)
+    assert exporting._digest_file(linked / "manifest.json") is None
+    assert exporting._digest_file(tmp_path / "absent.json") is None
+    shutil.copy(outside, tmp_path / "plain.json")
+    assert (
+        exporting._digest_file(tmp_path / "plain.json")
+        == hashlib.sha256(outside.read_bytes()).hexdigest()
+    )

@@ -173,3 +173,148 @@ def test_a_folder_of_models_lists_them(tmp_path: Path, capsys: pytest.CaptureFix
     assert "it holds 3 models" in capsys.readouterr().err
     assert main(["convert", str(folder / "exportd"), "--out", out]) == 10
     assert f"did you mean {folder / 'exported'}?" in capsys.readouterr().err
+
+
+# --- how inputs are passed: tuples and Dicts ----------------------------------------------
+
+
+def test_a_dict_argument_export_is_one_dict_input_and_messages_say_so(tmp_path: Path) -> None:
+    """export_to_enzymejax(f, Dict("x" => x, "w" => w)): one traced argument at position 1,
+    which import_lux reads as x of f(x, ps, st), so every leaf is an input and params is
+    empty. Before: model(x) said "pass the same tree structure as model.inputs", an attribute
+    that does not exist."""
+    from tests.test_reactant_export_paths import _write
+
+    rng = np.random.default_rng(51)
+    x = rng.standard_normal((5, 4)).astype(np.float32)
+    w = rng.standard_normal((5, 4)).astype(np.float32)
+    d = _write(tmp_path / "exp", lambda x, w: (x * w, x, w), [([1, "x"], x), ([1, "w"], w)])
+    model = juliabridge.import_lux(d)
+    assert model.params == {} and model.state == {}
+    assert [a["name"] for a in model.signature["arguments"]] == ["x.x", "x.w"]
+    np.testing.assert_array_equal(np.asarray(model({"x": x, "w": w})), x * w)
+    y, _ = model.apply(model.params, model.state, {"x": x, "w": w})
+    np.testing.assert_array_equal(np.asarray(y), x * w)
+    with pytest.raises(juliabridge.CallArgumentError) as info:
+        model(x)
+    message = str(info.value)
+    assert "model.inputs" not in message and not hasattr(model, "inputs")
+    assert message.endswith(
+        "pass one dict keyed like Julia's x (a Dict or NamedTuple), {'x': ..., 'w': ...}: "
+        "model(x) or model.apply(params, state, x)"
+    ), message
+    with pytest.raises(juliabridge.CallArgumentError, match="takes one dict keyed like"):
+        model(x, w)
+    # A missing params leaf still points at what exists: model.params.
+    from juliabridge.lux.trees import lookup
+
+    with pytest.raises(juliabridge.CallArgumentError, match=r"as model\.params$"):
+        lookup({}, ("layer_1", "weight"), "params")
+
+
+# --- Lux's UInt64 random seed (Dropout's st.rng) ------------------------------------------
+
+SEED_TEST = """module @m {
+  func.func public @main(%arg0: tensor<4xf32>, %arg1: tensor<4xf32>, %arg2: tensor<2xui64>) -> tensor<4xf32> {
+    %0 = stablehlo.multiply %arg0, %arg1 : tensor<4xf32>
+    return %0 : tensor<4xf32>
+  }
+}
+"""
+SEED_TRAIN = """module @m {
+  func.func public @main(%arg0: tensor<4xf32>, %arg1: tensor<4xf32>, %arg2: tensor<2xui64>) -> (tensor<4xf32>, tensor<2xui64>) {
+    %0 = stablehlo.multiply %arg0, %arg1 : tensor<4xf32>
+    %1:2 = stablehlo.rng_bit_generator %arg2, algorithm = THREE_FRY : (tensor<2xui64>) -> (tensor<2xui64>, tensor<4xui32>)
+    return %0, %1#0 : tensor<4xf32>, tensor<2xui64>
+  }
+}
+"""
+SEED = np.array([2**63 + 5, 2**40 + 7], np.uint64)  # bits above 32 that truncation would lose
+
+
+def _dropout_bundle(path: Path, mode: str) -> Path:
+    """Chain(Scale, Dropout): ps.layer_1.weight, st.layer_2.rng (Reactant's UInt64 seed). In
+    test mode the seed comes back unchanged (an alias, Reactant drops it from @main's
+    results); in train mode @main draws from it and returns the new seed."""
+    x = np.arange(4, dtype=np.float32)
+    w = np.full(4, 0.5, np.float32)
+    test = mode == "test"
+    return write_bundle(
+        path,
+        BundleDescription(
+            name=f"dropout_{mode}",
+            mlir_text=SEED_TEST if test else SEED_TRAIN,
+            arguments=[
+                ArgumentSpec("input", [], x),
+                ArgumentSpec("parameter", ["layer_1", "weight"], w),
+                ArgumentSpec("state", ["layer_2", "rng"], SEED),
+            ],
+            result_paths=[[["output"]]] if test else [[["output"]], [["state", "layer_2", "rng"]]],
+            aliases=[(["state", "layer_2", "rng"], 2)] if test else (),
+            mode=mode,
+            portable_artifact=False,
+        ),
+    )
+
+
+@pytest.mark.parametrize("mode", ["test", "train"])
+def test_a_uint64_seed_says_what_it_is_and_what_to_do(tmp_path: Path, mode: str) -> None:
+    """Before: the generic 64-bit message, which did not say that the ui64 leaf is Lux's own
+    RNG seed, present even in test mode."""
+    bundle = _dropout_bundle(tmp_path / f"{mode}.bundle", mode)
+    with pytest.raises(juliabridge.X64DisabledError) as info:
+        juliabridge.import_lux(bundle)
+    message = str(info.value)
+    assert "state leaf state.layer_2.rng (ui64[2]) is a random seed that Lux keeps as UInt64" in (
+        message
+    )
+    says = {
+        "test": "does not draw from it (test mode: it comes back unchanged",
+        "train": "draws random numbers from it and returns a new seed (train mode)",
+    }
+    assert says[mode] in message
+    assert 'jax.config.update("jax_enable_x64", True)' in message
+    assert "JAX_ENABLE_X64=1" in message
+    # What the message says to do works, and the seed keeps all 64 bits.
+    with jax.enable_x64(True):
+        model = juliabridge.import_lux(bundle)
+        x = np.arange(4, dtype=np.float32)
+        y, st = model.apply(model.params, model.state, x)
+        np.testing.assert_array_equal(np.asarray(y), x * 0.5)
+        seed = np.asarray(st["layer_2"]["rng"])
+        assert seed.dtype == np.uint64
+        if mode == "test":
+            np.testing.assert_array_equal(seed, SEED)
+        else:
+            assert not np.array_equal(seed, SEED)  # a new seed, drawn by the module
+
+
+def test_the_seed_message_lists_other_64_bit_arrays(tmp_path: Path) -> None:
+    from juliabridge.bundle.manifest import ArgumentEntry
+    from juliabridge.lux.x64 import require_x64_weights
+
+    m = juliabridge.import_lux(lenet_bundle()).manifest
+
+    def entry(i: int, role: str, path: tuple[str, ...], dtype: str) -> ArgumentEntry:
+        return ArgumentEntry(i, role, path, dtype, (2,), (2,), f"d{i}")
+
+    import dataclasses
+
+    wide = dataclasses.replace(
+        m,
+        arguments=(
+            entry(0, "parameter", ("w",), "f64"),
+            entry(1, "state", ("rng",), "ui64"),
+            entry(2, "state", ("count",), "i64"),
+        ),
+        results=(),
+    )
+    with pytest.raises(juliabridge.X64DisabledError) as info:
+        require_x64_weights(wide, "m")
+    text = str(info.value)
+    assert "state.rng (ui64[2])" in text
+    assert "other 64-bit arrays: params.w: f64, state.count: i64" in text
+    plain = dataclasses.replace(m, arguments=(entry(0, "parameter", ("w",), "f64"),))
+    with pytest.raises(juliabridge.X64DisabledError) as info:
+        require_x64_weights(plain, "m")
+    assert "random seed" not in str(info.value)

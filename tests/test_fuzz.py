@@ -203,6 +203,8 @@ class Runner:
         # Budgets against a known limit, so no case can allocate the machine's memory.
         env.setdefault("JULIABRIDGE_MEMORY_LIMIT", str(MEMORY_LIMIT))
         env.setdefault("JAX_PLATFORMS", "cpu")
+        # A complex chain that compiles for minutes ends at this limit, within CASE_TIMEOUT.
+        env.setdefault("JULIABRIDGE_COMPILE_LIMIT", "20")
         env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=1"
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the child
         preexec = _drop_file_capabilities if self.unprivileged else None

@@ -20,7 +20,10 @@ then ``import_lux`` of the bundle. Families (cases per CI run in COUNTS):
   export's files, swaps it for a symlink to that file, or for a FIFO;
 - ``route_parity``: the same hostile value (a Bool stored as a byte 0-255, a path step 0 to
   2^40) in a Reactant export and in the bundle converted from it (a Bool byte also in a Julia
-  export's weights).
+  export's weights);
+- ``tree_slots`` (issue 50): a Julia export's description given 1 to 20,000 empty paths
+  ``["eK", step]`` with steps from 1 to 2^31 (up to 4*10^8 tuple slots from 360 KB): past the
+  shared bound (juliabridge/support/slots.py) a ResourceLimitError on both routes.
 
 A case must end in success with the numbers of the values the reader may have read (numpy's
 ``x * w * m``; for a race, the original files or, for a plain replace, the writer's; never
@@ -60,7 +63,13 @@ from tests.test_fuzz import SEED, Runner
 REPO = Path(__file__).resolve().parents[1]
 SCALE = float(os.environ.get("JB_FUZZ_EXPORT_SCALE", "1"))
 #: Cases per CI run of each family (docs/reliability.md states them; a test checks).
-COUNTS = {"export_zip": 14, "export_files": 12, "export_race": 10, "route_parity": 8}
+COUNTS = {
+    "export_zip": 14,
+    "export_files": 12,
+    "export_race": 10,
+    "route_parity": 8,
+    "tree_slots": 8,
+}
 #: JB_FUZZ_EXPORT_LOG: a path; each case's request and outcome (class) are appended (JSON lines).
 LOG = os.environ.get("JB_FUZZ_EXPORT_LOG")
 
@@ -364,6 +373,40 @@ def test_fuzz_route_parity(base: Base, runner: Runner) -> None:
         finally:
             for path in (d, b, j):
                 shutil.rmtree(path.parent, ignore_errors=True)
+
+    one()
+
+
+# --- sizes that multiply: the tuple slots a tree may build -------------------------------------
+
+
+def test_fuzz_tree_slots(base: Base, runner: Runner) -> None:
+    from juliabridge.support.slots import slot_allowance, tuple_slots
+
+    @fuzz_settings("tree_slots")
+    @given(
+        parents=st.sampled_from([1, 3, 300, 20_000]),
+        step=st.sampled_from([1, 2, 300, 20_000, 2**31]),
+        route=st.sampled_from(["direct", "convert"]),
+    )
+    def one(parents: int, step: int, route: str) -> None:
+        d = _fresh(base, "jl")
+        try:
+            desc = d / JSON
+            doc = json.loads(desc.read_text())
+            empty = [[f"e{k}", step] for k in range(parents)]
+            doc["empty"] = {"params": empty, "state": []}
+            desc.write_text(json.dumps(doc, separators=(",", ":")))
+            paths = [tuple(p) for p in empty] + [("w",), ("m",)]
+            over = tuple_slots(paths)[0] > slot_allowance(len(paths))
+            reply = _call(runner, base, d, route=route, what=(parents, step))
+            if over:  # refused by the shared bound, before any tuple is built
+                assert reply["outcome"] == "error", (parents, step, reply)
+                assert reply["cls"] == "ResourceLimitError", (parents, step, reply)
+            elif reply["outcome"] == "ok":
+                assert _matches(reply, [_ref(_f, W, M)]), (parents, step, reply)
+        finally:
+            shutil.rmtree(d.parent, ignore_errors=True)
 
     one()
 

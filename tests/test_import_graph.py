@@ -234,7 +234,6 @@ ROOT_MODULES = {
     "equinox",
     "errors",
     "exporting",
-    "exporting_onnx",
     "flax",
     "function",
     "importers",

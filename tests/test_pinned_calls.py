@@ -315,8 +315,9 @@ def test_named_inputs_are_looked_up_by_name(tmp_path: Path) -> None:
     with pytest.raises(CallArgumentError) as e:
         model({"img": img})
     assert str(e.value) == (
-        "x.mask: missing from the x you passed (no x.mask); pass the same tree structure as "
-        "model.inputs"
+        "x.mask: missing from the x you passed (no x.mask); pass one dict keyed like Julia's x "
+        "(a Dict or NamedTuple), {'img': ..., 'mask': ...}: model(x) or "
+        "model.apply(params, state, x)"
     )
 
 
@@ -336,7 +337,10 @@ def test_model_call_messages(tmp_path: Path) -> None:
     )
     with pytest.raises(CallArgumentError) as e:
         model(np.zeros((4, 2, 3), np.float32), np.zeros(1, np.float32))
-    assert str(e.value) == "layout: the model takes 1 input(s) (x), got 2"
+    assert str(e.value) == (
+        "layout: the model takes one array: model(x) or model.apply(params, state, x); got 2 "
+        "argument(s)"
+    )
 
 
 # --- messages of load_mlir's argument checks (what a caller reads) ------------------------------
@@ -410,7 +414,14 @@ def test_a_tuple_input_counts_its_parts_by_name(tmp_path: Path) -> None:
     a = np.ones(3, np.float32)
     with pytest.raises(CallArgumentError) as e:
         model(a)
-    assert str(e.value) == "pair: the model takes 2 input(s) (x[1], x[2]), got 1"
+    # Julia's tuple x = (a, b) is called with its elements as separate arguments.
+    assert str(e.value) == (
+        "pair: the model takes 2 arrays, one per element of Julia's tuple x, as separate "
+        "arguments: model(x[1], x[2]) or model.apply(params, state, x[1], x[2]), not one "
+        "tuple; got 1 argument(s)"
+    )
+    with pytest.raises(CallArgumentError, match=r"got 1 argument\(s\) \(one tuple: unpack it"):
+        model((a, 3 * a))
     y1, y2 = model(a, 3 * a)
     np.testing.assert_array_equal(y1, 4 * a)
     np.testing.assert_array_equal(y2, 3 * a)

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from juliabridge.bundle.files.digest import new_hasher
-from juliabridge.bundle.weights import ReadRequest, encode, open_weights, write_weights
+from juliabridge.bundle.weights import ReadRequest, _h5core, encode, open_weights, write_weights
 from juliabridge.bundle.weights import sharded as sh
 from juliabridge.errors import BundleError, ChecksumError
 from juliabridge.support import dtypes
@@ -194,17 +194,55 @@ def test_a_whole_file_digest_is_checked_first(tmp_path: Path) -> None:
         sh.ShardReader(f)
 
 
-def test_a_chunked_compressed_dataset_reads_whole_and_gives_the_boxes(tmp_path: Path) -> None:
-    value = np.arange(60, dtype=np.float32).reshape(6, 10)
-    path = tmp_path / "w.h5"
+def _chunked(path: Path, value: np.ndarray, chunks: tuple[int, ...], **kw: object) -> Path:
     with h5py.File(path, "w") as f:
-        ds = f.create_dataset("params/x", data=value, chunks=(2, 5), compression="gzip")
+        ds = f.create_dataset("params/x", data=value, chunks=chunks, **kw)  # type: ignore[arg-type]
         ds.attrs["dtype"] = "f32"
-    req = ReadRequest("/params/x", value.shape, "f32", "params.x")
-    boxes: list[sh.Box] = [((0, 3), (0, 10)), ((3, 6), (5, 10))]
+    return path
+
+
+@pytest.mark.parametrize("worker", ["1", "0"])
+@pytest.mark.parametrize("verified", [False, True])
+def test_a_chunked_dataset_streams_past_the_boxes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, worker: str, verified: bool
+) -> None:
+    monkeypatch.setenv("JULIABRIDGE_HDF5_WORKER", worker)
+    # 68 MiB in chunks: libhdf5 sends it in two pieces (64 MiB slabs), the boxes straddle them
+    rows = (_h5core.SLAB_BYTES >> 12) + 256
+    value = np.arange(rows * 1024, dtype=np.float32).reshape(rows, 1024)
+    path = _chunked(tmp_path / "w.h5", value, (256, 512))
+    digest = _blake3(value, "f32") if verified else None
+    req = ReadRequest("/params/x", value.shape, "f32", "params.x", digest, digest and "blake3")
+    boxes: list[sh.Box] = [((rows - 300, rows), (512, 1024)), ((0, 7), (0, 1024)), ((5, 6), (3, 4))]
+    kept: list[int] = []
+    real = sh.fastread.aligned_empty
+
+    def counted(shape: tuple[int, ...], dtype: np.dtype, align: int = 64) -> np.ndarray:
+        kept.append(int(np.prod(shape)) * np.dtype(dtype).itemsize)
+        return real(shape, dtype, align)
+
+    monkeypatch.setattr(sh.fastread, "aligned_empty", counted)
     got = _read(path, req, boxes)
     for box, arr in zip(boxes, got, strict=True):
         assert _same_bits(arr, value[tuple(slice(a, b) for a, b in box)])
+    assert sum(kept) == sum(a.nbytes for a in got)  # the boxes only, never the whole dataset
+
+
+def test_a_compressed_dataset_streams_past_the_boxes(tmp_path: Path) -> None:
+    value = np.random.default_rng(3).standard_normal((64, 100)).astype(np.float32)
+    path = _chunked(tmp_path / "w.h5", value, (16, 25), compression="gzip")
+    req = ReadRequest("/params/x", value.shape, "f32", "params.x", _blake3(value, "f32"), "blake3")
+    boxes: list[sh.Box] = [((0, 32), (0, 100)), ((10, 64), (50, 100))]
+    for box, arr in zip(boxes, _read(path, req, boxes), strict=True):
+        assert _same_bits(arr, value[tuple(slice(a, b) for a, b in box)])
+
+
+def test_a_chunked_dataset_with_a_wrong_digest_is_refused(tmp_path: Path) -> None:
+    value = np.arange(60, dtype=np.float32).reshape(6, 10)
+    path = _chunked(tmp_path / "w.h5", value, (2, 5), compression="gzip")
+    req = ReadRequest("/params/x", value.shape, "f32", "params.x", "0" * 64, "blake3")
+    with pytest.raises(ChecksumError, match=r"params\.x \(/params/x\): the blake3"):
+        _read(path, req, [((0, 3), (0, 10))])
 
 
 def test_a_dataset_whose_offset_points_past_the_file_is_refused(

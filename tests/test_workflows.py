@@ -191,3 +191,15 @@ def test_checker_passes_the_workflows_and_rejects_a_broken_one(name: str, tmp_pa
     (broken_dir / "broken.yml").write_text(BROKEN)
     bad = run_checker(name, [broken_dir / "broken.yml"])
     assert bad.returncode != 0, f"{name} passed a broken workflow:\n{bad.stdout}{bad.stderr}"
+
+
+def test_ci_run_checks_the_workflows_after_the_julia_lint() -> None:
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    names = ci.index('"$A" tools/check_julia_names.py')
+    stage = ci.index('echo "== workflows')
+    assert names < stage < ci.index("== pytest")
+    block = ci[stage : ci.index("\nfi\n", stage)]
+    assert '"$ENVS/workflows/bin/zizmor" --offline --no-progress .github/workflows' in block
+    assert "--builtin-schema vendor.github-workflows .github/workflows/*.yml" in block
+    assert '"$ENVS/workflows/bin/actionlint" .github/workflows/*.yml' in block
+    assert "export JULIABRIDGE_WORKFLOW_TOOLS" in block  # so this file's checker tests run

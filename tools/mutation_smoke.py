@@ -12,8 +12,8 @@ the working tree, on a scope that fits CI's budget:
   docs/mutation-testing.md's per-module figures measure;
 * a module that changed since the merge base with the main branch contributes its whole
   sample at --stride (every function's mutants 1, 1 + stride, ...);
-* the tests are TESTS_FOR's files of every module (each mutant runs only those that reach its
-  function).
+* the tests are those tools/test_map.json measured executing each module (TESTS_FOR's files
+  where the map has none yet; each mutant runs only those that reach its function).
 
 With --files, only those files are mutated, at --stride (the per-module measurement of
 docs/mutation-testing.md), with --tests or TESTS_FOR's tests of those files.
@@ -70,7 +70,9 @@ MIN_MUTANT_SECONDS = 150.0
 #: smoke: a score of a handful says nothing.
 MIN_RUN = 20
 #: The test files that kill a module's sample, by path prefix (the longest matching prefix
-#: wins; a module matching none gets pyproject's whole test selection). Tests that run the code
+#: wins; a module matching none gets pyproject's whole test selection), written by hand: the
+#: fallback for a module tools/test_map.json (measured) has no test file for yet (`tests_of`).
+#: Tests that run the code
 #: in another process (the CLI as a command, the HDF5 reader process, Enzyme's derivation child)
 #: cannot see mutants, so these are in-process tests.
 TESTS_FOR = {
@@ -431,9 +433,25 @@ def changed_files(base: str, mutated: list[str]) -> list[str]:
 
 
 def tests_of(path: str, selection: list[str]) -> list[str]:
-    """TESTS_FOR's test files for the module at `path` (its longest matching prefix)."""
+    """The test files of the module at `path`: those tools/test_map.json measured executing it
+    in the test process (where mutmut's mutants live); for a module no measured test file
+    executes yet (the map is refreshed in parts), TESTS_FOR's (its longest matching prefix),
+    else `selection`."""
+    measured = _map_tests(path)
+    if measured:
+        return measured
     prefixes = sorted((p for p in TESTS_FOR if path.startswith(p)), key=len, reverse=True)
     return list(TESTS_FOR[prefixes[0]]) if prefixes else list(selection)
+
+
+def _map_tests(path: str) -> list[str]:
+    """tools/test_map.json's test files for the module at `path` (empty when none measured)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import test_map
+    finally:
+        sys.path.pop(0)
+    return test_map.tests_for_module(path)
 
 
 def tests_for(

@@ -7,7 +7,8 @@ tool plants such bugs, written by hand as data in tools/realistic_mutants/*.toml
 module group), and reports per group how many the tests kill.
 
 A group file holds ``group`` (its name), ``tests`` (the test files or node ids a developer of
-the group runs) and ``[[mutant]]`` entries, each with ``id``, ``path`` (the module), ``kind``
+the group runs, or ``"map"``: for each mutant, the test files tools/test_map.json measured
+executing its module) and ``[[mutant]]`` entries, each with ``id``, ``path`` (the module), ``kind``
 (the bug class), ``description`` (one line), ``old`` (a snippet that must occur exactly once
 in the module) and ``new`` (its replacement); a mutant may name its own ``tests``. A mutant
 found equivalent (no input any public route accepts tells it from the code) carries
@@ -24,6 +25,7 @@ Usage:
     python tools/realistic_mutants.py --stale        # every `old` still matches (seconds)
     python tools/realistic_mutants.py --jobs 2       # run every mutant, print the figures
     python tools/realistic_mutants.py --group sort --check   # exit 1 below 90 % or if stale
+    python tools/realistic_mutants.py --group params --map   # with the map's tests per module
 """
 
 from __future__ import annotations
@@ -111,8 +113,14 @@ def load_groups(directory: Path = MUTANTS) -> list[Group]:
         except tomllib.TOMLDecodeError as e:
             raise MutantFileError(f"{f}: not valid TOML ({e})") from e
         name, tests = data.get("group"), data.get("tests")
-        if not isinstance(name, str) or not isinstance(tests, list) or not tests:
-            raise MutantFileError(f"{f}: needs `group` (a string) and `tests` (a non-empty list)")
+        if tests == "map":  # each mutant's tests: the map's for its module (tools/test_map.py)
+            tests = []
+        elif not isinstance(tests, list) or not tests:
+            tests = None
+        if not isinstance(name, str) or tests is None:
+            raise MutantFileError(
+                f'{f}: needs `group` (a string) and `tests` (a non-empty list, or "map")'
+            )
         group = Group(name, f, tuple(tests))
         for i, m in enumerate(data.get("mutant", [])):
             keys = ("id", "path", "kind", "description", "old", "new")
@@ -141,13 +149,24 @@ def load_groups(directory: Path = MUTANTS) -> list[Group]:
                     m["description"],
                     m["old"],
                     m["new"],
-                    tuple(m.get("tests", tests)),
+                    tuple(m.get("tests", tests) or map_tests(m["path"])),
                     name,
                     equivalent,
                 )
             )
         groups.append(group)
     return groups
+
+
+def map_tests(path: str) -> list[str]:
+    """The test files tools/test_map.json says execute the module at `path` (the tests the
+    project names for it: measured, not written by hand)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import test_map
+    finally:
+        sys.path.pop(0)
+    return test_map.tests_for_module(path)
 
 
 def stale(mutant: Mutant, root: Path = ROOT) -> str | None:
@@ -165,7 +184,13 @@ def stale(mutant: Mutant, root: Path = ROOT) -> str | None:
 def missing_tests(group: Group, root: Path = ROOT) -> list[str]:
     """Test files a group or its mutants name that do not exist under `root`."""
     names = {t for m in group.mutants for t in m.tests} | set(group.tests)
-    return sorted(t for t in names if not (root / t.split("::")[0]).is_file())
+    out = sorted(t for t in names if not (root / t.split("::")[0]).is_file())
+    out += [
+        f"(none measured for {m.path}: tools/test_map.py --refresh)"
+        for m in group.mutants
+        if not m.tests
+    ]
+    return out
 
 
 def _copy_repo(dest: Path, shared: Path) -> Path:
@@ -399,6 +424,12 @@ def main(argv: list[str] | None = None) -> int:
         "the tests added since --previous)",
     )
     ap.add_argument(
+        "--map",
+        action="store_true",
+        help="run each mutant against the tests tools/test_map.json names for its module "
+        "(instead of its group's list)",
+    )
+    ap.add_argument(
         "--shared",
         type=Path,
         default=ROOT.parent / "shared",
@@ -426,6 +457,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     carried = _previous_kills(args.previous)
+    if args.map:
+        for g in groups:
+            g.mutants = [dataclasses.replace(m, tests=tuple(map_tests(m.path))) for m in g.mutants]
     if args.tests:
         for g in groups:
             g.tests = tuple(args.tests)

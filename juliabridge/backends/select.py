@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..errors import JuliaBridgeError, UnsupportedModuleError
 from ..stablehlo import StableHLOModule
 from ..stablehlo.policy import check_kernel_targets
+from . import deadline
 from .base import Backend
 from .enzyme import EnzymeBackend, derive_vjp_text, enzyme_available
 from .lax import LaxBackend
@@ -36,27 +37,35 @@ def make_backend(
     *,
     trust: bool = False,
     vjp_source: VjpSource = None,
+    compile_limit: float | None = None,
 ) -> Backend:
     """Build the named backend for `module` (all load-time work happens here).
 
     "auto" lifts the module onto the lax backend when every op lifts, and otherwise falls back
     to enzyme (where importable) or xla, recording why on the backend as `fallback_reason`.
     `vjp_source` is a VJP module (spec §5) for the xla backend's gradients, or a function
-    returning one (called only when gradients are first needed).
+    returning one (called only when gradients are first needed). An untrusted module that
+    could compile for long is compiled first in a child under `compile_limit` seconds
+    (default $JULIABRIDGE_COMPILE_LIMIT or 300; 0: off; backends/deadline.py).
 
     Raises:
+        ResourceLimitError: the untrusted module's compile ran past the compile limit.
         UnsupportedOpError: backend="lax" and an op does not lift.
         BackendUnavailableError: backend="enzyme" without enzyme-ad.
     """
     resolved = resolve_backend_name(name)
+    limit = 0.0 if trust else deadline.compile_limit(compile_limit)
     reason = None
     if resolved in ("auto", "lax"):
         try:
-            return LaxBackend(module, trust=trust)
+            lax = LaxBackend(module, trust=trust)
         except UnsupportedModuleError as e:
             if resolved == "lax":
                 raise
             reason = str(e)
+        else:
+            deadline.check_compile_time(module, "lax", limit)
+            return lax
         resolved = foreign_backend_name()
     if reason is not None and not trust:
         try:
@@ -73,6 +82,7 @@ def make_backend(
     else:
         backend = XlaBackend(module, trust=trust, vjp_source=vjp_source)
     backend.fallback_reason = reason
+    deadline.check_compile_time(module, resolved, limit)
     return backend
 
 

@@ -373,20 +373,29 @@ def cmd_convert(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_export_jax(args: argparse.Namespace, console: Console) -> int:
     """Write a bundle's model as a serialized jax.export artifact and its JSON description."""
+    from ..errors import CallArgumentError
     from ..exporting import save_jax
     from ..importers import import_lux
 
     model = import_lux(args.path, backend="lax", verify_checksums=not args.no_verify)
     batch = None if args.batch.lower() == "none" else args.batch
-    info = save_jax(
-        model,
-        args.out,
-        batch=batch,
-        weights=args.weights,
-        vjp_order=args.vjp_order,
-        platforms=args.platform or None,
-        overwrite=args.overwrite,
-    )
+    try:
+        info = save_jax(
+            model,
+            args.out,
+            batch=batch,
+            weights=args.weights,
+            vjp_order=args.vjp_order,
+            platforms=args.platform or None,
+            overwrite=args.overwrite,
+        )
+    except CallArgumentError as e:  # the advice in the command's own words
+        said = str(e).replace("batch=None", "--batch none")
+        said = said.replace(
+            "import_lux(dir, batch_axis=0) (juliabridge convert DIR --batch-axis 0)",
+            "juliabridge convert DIR --batch-axis 0",
+        )
+        raise CallArgumentError(said) from e
     shapes = ", ".join(f"{a['name']} {a['shape']}" for a in info["arguments"][:4])
     more = ", ..." if len(info["arguments"]) > 4 else ""
     console.print(_t(f"wrote {args.out} and {args.out}.json: ({shapes}{more})"))
@@ -399,7 +408,15 @@ def cmd_export_onnx(args: argparse.Namespace, console: Console) -> int:
     from ..importers import import_lux
 
     model = import_lux(args.path, backend="lax", verify_checksums=not args.no_verify)
-    out = save_onnx(model, args.out, opset=args.opset, overwrite=args.overwrite)
+    batch = None if args.batch.lower() == "none" else args.batch
+    out = save_onnx(
+        model,
+        args.out,
+        opset=args.opset,
+        batch=batch,
+        check=not args.no_check,
+        overwrite=args.overwrite,
+    )
     console.print(_t(f"wrote {out} (ONNX opset {args.opset})"))
     return OK
 
@@ -705,11 +722,22 @@ def _add_export_onnx(sub: Subparsers) -> None:
     """``juliabridge export-onnx PATH --out FILE``: the model as an ONNX file."""
     p = sub.add_parser(
         "export-onnx",
-        help="write a bundle's model as an ONNX file at its traced shapes, converted by "
-        "jax2onnx (pip install 'juliabridge[onnx]'; docs/exporting.md)",
+        help="write a bundle's model as an ONNX file, converted by jax2onnx and checked in "
+        "onnxruntime (pip install 'juliabridge[onnx]'; docs/exporting.md)",
     )
     _source_and_out(p, "the .onnx file to write")
     p.add_argument("--opset", type=int, default=23, help="the ONNX opset (default 23)")
+    p.add_argument(
+        "--batch",
+        default="auto",
+        help="auto (default): the bundle's batch axis symbolic where it declares one; a name "
+        "for it; or 'none' for the traced shapes",
+    )
+    p.add_argument(
+        "--no-check",
+        action="store_true",
+        help="write the graph without running it in onnxruntime against the model's outputs",
+    )
     _overwrite_and_verify(p, "replace an existing file")
     p.set_defaults(func=cmd_export_onnx)
 

@@ -13,9 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._version import __version__
-
-#: The jax releases CI tests (.ci/run): the oldest (CPython 3.11, with enzyme-ad) and newest.
-TESTED_JAX = ("0.10.2", "0.12.0.1")
+from ..support.jaxversion import untested_message
 
 #: What each backend gives, as docs/transforms.md compares them.
 TRANSFORMATIONS = {
@@ -149,6 +147,7 @@ def report() -> Report:
     except RuntimeError as e:
         devices = _first_line(e)
     jax_version = jax.__version__
+    jaxlib = _version("jaxlib") or "unknown"
     extras = [
         Check(
             name, _version(name) is not None, _version(name) or f"pip install 'juliabridge[{name}]'"
@@ -160,18 +159,11 @@ def report() -> Report:
         python=sys.version.split()[0] + f" ({platform.python_implementation()})",
         platform=f"{platform.system()} {platform.machine()}",
         jax=jax_version,
-        jaxlib=_version("jaxlib") or "unknown",
-        jax_tested=_in_tested_range(jax_version),
+        jaxlib=jaxlib,
+        jax_tested=untested_message({"jax": jax_version, "jaxlib": jaxlib}) is None,
         devices=devices,
         stablehlo=_stablehlo_versions(),
         backends=_backend_checks(),
         julia=_julia_checks(),
         extras=extras,
     )
-
-
-def _in_tested_range(version: str) -> bool:
-    def key(v: str) -> tuple[int, ...]:
-        return tuple(int(p) for p in v.split(".") if p.isdigit())
-
-    return key(TESTED_JAX[0]) <= key(version) <= key(TESTED_JAX[1])

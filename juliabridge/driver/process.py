@@ -36,6 +36,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -52,6 +53,7 @@ from typing import Any
 
 from ..errors import JuliaBridgeError, JuliaExportError, JuliaUnavailable
 from ..support.progress import enabled as progress_enabled
+from .juliaup import juliaup_executables
 
 #: UUID of the JuliaBridge.jl package (julia/Project.toml).
 JULIABRIDGE_UUID = "68228255-5dbd-4b1b-8e33-da13dc0231ec"
@@ -117,31 +119,11 @@ def _juliapkg_project() -> Path:
     return Path(depot) / "environments" / "pyjuliapkg"
 
 
-def _juliaup_executables() -> Iterator[str]:
-    """Executables of the Julia versions juliaup installed, newest first (juliaup.json)."""
-    depot = os.environ.get("JULIAUP_DEPOT_PATH") or str(Path.home() / ".julia")
-    meta = Path(depot) / "juliaup" / "juliaup.json"
-    try:
-        installed = json.loads(meta.read_text(encoding="utf-8")).get("InstalledVersions", {})
-    except (OSError, ValueError, AttributeError):
-        return
-    exe = "julia.exe" if os.name == "nt" else "julia"
-    found = []
-    for version, info in installed.items():
-        nums = tuple(int(n) for n in re.findall(r"\d+", str(version))[:3])
-        if "BinaryPath" in info:
-            found.append((nums, str(meta.parent / info["BinaryPath"])))
-        elif "Path" in info:
-            found.append((nums, str(meta.parent / info["Path"] / "bin" / exe)))
-    for _, path in sorted(found, reverse=True):
-        yield path
-
-
 def _candidates() -> Iterator[tuple[str, str]]:
     """(executable, source) in juliapkg's order: explicit, juliapkg install, juliaup, PATH."""
     exe = "julia.exe" if os.name == "nt" else "julia"
     yield str(_juliapkg_project() / "pyjuliapkg" / "install" / "bin" / exe), "juliapkg's install"
-    for path in _juliaup_executables():
+    for path in juliaup_executables():
         yield path, "juliaup"
     on_path = shutil.which("julia")
     if on_path:
@@ -446,28 +428,50 @@ def package_versions(
     """
     cmd = [julia.executable, f"--project={environment}", "--startup-file=no",
            "--history-file=no", "--color=no", "-e", PACKAGES_MAIN, *names]  # fmt: skip
+    # A session of its own, so that a time-out stops Julia and anything it started that still
+    # holds the output pipe (which would otherwise keep the read waiting past the limit).
     try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=os.name == "posix",
         )
+    except OSError as exc:
+        raise JuliaUnavailable(f"could not start {julia.executable}: {exc}") from exc
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired as exc:
+        _stop_group(proc)
         raise JuliaExportError(
             f"Julia did not list the packages of {environment} within {timeout:g} s and was stopped"
         ) from exc
-    except OSError as exc:
-        raise JuliaUnavailable(f"could not start {julia.executable}: {exc}") from exc
     found: dict[str, str | None] = {}
-    for line in proc.stdout.splitlines():
+    for line in stdout.splitlines():
         m = PACKAGE_RE.match(line.strip())
         if m and m[1] in names:
             found[m[1]] = None if m[2] in ("missing", "nothing") else m[2]
     if proc.returncode != 0 or set(found) != set(names):
-        last = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:]) or "(no output)"
+        last = "\n".join((stdout + stderr).strip().splitlines()[-10:]) or "(no output)"
         raise JuliaExportError(
             f"Julia could not list the packages of {environment} (status {proc.returncode}); "
             f"its last output:\n{last}"
         )
     return found
+
+
+def _stop_group(proc: subprocess.Popen[str]) -> None:
+    """Kill `proc` and, on POSIX, the session it leads; reap it."""
+    try:
+        if os.name == "posix":
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+    except ProcessLookupError:
+        pass
+    proc.communicate()
 
 
 def _read_result(path: Path) -> dict[str, Any] | None:

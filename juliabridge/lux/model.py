@@ -23,6 +23,7 @@ from .batchsize import call_any_batch, check_fixed_shapes
 from .options import LoadOptions
 from .sharded_load import place_arguments, read_bundle
 from .trees import build_tree, lookup
+from .x64 import require_x64_weights
 
 
 class LuxModel:
@@ -130,16 +131,49 @@ class LuxModel:
 
     # --- calling ---------------------------------------------------------------------------
 
-    def _input_tree(self, inputs: tuple[Any, ...]) -> Any:
+    @cached_property
+    def _positional_inputs(self) -> bool:
+        # Julia's x was a tuple: its elements are the call's arguments (x[1], x[2], ...).
         paths = [a.path for a in self._input_entries]
-        positional = bool(paths) and all(p and isinstance(p[0], int) for p in paths)
-        expected = max(int(p[0]) for p in paths) if positional else 1
-        if len(inputs) != expected:
-            raise CallArgumentError(
-                f"{self.manifest.name}: the model takes {expected} input(s) "
-                f"({', '.join(a.label for a in self._input_entries[:6])}), got {len(inputs)}"
+        return bool(paths) and all(p and isinstance(p[0], int) for p in paths)
+
+    @cached_property
+    def input_form(self) -> str:
+        """How this model's inputs are passed, in words (error messages quote it).
+
+        A Julia tuple ``x = (a, b)`` is passed as separate arguments, ``model(a, b)`` and
+        ``model.apply(params, state, a, b)``; a Dict or NamedTuple ``x`` as one dict by key;
+        a single array as itself.
+        """
+        entries = self._input_entries
+        if self._positional_inputs:
+            n = max(int(a.path[0]) for a in entries)
+            names = ", ".join(f"x[{i}]" for i in range(1, n + 1))
+            return (
+                f"{n} arrays, one per element of Julia's tuple x, as separate arguments: "
+                f"model({names}) or model.apply(params, state, {names}), not one tuple"
             )
-        return tuple(inputs) if positional else inputs[0]
+        if entries and entries[0].path:
+            keys = list(dict.fromkeys(str(a.path[0]) for a in entries))
+            shown = ", ".join(f"{k!r}: ..." for k in keys[:6]) + (", ..." if len(keys) > 6 else "")
+            return (
+                f"one dict keyed like Julia's x (a Dict or NamedTuple), {{{shown}}}: "
+                "model(x) or model.apply(params, state, x)"
+            )
+        return "one array: model(x) or model.apply(params, state, x)"
+
+    def _input_tree(self, inputs: tuple[Any, ...]) -> Any:
+        entries = self._input_entries
+        expected = max(int(a.path[0]) for a in entries) if self._positional_inputs else 1
+        if len(inputs) != expected:
+            hint = ""
+            if len(inputs) == 1 and isinstance(inputs[0], (tuple, list)):
+                hint = f" (one {type(inputs[0]).__name__}: unpack it, model(*x))"
+            raise CallArgumentError(
+                f"{self.manifest.name}: the model takes {self.input_form}; got "
+                f"{len(inputs)} argument(s){hint}"
+            )
+        return tuple(inputs) if self._positional_inputs else inputs[0]
 
     def _to_mlir(self, x: Any) -> Any:
         # Julia order is the MLIR order reversed; a transpose inside the jitted program.
@@ -151,8 +185,11 @@ class LuxModel:
         Args:
             params: a parameter tree shaped like ``model.params`` (e.g. being trained).
             state: a state tree shaped like ``model.state``.
-            *inputs: the model's inputs, one array each (several for a tuple input). Any batch
-                size when the manifest says samples are independent, else the traced one.
+            *inputs: the model's inputs. Julia's ``x`` as it was: one array; or, for a tuple
+                ``x = (a, b)``, its elements as separate arguments, ``apply(p, s, a, b)`` (not
+                one tuple); or, for a Dict or NamedTuple, one dict by key. ``model.input_form``
+                says which. Any batch size when the manifest says samples are independent,
+                else the traced one.
 
         Returns:
             ``(outputs, new_state)``: the output (an array, or a tree for tuple outputs) and
@@ -171,7 +208,8 @@ class LuxModel:
                 "parameter": (params, "params"),
                 "state": (state, "state"),
             }[a.role]
-            flat.append(self._to_mlir(lookup(tree, a.path, root)))
+            expected = self.input_form if a.role == "input" else None
+            flat.append(self._to_mlir(lookup(tree, a.path, root, expected)))
         if self.manifest.batch is None:
             check_fixed_shapes(self.manifest, flat, self.layout)
         results = call_any_batch(
@@ -223,7 +261,7 @@ class LuxModel:
         # jax.jit would silently cast e.g. float64 numpy inputs to float32; check dtypes first.
         x = self._input_tree(inputs)
         for a in self._input_entries:
-            leaf = lookup(x, a.path, "x")
+            leaf = lookup(x, a.path, "x", self.input_form)
             want = dtypes.to_numpy(a.dtype)
             if not hasattr(leaf, "dtype"):
                 raise CallArgumentError(
@@ -256,7 +294,8 @@ class LuxModel:
         """Outputs for `inputs` with ``model.params`` and ``model.state`` (jitted once per shape).
 
         Args:
-            *inputs: the model's inputs, as for `apply`.
+            *inputs: the model's inputs, as for `apply`: for Julia's tuple ``x = (a, b)``,
+                ``model(a, b)`` (``model.input_form`` says the form).
 
         Returns:
             The outputs (the new state is dropped).
@@ -366,9 +405,7 @@ def bundle_model(
         result_labels=[r.label for r in m.results],
     )
     # Checked before jnp.asarray, which would silently truncate 64-bit weights.
-    dtypes.require_x64(
-        {a.label: a.dtype for a in m.arguments if a.role != "input"}, f"bundle {bundle.root}"
-    )
+    require_x64_weights(m, f"bundle {bundle.root}")
     leaves: dict[str, list[tuple[int, Any, Any]]] = {"parameter": [], "state": []}
     # Arrays arrive as they are read (in parallel) and verified. On CPU, device_put adopts the
     # aligned host buffer (no copy); elsewhere each host copy is dropped once transferred, so

@@ -14,7 +14,8 @@ a whole array it does not own, only its boxes of one dataset at a time besides t
   positions read ``"params.1.weight"``), `shape` the array's shape in the layout loaded and
   `dtype` its numpy dtype;
 - a pair ``(params_shardings, state_shardings)`` of trees shaped like ``(params, state)`` whose
-  leaves are Shardings or None (a None tree: every leaf None);
+  leaves are Shardings or None; as with JAX's prefix trees, a Sharding or None in place of a
+  subtree applies to every array below it;
 - one `jax.sharding.Sharding` for every array.
 
 None means replicated over the mesh of the first `NamedSharding` given (``P()`` on it), or,
@@ -29,7 +30,7 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
+from jax.sharding import NamedSharding, PartitionSpec, Sharding, make_single_device_sharding
 
 from ..bundle import Bundle
 from ..bundle.manifest import ArgumentEntry
@@ -62,8 +63,8 @@ class _Leaf:
 def _lookup(tree: Any, leaf: _Leaf) -> Any:
     node = tree
     for step in leaf.steps:
-        if node is None:
-            return None
+        if node is None or isinstance(node, Sharding):  # a prefix: for everything below
+            return node
         try:
             if isinstance(node, (tuple, list)):
                 node = node[(step if isinstance(step, int) else int(step)) - 1]
@@ -111,11 +112,18 @@ def resolve(spec: Any, leaves: Sequence[_Leaf]) -> list[Sharding]:
     default: Sharding = (
         NamedSharding(mesh, PartitionSpec())
         if mesh is not None
-        else SingleDeviceSharding(jax.local_devices()[0])
+        else make_single_device_sharding(jax.local_devices()[0])
     )
     out = []
     for leaf, s in zip(leaves, got, strict=True):
         s = default if s is None else s
+        if isinstance(s, NamedSharding) and len(s.spec) > len(leaf.shape):
+            # JAX's own check of this is an IndexError from deep inside (jax 0.10.2).
+            raise CallArgumentError(
+                f"shardings: {leaf.label} of shape {list(leaf.shape)} (rank {len(leaf.shape)}) "
+                f"got {s.spec}, which names {len(s.spec)} axes; give a PartitionSpec of at most "
+                "the array's rank, or None for it"
+            )
         try:
             s.shard_shape(leaf.shape)
         except (ValueError, TypeError) as e:

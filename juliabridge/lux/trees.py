@@ -53,8 +53,17 @@ def _tuplify(node: Any) -> Any:
     return {k: _tuplify(v) for k, v in node.items()}
 
 
-def lookup(tree: Any, path: LuxPath, root: str) -> Any:
-    """The leaf at `path`, with an error naming the path when the tree lacks it."""
+def lookup(tree: Any, path: LuxPath, root: str, expected: str | None = None) -> Any:
+    """The leaf at `path`, with an error naming the path when the tree lacks it.
+
+    Args:
+        tree: the tree passed (params, state or the inputs).
+        path: the Lux path of the leaf.
+        root: how the tree is named in messages: "params", "state" or "x".
+        expected: what to pass instead, for the message (default: "the same tree structure
+            as model.params" / "model.state"; the inputs have no such attribute, so a model
+            says their form).
+    """
     node = tree
     for depth, step in enumerate(path):
         try:
@@ -63,9 +72,13 @@ def lookup(tree: Any, path: LuxPath, root: str) -> Any:
             else:
                 node = node[step]
         except (KeyError, IndexError, TypeError) as e:
+            advice = expected or (
+                f"the same tree structure as model.{root}"
+                if root in ("params", "state")
+                else "the same tree structure as the model's signature['arguments'] lists"
+            )
             raise CallArgumentError(
                 f"{format_path(root, path)}: missing from the {root} you passed (no "
-                f"{format_path(root, path[: depth + 1])}); pass the same tree structure as "
-                f"model.{root if root != 'x' else 'inputs'}"
+                f"{format_path(root, path[: depth + 1])}); pass {advice}"
             ) from e
     return node

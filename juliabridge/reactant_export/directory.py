@@ -112,8 +112,8 @@ def _find_script(path: Path) -> Path:
     if not path.is_dir():
         what = "no such file or directory" if not os.path.lexists(path) else "not a directory"
         raise BundleError(
-            f"{path}: {what}, so not a directory written by {PRODUCER} (nor its .py); pass "
-            f"the directory{nearby.did_you_mean(path) or nearby.found_inside(path.parent)}"
+            f"{path}: not a directory written by {PRODUCER} (nor its .py): {what}; pass the "
+            f"directory{nearby.did_you_mean(path)}"
         )
     scripts = sorted(p for p in path.iterdir() if p.suffix == ".py" and not p.name.startswith("."))
     if len(scripts) > 1:

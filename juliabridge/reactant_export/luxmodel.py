@@ -16,7 +16,7 @@ from ..function import ImportedFunction
 from ..lux.model import LuxModel
 from ..lux.options import DEFAULT_OPTIONS, LoadOptions
 from ..lux.trees import build_tree
-from ..support import dtypes
+from ..lux.x64 import require_x64_weights
 from .directory import ReactantExport, open_export
 from .luxmap import argument_entries, build_manifest, map_results, positions
 
@@ -102,10 +102,7 @@ def import_export_lux(
         arg_labels=[a.label for a in manifest.arguments],
         result_labels=[r.label for r in manifest.results],
     )
-    dtypes.require_x64(
-        {a.label: a.dtype for a in manifest.arguments if a.role != "input"},
-        f"export {export.root}",
-    )
+    require_x64_weights(manifest, f"export {export.root}")
     # Placed leaf by leaf before the trees are built: a tree map would sort the Dict keys.
     params, state = export_trees(
         bundle, export, lambda h: jax.device_put(h.T if options.layout == "julia" else h)

@@ -15,9 +15,10 @@ from ..support.jaxinternals import ir, make_context
 from .budget import Limits, check_budget, host_memory, human
 from .callgraph import callees_first, functions
 from .elementtypes import check_element_types
+from .elided import check_constants_present
 from .hlosharding import read_sharding
 from .nesting import MLIR_SKIP, max_depth
-from .policy import check_custom_calls, check_ops
+from .policy import check_custom_calls, check_ops, is_allowed_op
 from .sanitize import (
     SanitizeReport,
     canonicalize_sort,
@@ -172,8 +173,10 @@ def _parse(text: str, ctx: ir.Context, origin: str) -> ir.Module:
         detail = "; ".join(_diagnostic(d) for d in e.error_diagnostics) or str(e)
         unknown = _UNKNOWN_CUSTOM_OP.search(detail)
         if unknown:
-            # An op of a dialect JAX lacks, printed in its custom syntax, cannot even be parsed.
-            check_ops([unknown.group(2)], trust=False, where=origin)
+            # An op of a dialect JAX lacks, printed in its custom syntax, cannot even be parsed
+            # (nor loaded with trust=True): every such op the text names, with its line.
+            sites = {unknown.group(2): "", **_ops_in_text(text)}
+            check_ops(sites, trust=False, where=origin, sites=sites)
         raise MLIRParseError(
             f"{origin}: the MLIR does not parse: {detail[:2000]}. {_PARSE_ADVICE}"
         ) from e
@@ -181,6 +184,22 @@ def _parse(text: str, ctx: ir.Context, origin: str) -> ir.Module:
         raise MLIRParseError(
             f"{origin}: the MLIR does not parse: {str(e)[:2000]}. {_PARSE_ADVICE}"
         ) from e
+
+
+_OP_AT_LINE_START = re.compile(
+    r'^[ \t]*(?:%[^=\n"]*=[ \t]*)?"?([A-Za-z_][\w$]*\.[\w.$]+)"?[ \t(<{@%:]', re.M
+)
+
+
+def _ops_in_text(text: str) -> dict[str, str]:
+    """Op names outside StableHLO/CHLO/func that start a line of `text`, with the line of the
+    first (for a module the parser stopped on: linear in the text, no IR)."""
+    out: dict[str, str] = {}
+    for m in _OP_AT_LINE_START.finditer(text):
+        name = m.group(1)
+        if name not in out and not is_allowed_op(name):
+            out[name] = f"line {text.count(chr(10), 0, m.start()) + 1}"
+    return out
 
 
 _PARSE_ADVICE = (
@@ -304,7 +323,11 @@ def _analyze(module: ir.Module, report: SanitizeReport, trust: bool, origin: str
         strip_reactant_attributes(module, report)
         ops: set[str] = set()
         sites: dict[str, str] = {}  # target -> line of its first call, in order of appearance
+        op_sites: dict[str, str] = {}  # op outside StableHLO -> line of its first use
         for op in walk(module.operation):
+            if op.name not in ops and not is_allowed_op(op.name):
+                line = _LOC.search(str(op.location))
+                op_sites[op.name] = f"line {line.group(1)}" if line else ""
             ops.add(op.name)
             if op.name == "stablehlo.sort":
                 canonicalize_sort(op)
@@ -318,7 +341,7 @@ def _analyze(module: ir.Module, report: SanitizeReport, trust: bool, origin: str
         custom_calls = list(sites)
         for i, recorded in sorted(report.arg_shardings.items()):
             read_sharding(recorded, f"{origin}: @main argument {i}")
-        check_ops(ops, trust=trust, where=origin)
+        check_ops(ops, trust=trust, where=origin, sites=op_sites)
         check_custom_calls(custom_calls, trust=trust, where=origin, sites=sites)
         # Structure first (no recursion, no missing bodies), then every op's contract and the
         # resource budgets, all before anything reaches XLA.
@@ -368,6 +391,7 @@ def parse_module(
     _check_nesting(raw, origin)
     text, name = fix_module_header(raw)
     check_element_types(text, origin)  # before the parser: it has no quant dialect
+    check_constants_present(text, origin)
     report = SanitizeReport(module_name=name)
     ctx = make_context(allow_unregistered=True)
     module = _parse(text, ctx, origin)

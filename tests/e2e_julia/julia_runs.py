@@ -108,11 +108,14 @@ def export_juliabridge(
     return out
 
 
-def export_reactant(julia: str, env: Path, model: str, out: Path, *, timeout: float = 1800) -> Path:
-    """`model` exported by Reactant's ``export_to_enzymejax`` (models/export_reactant.jl)."""
+def export_reactant(
+    julia: str, env: Path, model: str, out: Path, lux: Path, *, timeout: float = 1800
+) -> Path:
+    """`model` exported by Reactant's ``export_to_enzymejax`` to `out` (models/
+    export_reactant.jl), Lux's CPU outputs written to `lux`."""
     run_julia(
         julia,
-        [str(MODELS / "export_reactant.jl"), str(model_script(model)), str(out)],
+        [str(MODELS / "export_reactant.jl"), str(model_script(model)), str(out), str(lux)],
         project=env,
         timeout=timeout,
     )

@@ -3,7 +3,8 @@ trigonometry, is_inf, conj, square, next_after, polygamma, zeta, mulhi, top_k, c
 constant_like and the broadcast_* ops.
 
 The reference interpreter aborts on every CHLO op, so each check runs lax against XLA (which
-legalizes CHLO exactly as JAX's own lowering of the same lax function does) and against numpy /
+legalizes CHLO as jax 0.10.2's lowering of the same lax function does; jax 0.12 has its own
+decompositions of some) and against numpy /
 scipy references; where XLA cannot run a form (non-prefix broadcast_dimensions,
 broadcast_select), numpy alone is the oracle.
 """
@@ -847,3 +848,35 @@ def test_lgamma_of_a_negative_argument_on_each_jax() -> None:
     assert xla == np.float32(-0.056243896484375)  # 48 ulp from the true value
     if got != xla:  # jax 0.12: JAX's decomposition
         assert abs(got - exact) <= 2 * abs(ulp)
+
+
+@pytest.mark.parametrize("t", ["f16", "f32", "f64"])
+def test_digamma_at_its_zeros_and_poles_is_xlas_on_each_jax(t: str) -> None:
+    """chlo.digamma at both zeros is what XLA's legalization gives on this jax (_ZERO_POLE:
+    NaN on 0.10.2, -inf on 0.12); jax 0.12.1's own decomposition, which lax.digamma is there,
+    gives +inf at -0, so the rule reads -0 as +0. The negative integers are NaN everywhere."""
+    x = np.array([-0.0, 0.0, -1.0, -3.0, 0.5, -2.5], dt(t))
+    tt = f"tensor<6x{t}>"
+    text = module([tt], [f"%0 = chlo.digamma %a0 : {tt} -> {tt}"], [("%0", tt)])
+    want = np.array([_ZERO_POLE, _ZERO_POLE, np.nan, np.nan, sp.digamma(0.5), sp.digamma(-2.5)])
+    rtol = {"f16": 2e-3, "f32": 5e-6, "f64": 1e-11}[t]
+    for backend in ("lax", "xla"):
+        (got,) = juliabridge.load_mlir(text, backend=backend)(x)
+        got = np.asarray(got).astype(np.float64)
+        np.testing.assert_array_equal(got[:4], want[:4], err_msg=f"{backend} {t}")
+        np.testing.assert_allclose(got[4:], want[4:], rtol=rtol, err_msg=f"{backend} {t}")
+
+
+def test_digamma_keeps_its_derivative_at_and_off_the_zeros() -> None:
+    # d/dx digamma = polygamma(1, x): pi^2 / 2 at 0.5 (scipy), and lax.digamma's own rule's
+    # +inf at both zeros (the select that reads -0 as +0 must not make it 0).
+    tt = "tensor<3xf64>"
+    text = module([tt], [f"%0 = chlo.digamma %a0 : {tt} -> {tt}"], [("%0", tt)])
+    fn = juliabridge.load_mlir(text, backend="lax")
+    x = np.array([0.5, -0.0, 0.0])
+    jac = np.diag(np.asarray(jax.jacfwd(lambda v: fn(v)[0])(x)))
+    grad = np.asarray(jax.grad(lambda v: fn(v)[0].sum())(x))
+    for d in (jac, grad):
+        np.testing.assert_allclose(d[0], sp.polygamma(1, 0.5), rtol=1e-12)
+        assert d[0] == pytest.approx(np.pi**2 / 2, rel=1e-12)
+        np.testing.assert_array_equal(d[1:], [np.inf, np.inf])

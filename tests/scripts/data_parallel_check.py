@@ -29,7 +29,7 @@ def main(backend: str) -> None:
     x = rng.standard_normal((32, 1, 28, 28)).astype(np.float32)
     labels = rng.integers(0, 10, 32)
     # Auto axes: with Explicit ones (the default on newer jax), optax's integer-label loss
-    # needs an out_sharding for its scatter on jax 0.12, a matter between optax and jax.
+    # needs an out_sharding for its scatter on jax 0.12.0.1, a matter between optax and jax.
     mesh = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
     out: dict[str, object] = {"devices": jax.device_count()}
 

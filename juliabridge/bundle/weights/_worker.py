@@ -404,8 +404,13 @@ class WorkerReader:
         tag: str | None,
         where: str | None,
         check_memory: Any,
+        sink: Any = None,
     ) -> np.ndarray:
-        """Dataset `dataset` as stored (native byte order), checked by the child first."""
+        """Dataset `dataset` as stored (native byte order), checked by the child first.
+
+        With `sink`, nothing is kept: each piece's bytes go to ``sink(offset, bytes)`` in order
+        (offsets into the row-major stored bytes) and an empty array is returned; memory stays
+        one piece (sharded loading of datasets the Python reader leaves to libhdf5)."""
         doing = f"reading {dataset}"
         proc = self._proc
         if not proc.alive():
@@ -432,10 +437,13 @@ class WorkerReader:
                 or head.get("nbytes") != nbytes
             ):
                 raise Garbled
-            check_memory(nbytes, self.path, where or dataset)
             from .fastread import aligned_empty
 
-            out = aligned_empty(tuple(shape), dt)
+            if sink is None:
+                check_memory(nbytes, self.path, where or dataset)
+                out = aligned_empty(tuple(shape), dt)
+            else:
+                out = np.empty(0, dt)
             flat = out.reshape(-1).view(np.uint8)
             view = memoryview(flat) if nbytes else memoryview(b"")  # type: ignore[arg-type]
             got = 0
@@ -444,7 +452,12 @@ class WorkerReader:
                 if kind == b"D":
                     if got + length > nbytes:
                         raise Garbled
-                    proc.data_into(view[got : got + length])
+                    if sink is None:
+                        proc.data_into(view[got : got + length])
+                    else:
+                        piece = memoryview(bytearray(length))
+                        proc.data_into(piece)
+                        sink(got, piece)
                     got += length
                     continue
                 if kind != b"J":

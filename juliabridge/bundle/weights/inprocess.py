@@ -34,9 +34,16 @@ class LocalReader:
         tag: str | None,
         where: str | None,
         check_memory: Any,
+        sink: Any = None,
     ) -> np.ndarray:
+        """As `WorkerReader.read` (with `sink`: the pieces in order, nothing kept)."""
         try:
             prep = self._reader.prepare(dataset, shape, accept, tag)
+            if sink is not None:
+                for at, piece in self._reader.pieces(prep):
+                    flat = np.ascontiguousarray(piece).reshape(-1).view(np.uint8)
+                    sink(at * prep.dtype.itemsize, memoryview(flat))  # type: ignore[arg-type]
+                return np.empty(0, prep.dtype)
             check_memory(prep.nbytes, self.path, where or dataset)
             return self._reader.read(prep)
         except self._core.Problem as e:

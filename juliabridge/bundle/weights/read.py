@@ -8,7 +8,7 @@ import contextlib
 import os
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +22,7 @@ from ..files import safefile
 from ..files.digest import ALGORITHMS, new_hasher
 from . import _worker, fastread, h5parse
 from ._worker import WORKER_ENV, use_worker
-from .encoding import accepted_stored, decode
+from .encoding import accepted_stored, decode, stored_dtype
 from .inprocess import LocalReader
 from .memory import check_memory
 from .refusals import file_checksum_error, refusal, refusal_of_python_reader
@@ -255,19 +255,26 @@ class WeightsReader:
         if got != r.digest:
             raise _dataset_checksum_error(self.path, r, got)
 
+    def _lib_read(
+        self, r: ReadRequest, sink: Callable[[int, memoryview], None] | None = None
+    ) -> np.ndarray:
+        """`r` as stored, by libhdf5 (with `sink`: streamed to it, see `stream`)."""
+        return self._lib.read(  # type: ignore[no-any-return]
+            r.dataset,
+            tuple(r.shape),
+            accepted_stored(r.dtype),
+            r.dtype,
+            r.where,
+            check_memory,
+            sink=sink,
+        )
+
     def _read_lib(
         self, requests: Sequence[ReadRequest]
     ) -> Iterator[tuple[ReadRequest, np.ndarray]]:
         before = os.fstat(self.fd)
         for r in requests:
-            raw = self._lib.read(
-                r.dataset,
-                tuple(r.shape),
-                accepted_stored(r.dtype),
-                r.dtype,
-                r.where,
-                check_memory,
-            )
+            raw = self._lib_read(r)
             self._check_digest(r, raw)
             if self.file_sha256 is not None and _changed(before, os.fstat(self.fd)):
                 raise ChecksumError(
@@ -275,6 +282,38 @@ class WeightsReader:
                     "verified; load it again once nothing writes to it"
                 )
             yield r, decode(raw, r.dtype, f"{self.path}: {r.where} ({r.dataset})")
+
+    def stream(self, r: ReadRequest, sink: Callable[[int, memoryview], None]) -> None:
+        """Dataset `r` through libhdf5 without keeping it: its stored bytes (native byte
+        order, row-major) go to ``sink(offset, bytes)`` in order, and its digest (when `r` has
+        one) is checked after the last piece, so a caller keeps nothing it was given unless
+        this returns. For sharded loading of datasets the Python reader does not read.
+
+        Raises:
+            ChecksumError: the dataset's digest differs, or the file changed meanwhile.
+            BundleError: as `read`.
+        """
+        if self._lib is None:
+            self.fallback = self.fallback or f"{r.dataset} is read by libhdf5"
+            self._open_lib()
+        before = os.fstat(self.fd)
+        h = new_hasher(r.algorithm) if r.digest is not None and r.algorithm else None
+        stored = stored_dtype(r.dtype)
+
+        def take(at: int, data: memoryview) -> None:
+            if h is not None:
+                little = sys.byteorder == "little" or stored.itemsize == 1
+                h.update(data if little else np.frombuffer(data, stored).byteswap().tobytes())
+            sink(at, data)
+
+        self._lib_read(r, take)
+        if h is not None and h.hexdigest() != r.digest:
+            raise _dataset_checksum_error(self.path, r, h.hexdigest())
+        if self.file_sha256 is not None and _changed(before, os.fstat(self.fd)):
+            raise ChecksumError(
+                f"{self.path}: the file changed while it was loaded, so it cannot be "
+                "verified; load it again once nothing writes to it"
+            )
 
     def read_array(
         self, dataset: str, shape: tuple[int, ...], mlir_dtype: str, where: str

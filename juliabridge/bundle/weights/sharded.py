@@ -7,16 +7,18 @@ asked for, each decoded as a whole read would decode it, in one of three ways:
   a row-major contiguous dataset is a set of equal-length runs of bytes; neighbouring runs whose
   gap is at most `GAP` bytes are read together (up to `SLAB` bytes per read, into a scratch
   buffer), a run longer than that is read straight into the result. So a shard reads its own
-  bytes plus gaps of at most `GAP` bytes each, in at most ``shard bytes / SLAB + file bytes /
-  GAP + 1`` reads, and holds at most ``2 * SLAB`` bytes besides its result;
+  bytes plus gaps of at most `GAP` bytes each, in at most ``(shard bytes + file bytes) / SLAB
+  + 2 * (file bytes / GAP + 1)`` reads, and holds at most ``2 * SLAB`` bytes besides its result;
 - **one verified pass** (the dataset has a digest, bundle formats 2 and 3): a digest covers the
   whole dataset, which no part can be checked against, so the dataset is streamed through the
   hasher in `SLAB`-byte blocks and every box's bytes are copied out of the blocks as they pass.
   The bytes handed out are the bytes hashed; memory stays the boxes plus one block, while every
   process reads the whole of each dataset it holds part of;
-- **a whole read** (datasets the pure-Python reader leaves to libhdf5: chunked or compressed
-  storage, unusual files): the dataset is read (and verified) as usual, the boxes are copied out
-  and the whole array is dropped, so memory peaks at one such dataset.
+- **libhdf5's pieces** (datasets the pure-Python reader leaves to libhdf5: chunked or compressed
+  storage, unusual files): libhdf5 (in its reader process) reads the whole dataset and sends it
+  in pieces of up to 64 MiB, in order; each box keeps its part of each piece as it passes and the
+  digest is checked over all of them, so memory stays the boxes plus one piece while every
+  chunk is read and inflated.
 
 A file with a whole-file sha256 (bundle format 1) is hashed first, in one bounded pass; the file
 must then not change (size, times, inode) until the reading is over.
@@ -38,7 +40,7 @@ from ...errors import BundleError, CallArgumentError, ChecksumError
 from ..files import safefile
 from ..files.digest import new_hasher
 from . import fastread, h5parse
-from .encoding import accepted_stored, decode
+from .encoding import accepted_stored, decode, stored_dtype
 from .memory import check_memory
 from .read import ReadRequest, WeightsReader, _changed
 from .refusals import file_checksum_error, refusal, refusal_of_python_reader
@@ -318,7 +320,7 @@ class ShardReader:
         """
         where = f"{self.path}: {r.where} ({r.dataset})"
         if plan is None:
-            return self._read_whole(r, boxes, where)
+            return self._read_streamed(r, boxes, where)
         shapes = [tuple(b - a for a, b in box) for box in boxes]
         local = sum(int(np.prod(s, dtype=np.int64)) for s in shapes) * plan.stored.itemsize
         check_memory(local, self.path, r.where)
@@ -355,12 +357,25 @@ class ShardReader:
             decoded.append(decode(out, r.dtype, where))
         return decoded
 
-    def _read_whole(self, r: ReadRequest, boxes: Sequence[Box], where: str) -> list[np.ndarray]:
-        for _, whole in self.reader.read([r]):
-            return [
-                np.ascontiguousarray(whole[tuple(slice(a, b) for a, b in box)]) for box in boxes
-            ]
-        raise BundleError(f"{where}: the reader returned nothing")  # pragma: no cover
+    def _read_streamed(self, r: ReadRequest, boxes: Sequence[Box], where: str) -> list[np.ndarray]:
+        """Boxes of a dataset libhdf5 reads: its pieces stream past, each box keeps its part."""
+        stored = stored_dtype(r.dtype)
+        shapes = [tuple(b - a for a, b in box) for box in boxes]
+        local = sum(int(np.prod(s, dtype=np.int64)) for s in shapes) * stored.itemsize
+        check_memory(local, self.path, r.where)
+        outs = [fastread.aligned_empty(s, stored) for s in shapes]
+        targets = [
+            _Target(runs_of(tuple(r.shape), stored.itemsize, box), out)
+            for box, out in zip(boxes, outs, strict=True)
+        ]
+
+        def sink(at: int, data: memoryview) -> None:
+            block = np.frombuffer(data, np.uint8)
+            for t in targets:
+                t.offer(at, block)
+
+        self.reader.stream(r, sink)
+        return [decode(out, r.dtype, where) for out in outs]
 
     def finish(self) -> None:
         """Refuse a file with a whole-file digest that changed while its parts were read."""
