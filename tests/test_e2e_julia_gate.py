@@ -27,7 +27,7 @@ from tests.julia_export_writer import JArg, JExport, flat, write_julia_export
 REPO = Path(__file__).resolve().parents[1]
 OFF_REASON = (
     "end-to-end Julia tests are off: set JULIABRIDGE_JULIA_TESTS=1 and put julia >= 1.10 on "
-    "PATH to run them (README: What runs where)"
+    "PATH to run them (docs/developing.md: What runs where)"
 )
 posix_only = pytest.mark.skipif(os.name == "nt", reason="fake executables are shell scripts")
 

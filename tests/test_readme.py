@@ -1,4 +1,5 @@
-"""README.md says what runs: its Usage block runs as written, its commands exist."""
+"""README.md, the front door, says what runs: its example (on the first screen) runs as written,
+its commands exist, its links lead to pages that exist."""
 
 from __future__ import annotations
 
@@ -18,29 +19,55 @@ README = (REPO / "README.md").read_text(encoding="utf-8")
 TEST_COMMAND = "-m pytest -q -rs -n 2 --dist loadfile"
 
 
-def _usage_blocks() -> list[str]:
-    usage = README[README.index("## Usage") : README.index("## What to know")]
-    return re.findall(r"```python\n(.*?)```", usage, re.S)
+#: The setup command: a fresh venv, juliabridge with the test extras, the main job.
+SETUP_COMMAND = (
+    "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[enzyme,test]' "
+    "&& juliabridge demo"
+)
+
+
+def _example_blocks() -> list[str]:
+    example = README[README.index("## Example") : README.index("## Tests")]
+    return re.findall(r"```python\n(.*?)```", example, re.S)
 
 
 def _expected_prints(block: str) -> list[str]:
     """What each ``print(...)  # VALUE: why`` line of the block says it prints."""
     return [
-        m.group(1).strip().strip('"') for m in re.finditer(r"^print\(.*\)  # ([^:]+)", block, re.M)
+        m.group(1).strip().strip('"')
+        for m in re.finditer(r"^print\(.*\)  # ([^:\n]+)", block, re.M)
     ]
 
 
-def test_the_usage_block_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    blocks = _usage_blocks()
-    assert blocks, "README.md's Usage section has no python block"
-    monkeypatch.chdir(tmp_path)  # the block writes finetuned.h5 where it runs
-    for _ in range(2):  # a second run in the same folder works too (the file is replaced)
-        for block in blocks:
-            out = io.StringIO()
-            with contextlib.redirect_stdout(out):
-                exec(compile(block, "README.md (Usage)", "exec"), {"__name__": "__readme__"})
-            assert out.getvalue().splitlines() == _expected_prints(block)
-    assert (tmp_path / "finetuned.h5").is_file()
+def test_the_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks = _example_blocks()
+    assert len(blocks) == 1, "README.md's Example section has one python block"
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):  # a second run in the same process works too
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(blocks[0], "README.md (Example)", "exec"), {"__name__": "__readme__"})
+        assert out.getvalue().splitlines() == _expected_prints(blocks[0])
+    assert len(_expected_prints(blocks[0])) >= 2
+
+
+def test_the_example_is_on_the_first_screen() -> None:
+    """What it is, then the setup command, then an example of about ten lines, within the first
+    screen (50 lines)."""
+    lines = README.splitlines()
+    start = lines.index("```python")
+    assert start < 50, f"the example starts at line {start + 1}"
+    end = lines.index("```", start)
+    assert end - start - 1 <= 11, f"the example is {end - start - 1} lines"
+    assert README.index(SETUP_COMMAND) < README.index("```python")
+
+
+def test_the_readme_links_lead_to_pages_that_exist() -> None:
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README)
+    assert len(links) >= 10
+    for link in links:
+        if not link.startswith("http"):
+            assert (REPO / link).exists(), link
 
 
 def test_the_readme_commands_exist() -> None:
@@ -51,6 +78,7 @@ def test_the_readme_commands_exist() -> None:
         for group in re.findall(r"pip install -e '\.\[([a-z,]+)\]'", line):
             assert set(group.split(",")) <= set(extras), group
     assert f"python {TEST_COMMAND}\n" in README
+    assert f"{SETUP_COMMAND}\n" in README
     ci = (REPO / ".ci" / "run").read_text()
     # CI runs what README says, in both environments, and no other pytest command
     assert ci.count(f"{TEST_COMMAND}\n") == 2, TEST_COMMAND

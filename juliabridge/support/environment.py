@@ -98,6 +98,14 @@ VARIABLES: tuple[Variable, ...] = (
         "take; more is a `ResourceLimitError`.",
     ),
     Variable(
+        "JULIABRIDGE_COMPILE_LIMIT",
+        "`300` seconds",
+        "Seconds the first compile of an untrusted module that could compile for long (many "
+        "lines, or complex element types) may take, in a child process, before loading fails "
+        "with a `ResourceLimitError`; `0` turns the deadline off. Trusted modules never take "
+        "this path.",
+    ),
+    Variable(
         "JULIABRIDGE_ENZYME_TIMEOUT",
         "`600` seconds",
         "Seconds the separate process that derives an untrusted module's derivatives with "

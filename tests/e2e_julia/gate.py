@@ -47,7 +47,7 @@ def decide(
     if value in OFF:
         return Gate(
             skip=f"end-to-end Julia tests are off: set {VARIABLE}=1 and put julia >= 1.10 on "
-            "PATH to run them (README: What runs where)"
+            "PATH to run them (docs/developing.md: What runs where)"
         )
     if value not in (*ON, REQUIRE):
         return Gate(error=f"{VARIABLE}={value!r} is not one of 1, yes, true, on, require or 0")
