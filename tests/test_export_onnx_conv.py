@@ -22,11 +22,10 @@ from jax import lax
 import juliabridge
 from juliabridge.bundle.write.description import ArgumentSpec, BundleDescription
 from juliabridge.bundle.write.writer import write_bundle
+from tests.outside import reactant_fixture
 
 pytest.importorskip("jax2onnx", reason="the onnx extra (jax2onnx) is not installed")
 ort = pytest.importorskip("onnxruntime", reason="the onnx extra (onnxruntime) is not installed")
-
-FIXTURE = Path(__file__).resolve().parents[2] / "shared/fixtures/reactant/nnlib_grouped_conv2d.mlir"
 
 #: name -> (batch, channels, out channels, groups, spatial sizes (axis 0 first), kernel,
 #: stride, padding, input dilation, kernel dilation)
@@ -123,9 +122,8 @@ def test_reactant_layout_convolutions_run_in_onnxruntime(name: str) -> None:
 
 
 def test_the_fixtures_dimension_numbers_are_the_ones_tested() -> None:
-    if not FIXTURE.is_file():
-        pytest.skip(f"{FIXTURE} is absent (a clean clone has nothing beside it)")
-    assert _numbers(2) in FIXTURE.read_text()
+    fixture = reactant_fixture("nnlib_grouped_conv2d.mlir")  # skips where ../shared is absent
+    assert _numbers(2) in fixture.read_text()
 
 
 def test_a_reactant_layout_cnn_bundle_takes_any_batch_size(tmp_path: Path) -> None:

@@ -400,8 +400,13 @@ def check_cli(case: Case, reply: dict[str, Any], where: str) -> None:
     assert "verify_checksums" not in err, f"the API's keyword in a CLI message: {where}"
     if code not in (0, 1):
         lines = [ln for ln in err.splitlines() if ln.strip()]
-        assert len(lines) == 1, f"{len(lines)} error lines: {where}"
-        assert lines[0].startswith(f"juliabridge {case.cli[0]}: error: "), where  # type: ignore[index]
+        # A note the command printed before failing (e.g. that it turned x64 on for a bundle
+        # declaring 64-bit types) may precede it; the error itself is one line, the last.
+        note = f"juliabridge {case.cli[0]}: note: "  # type: ignore[index]
+        errors = [ln for ln in lines if not ln.startswith(note)]
+        assert len(errors) == 1, f"{len(errors)} error lines: {where}"
+        assert lines[-1] == errors[0], f"a line after the error: {where}"
+        assert errors[0].startswith(f"juliabridge {case.cli[0]}: error: "), where  # type: ignore[index]
     else:
         assert out.strip(), f"no output: {where}"
 
