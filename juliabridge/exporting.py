@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -343,48 +342,22 @@ def save_jax(
     return info
 
 
-#: A manifest larger than this is not digested (manifests are kilobytes).
-MANIFEST_DIGEST_LIMIT = 64 * 2**20
-
-
 def _source_digest(model: LuxModel | ImportedFunction) -> dict[str, Any]:
     """sha256 of the bundle's manifest.json (which records every other file's digest), or of
     the module text for a load_mlir function.
 
-    The manifest is opened once, not through a symbolic link (a link's target outside the
-    bundle is not the bundle's), checked to be a regular file within
-    `MANIFEST_DIGEST_LIMIT`, and digested as it is read, in chunks.
+    The manifest's digest is the one `load_manifest` took of the very bytes it parsed when the
+    model was imported: no file is opened again (it may have changed, or been replaced by a
+    link, since). A model whose manifest was made in memory (a Julia or Reactant export
+    directory) has none.
     """
     if isinstance(model, LuxModel):
-        digest = _digest_file(Path(model.bundle.root) / MANIFEST_NAME)
+        digest = model.manifest.source_sha256
         if digest is None:
             return {"source_digest": None}
         return {"source_digest": {"algorithm": "sha256", "of": MANIFEST_NAME, "hex": digest}}
     digest = hashlib.sha256(model.module.text.encode()).hexdigest()
     return {"source_digest": {"algorithm": "sha256", "of": "module text", "hex": digest}}
-
-
-def _digest_file(path: Path) -> str | None:
-    """sha256 of the regular file `path` read once through one descriptor, or None where
-    there is none (or it is a link, or too large to be a manifest)."""
-    try:
-        fd = os.open(
-            path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-        )
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MANIFEST_DIGEST_LIMIT:
-            return None
-        h = hashlib.sha256()
-        read = 0
-        while chunk := f.read(1 << 20):
-            read += len(chunk)
-            if read > MANIFEST_DIGEST_LIMIT:  # grew while read
-                return None
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def arguments_of(model: LuxModel, *inputs: Any) -> list[Any]:

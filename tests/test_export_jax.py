@@ -325,25 +325,25 @@ def test_a_bundle_without_a_batch_names_the_way_to_every_batch_size(
     assert "batch=None" not in err and "import_lux(" not in err
 
 
-def test_save_jax_digests_the_manifest_once_and_not_through_a_link(
+def test_save_jax_digests_the_manifest_it_read_and_opens_no_file_again(
     lenet: Any, tmp_path: Path
 ) -> None:
     import shutil
 
-    from juliabridge import exporting
-
-    info = juliabridge.save_jax(lenet, tmp_path / "a.jaxexport", vjp_order=0)
-    manifest = (Path(lenet.bundle.root) / "manifest.json").read_bytes()
-    assert info["source_digest"]["hex"] == hashlib.sha256(manifest).hexdigest()
-    linked = tmp_path / "linked"
-    linked.mkdir()
+    src = Path(lenet.bundle.root)
+    bundle = Path(shutil.copytree(src, tmp_path / "copy.bundle"))
+    read = (bundle / "manifest.json").read_bytes()
+    model = juliabridge.import_lux(bundle)
+    assert model.manifest.source_sha256 == hashlib.sha256(read).hexdigest()
+    # After the import, manifest.json becomes a link to a file outside the bundle: the
+    # artifact's digest is still that of the bytes the import read, not the link's target.
     outside = tmp_path / "outside.json"
     outside.write_bytes(b'{"not": "the bundle"}')
-    (linked / "manifest.json").symlink_to(outside)
-    assert exporting._digest_file(linked / "manifest.json") is None
-    assert exporting._digest_file(tmp_path / "absent.json") is None
-    shutil.copy(outside, tmp_path / "plain.json")
-    assert (
-        exporting._digest_file(tmp_path / "plain.json")
-        == hashlib.sha256(outside.read_bytes()).hexdigest()
-    )
+    (bundle / "manifest.json").unlink()
+    (bundle / "manifest.json").symlink_to(outside)
+    info = juliabridge.save_jax(model, tmp_path / "a.jaxexport", vjp_order=0)
+    assert info["source_digest"] == {
+        "algorithm": "sha256",
+        "of": "manifest.json",
+        "hex": hashlib.sha256(read).hexdigest(),
+    }

@@ -169,6 +169,10 @@ class Manifest:
     empty: dict[str, tuple[LuxPath, ...]] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
     static_state: tuple[StaticLeaf, ...] = ()
+    #: sha256 (hex) of the bytes this manifest was parsed from, as `load_manifest` read them;
+    #: None for a manifest made in memory (a completed Julia or Reactant export directory).
+    #: `save_jax` records it as the artifact's source digest without reading the file again.
+    source_sha256: str | None = field(default=None, compare=False)
 
     @property
     def dataset_digest(self) -> str | None:

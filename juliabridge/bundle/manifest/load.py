@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -86,7 +88,7 @@ def load_manifest(path: Path) -> Manifest:
         )
     obj = decode_strict_json(data, path)
     try:
-        return parse_manifest(obj)
+        parsed = parse_manifest(obj)
     except RecursionError as e:
         raise ManifestError(f"{path}: JSON nested too deeply") from e
     except (ManifestError, UnsafeBundleError, BundleVersionError) as e:
@@ -97,6 +99,7 @@ def load_manifest(path: Path) -> Manifest:
         if not isinstance(e, BundleVersionError):
             text = f"{text.rstrip('.')}. {manifest_advice(obj)}"
         raise type(e)(text) from None
+    return dataclasses.replace(parsed, source_sha256=hashlib.sha256(data).hexdigest())
 
 
 #: How to write a bundle again, by the producer.tool that wrote it (spec §3.2).
