@@ -100,8 +100,11 @@ def test_load_into_a_model_checks_and_places_every_leaf(layout: str, tmp_path: P
     x = np.ones((4, 1, 28, 28), np.float32)
     if layout == "julia":
         x = x.T
+    # Two programs (the call with the loaded params, apply with `doubled` as arguments) that
+    # XLA may fuse and sum in different orders (jaxlib 0.12.1 differs by 1.3e-6 relative on
+    # LeNet); the leaves themselves are compared bit for bit above.
     np.testing.assert_allclose(
-        np.asarray(loaded(x)), np.asarray(model.apply(doubled, model.state, x)[0]), rtol=1e-6
+        np.asarray(loaded(x)), np.asarray(model.apply(doubled, model.state, x)[0]), rtol=1e-5
     )
 
 
