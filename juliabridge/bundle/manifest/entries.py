@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,10 +170,15 @@ class Manifest:
     empty: dict[str, tuple[LuxPath, ...]] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
     static_state: tuple[StaticLeaf, ...] = ()
-    #: sha256 (hex) of the bytes this manifest was parsed from, as `load_manifest` read them;
-    #: None for a manifest made in memory (a completed Julia or Reactant export directory).
-    #: `save_jax` records it as the artifact's source digest without reading the file again.
-    source_sha256: str | None = field(default=None, compare=False)
+    #: The bytes this manifest was parsed from, as `load_manifest` read them (at most
+    #: MAX_MANIFEST_BYTES); None for a manifest made in memory (a completed Julia or Reactant
+    #: export directory). Kept so that `save_jax` digests what was read, not the file again.
+    source_bytes: bytes | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def source_sha256(self) -> str | None:
+        """sha256 (hex) of `source_bytes`, taken when asked (None where there are none)."""
+        return None if self.source_bytes is None else hashlib.sha256(self.source_bytes).hexdigest()
 
     @property
     def dataset_digest(self) -> str | None:

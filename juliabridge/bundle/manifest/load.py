@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -99,7 +98,7 @@ def load_manifest(path: Path) -> Manifest:
         if not isinstance(e, BundleVersionError):
             text = f"{text.rstrip('.')}. {manifest_advice(obj)}"
         raise type(e)(text) from None
-    return dataclasses.replace(parsed, source_sha256=hashlib.sha256(data).hexdigest())
+    return dataclasses.replace(parsed, source_bytes=data)
 
 
 #: How to write a bundle again, by the producer.tool that wrote it (spec §3.2).
