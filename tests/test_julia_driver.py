@@ -582,3 +582,21 @@ def example_input(bundle: Path) -> np.ndarray:
 
     with h5py.File(bundle / "weights.h5", "r") as f:
         return np.asarray(f["examples/inputs/0"][()])
+
+
+def test_every_julia_child_runs_without_the_users_startup_file_history_or_colours() -> None:
+    """The export and the package listing parse Julia's output: a startup file could print
+    into it (or fail), colours would put escape codes in it."""
+    julia = driver.JuliaInstallation("/opt/julia/bin/julia", (1, 11, 2), "test")
+    cmd = driver._julia_command(julia, Path("/env"), "print(1)", "a", "b")
+    assert cmd == [
+        "/opt/julia/bin/julia",
+        "--project=/env",
+        "--startup-file=no",
+        "--history-file=no",
+        "--color=no",
+        "-e",
+        "print(1)",
+        "a",
+        "b",
+    ]

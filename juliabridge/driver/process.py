@@ -349,16 +349,7 @@ def run_export_request(
         request_path = Path(tmp) / "request.json"
         result_path = Path(tmp) / "result.json"
         request_path.write_text(json.dumps({**request, "result_file": str(result_path)}))
-        cmd = [
-            julia.executable,
-            f"--project={environment}",
-            "--startup-file=no",
-            "--history-file=no",
-            "--color=no",
-            "-e",
-            JULIA_MAIN,
-            str(request_path),
-        ]
+        cmd = _julia_command(julia, environment, JULIA_MAIN, str(request_path))
         tail: deque[str] = deque(maxlen=40)
         started = time.monotonic()
         try:
@@ -418,6 +409,15 @@ PACKAGES_MAIN = (
 PACKAGE_RE = re.compile(r"^\[juliabridge:package\] (\S+) (\S+)$")
 
 
+def _julia_command(
+    julia: JuliaInstallation, environment: Path, program: str, *args: str
+) -> list[str]:
+    """`julia` running `program` (Julia source) with `args` in `environment`, without the
+    user's startup file, history or colours (their output is parsed)."""
+    return [julia.executable, f"--project={environment}", "--startup-file=no",
+            "--history-file=no", "--color=no", "-e", program, *args]  # fmt: skip
+
+
 def package_versions(
     julia: JuliaInstallation, environment: Path, names: tuple[str, ...], *, timeout: float
 ) -> dict[str, str | None]:
@@ -426,8 +426,7 @@ def package_versions(
     Raises ``JuliaExportError`` when Julia fails, answers nothing or runs past `timeout`
     seconds (it is then stopped), ``JuliaUnavailable`` when it cannot be started.
     """
-    cmd = [julia.executable, f"--project={environment}", "--startup-file=no",
-           "--history-file=no", "--color=no", "-e", PACKAGES_MAIN, *names]  # fmt: skip
+    cmd = _julia_command(julia, environment, PACKAGES_MAIN, *names)
     # A session of its own, so that a time-out stops Julia and anything it started that still
     # holds the output pipe (which would otherwise keep the read waiting past the limit).
     try:
